@@ -1,0 +1,179 @@
+//! The synchronisation shim of the journal workspace.
+//!
+//! Every lock, condition variable, atomic, `Arc` and thread used by the journal
+//! crates comes from here. In a normal build these are thin wrappers over
+//! `std`; in a build with `RUSTFLAGS="--cfg loom"` they are
+//! [loom](https://docs.rs/loom)'s model-checked twins, so one loom build checks
+//! the whole stack: iclog, jbd-batch, segment-recycler, journal-core and the
+//! simulated filesystem underneath them.
+//!
+//! # Poisoning: what a panic while holding a lock means
+//!
+//! [`Mutex`] does not poison. A panic inside a critical section of the journal
+//! is a bug in the journal (critical sections never call user code and never
+//! do I/O that could fail by panicking), and turning it into a `PoisonError` on
+//! every later `lock()` would only convert one panic into a cascade of panics
+//! in unrelated threads. Instead, the journal crates keep their own,
+//! *explicit* poison state for the failures that matter — a failed write or
+//! sync — and report it as a typed error (`Error::Poisoned` in journal-core).
+//! A thread that panics while holding a lock releases it; the protected state
+//! is whatever the panicking code left, and the journal's own invariant checks
+//! (debug assertions, recovery) are the defence.
+//!
+//! # Timers under loom
+//!
+//! loom's `Condvar::wait_timeout` never times out, and loom cannot model the
+//! passage of time. Code that waits "until a condition holds or a deadline
+//! passes" therefore uses [`Deadline`] with [`Condvar::wait_deadline`] **and**
+//! accepts an explicit *timer event*: a flag in its own mutex-protected state
+//! that a timer sets before notifying the condvar. In production the waiter
+//! fires the event itself when [`Condvar::wait_deadline`] reports expiry; in a
+//! loom model a dedicated "timer" thread fires it, so loom explores every
+//! interleaving of the timer with the rest of the protocol. Under loom a
+//! [`Deadline`] never expires by itself.
+//!
+//! ```
+//! use journal_sync::{Condvar, Deadline, Mutex};
+//! use std::time::Duration;
+//!
+//! struct State { done: bool, timer_fired: bool }
+//! let m = Mutex::new(State { done: false, timer_fired: false });
+//! let cv = Condvar::new();
+//! let deadline = Deadline::after(Duration::from_millis(1));
+//! let mut g = m.lock();
+//! while !g.done && !g.timer_fired {
+//!     let (g2, expired) = cv.wait_deadline(g, &deadline);
+//!     g = g2;
+//!     if expired { g.timer_fired = true; } // the timer event, fired by the clock
+//! }
+//! assert!(g.timer_fired);
+//! ```
+#![deny(unsafe_code)]
+
+mod mutex;
+mod time;
+
+pub use mutex::{Condvar, Mutex, MutexGuard};
+pub use time::Deadline;
+
+/// `Arc`, from std or loom.
+#[cfg(loom)]
+pub use loom::sync::Arc;
+/// `Arc`, from std or loom.
+#[cfg(not(loom))]
+pub use std::sync::Arc;
+
+/// Atomic integers and booleans, from std or loom.
+pub mod atomic {
+    #[cfg(loom)]
+    pub use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
+    pub use std::sync::atomic::Ordering;
+    #[cfg(not(loom))]
+    pub use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
+}
+
+/// Threads, from std or loom. `spawn`, `yield_now` and `JoinHandle` only:
+/// sleeping is not a synchronisation primitive in this workspace.
+pub mod thread {
+    #[cfg(loom)]
+    pub use loom::thread::{spawn, yield_now, JoinHandle};
+    #[cfg(not(loom))]
+    pub use std::thread::{spawn, yield_now, JoinHandle};
+}
+
+/// Spin-loop hint, from std or loom (under loom it yields to other threads).
+pub mod hint {
+    #[cfg(loom)]
+    pub use loom::hint::spin_loop;
+    #[cfg(not(loom))]
+    pub use std::hint::spin_loop;
+}
+
+/// An `UnsafeCell` with loom's access-tracking API (`with` / `with_mut`).
+pub mod cell {
+    #[cfg(loom)]
+    pub use loom::cell::UnsafeCell;
+
+    /// `std::cell::UnsafeCell` behind loom's `with` / `with_mut` API, so the
+    /// same code compiles under both.
+    #[cfg(not(loom))]
+    #[derive(Debug, Default)]
+    pub struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+    #[cfg(not(loom))]
+    impl<T> UnsafeCell<T> {
+        /// Wraps `value`.
+        pub const fn new(value: T) -> Self {
+            Self(std::cell::UnsafeCell::new(value))
+        }
+        /// Calls `f` with a shared raw pointer to the contents.
+        pub fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+            f(self.0.get())
+        }
+        /// Calls `f` with a mutable raw pointer to the contents.
+        pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            f(self.0.get())
+        }
+        /// Consumes the cell, returning the contents.
+        pub fn into_inner(self) -> T {
+            self.0.into_inner()
+        }
+    }
+}
+
+/// Runs `f` as a loom model (every interleaving, bounded by
+/// `LOOM_MAX_PREEMPTIONS`), or simply calls it once outside loom.
+///
+/// Tests written with `model` therefore run in both builds: as ordinary
+/// smoke tests under `cargo test`, and exhaustively under `cargo xtask loom`.
+pub fn model<F>(f: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    #[cfg(loom)]
+    {
+        let mut builder = loom::model::Builder::new();
+        if builder.preemption_bound.is_none() {
+            builder.preemption_bound = Some(2);
+        }
+        builder.check(f);
+    }
+    #[cfg(not(loom))]
+    f();
+}
+
+/// `true` in a `--cfg loom` build. Lets tests skip work loom cannot model
+/// (real time, real files) without sprinkling `cfg` attributes.
+pub const LOOM: bool = cfg!(loom);
+
+/// A statistics counter: a relaxed `u64` that orders nothing.
+///
+/// Counters (syncs by kind, bytes written, waits taken) are read by
+/// benchmarks and metrics, never used to synchronise. They are therefore
+/// always `std` atomics, even under loom: modelling them would multiply the
+/// interleavings loom explores without checking anything.
+#[derive(Debug, Default)]
+pub struct StatCounter(std::sync::atomic::AtomicU64);
+
+impl StatCounter {
+    /// A counter at zero.
+    pub const fn new() -> Self {
+        Self(std::sync::atomic::AtomicU64::new(0))
+    }
+    /// Adds `n`.
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+    /// Adds one.
+    pub fn incr(&self) {
+        self.add(1);
+    }
+    /// Stores `n` if it is larger than the current value.
+    pub fn max(&self, n: u64) {
+        self.0.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+    }
+    /// The current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,82 @@
+//! The shim behaves like std outside loom and drives loom inside it.
+
+use journal_sync::{model, thread, Arc, Condvar, Deadline, Mutex};
+use std::time::Duration;
+
+/// A waiter always sees the flag set by a notifier (no lost wakeup), in every
+/// interleaving loom explores.
+#[test]
+fn condvar_handoff_has_no_lost_wakeup() {
+    model(|| {
+        let pair = Arc::new((Mutex::new(false), Condvar::new()));
+        let p2 = pair.clone();
+        let t = thread::spawn(move || {
+            *p2.0.lock() = true;
+            p2.1.notify_all();
+        });
+        let mut g = pair.0.lock();
+        while !*g {
+            g = pair.1.wait(g);
+        }
+        drop(g);
+        t.join().unwrap();
+    });
+}
+
+/// A timed wait ends by the explicit timer event, the way loom models drive
+/// timers; outside loom the clock could also end it.
+#[test]
+fn timer_event_ends_a_timed_wait() {
+    model(|| {
+        struct S {
+            fired: bool,
+        }
+        let pair = Arc::new((Mutex::new(S { fired: false }), Condvar::new()));
+        let p2 = pair.clone();
+        let timer = thread::spawn(move || {
+            p2.0.lock().fired = true;
+            p2.1.notify_all();
+        });
+        let deadline = Deadline::after(Duration::from_secs(30));
+        let mut g = pair.0.lock();
+        while !g.fired {
+            let (g2, expired) = pair.1.wait_deadline(g, &deadline);
+            g = g2;
+            assert!(!expired, "a 30 s deadline cannot expire here");
+        }
+        drop(g);
+        timer.join().unwrap();
+    });
+}
+
+#[cfg(not(loom))]
+#[test]
+fn deadline_expires_by_the_clock_outside_loom() {
+    let m = Mutex::new(());
+    let cv = Condvar::new();
+    let d = Deadline::after(Duration::from_millis(5));
+    let mut g = m.lock();
+    loop {
+        let (g2, expired) = cv.wait_deadline(g, &d);
+        g = g2;
+        if expired {
+            break;
+        }
+    }
+    assert!(d.expired());
+}
+
+#[cfg(not(loom))]
+#[test]
+fn a_panic_while_locked_does_not_poison() {
+    let m = std::sync::Arc::new(Mutex::new(1));
+    let m2 = m.clone();
+    let r = std::thread::spawn(move || {
+        let _g = m2.lock();
+        panic!("deliberate");
+    })
+    .join();
+    assert!(r.is_err());
+    assert_eq!(*m.lock(), 1);
+    assert!(m.try_lock().is_some());
+}

@@ -1,0 +1,370 @@
+//! The real filesystem, on std, nix and libc.
+
+use crate::{
+    CounterSnapshot, Counters, DirLock, Op, OpenOptions, Prealloc, Result, Vfs, VfsError, VfsFile,
+};
+use journal_sync::atomic::{AtomicU8, Ordering};
+use journal_sync::Arc;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+/// Options of [`OsVfs`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OsVfsOptions {
+    /// Never try `pwritev2(RWF_DSYNC)`: emulate every FUA write with
+    /// `pwrite` + `fdatasync`. For tests of the fallback, and for comparing
+    /// the two in benchmarks.
+    pub force_fua_fallback: bool,
+}
+
+/// How [`OsVfs`] implements FUA writes, as detected on first use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FuaMode {
+    /// No FUA write has been issued yet.
+    Unknown,
+    /// `pwritev2(RWF_DSYNC)` works.
+    Native,
+    /// The kernel or filesystem refused `RWF_DSYNC` (or the fallback was
+    /// forced): FUA writes are `pwrite` + `fdatasync`.
+    Fallback,
+}
+
+const FUA_UNKNOWN: u8 = 0;
+const FUA_NATIVE: u8 = 1;
+const FUA_FALLBACK: u8 = 2;
+
+#[derive(Debug)]
+struct Shared {
+    counters: Counters,
+    fua: AtomicU8,
+}
+
+/// The operating system's filesystem.
+///
+/// Cheap to clone; clones share counters and the detected [`FuaMode`].
+#[derive(Debug, Clone)]
+pub struct OsVfs {
+    shared: Arc<Shared>,
+}
+
+impl Default for OsVfs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl OsVfs {
+    /// The real filesystem with default options.
+    pub fn new() -> Self {
+        Self::with_options(OsVfsOptions::default())
+    }
+
+    /// The real filesystem with `opts`.
+    pub fn with_options(opts: OsVfsOptions) -> Self {
+        let fua = if opts.force_fua_fallback {
+            FUA_FALLBACK
+        } else {
+            FUA_UNKNOWN
+        };
+        Self {
+            shared: Arc::new(Shared {
+                counters: Counters::default(),
+                fua: AtomicU8::new(fua),
+            }),
+        }
+    }
+
+    /// How FUA writes are implemented, once the first one has been issued.
+    pub fn fua_mode(&self) -> FuaMode {
+        match self.shared.fua.load(Ordering::Relaxed) {
+            FUA_NATIVE => FuaMode::Native,
+            FUA_FALLBACK => FuaMode::Fallback,
+            _ => FuaMode::Unknown,
+        }
+    }
+}
+
+fn err(op: Op, path: &Path) -> impl FnOnce(io::Error) -> VfsError + '_ {
+    move |e| VfsError::new(op, path, e)
+}
+
+impl Vfs for OsVfs {
+    fn open(&self, path: &Path, opts: OpenOptions) -> Result<Box<dyn VfsFile>> {
+        let mut o = std::fs::OpenOptions::new();
+        let create = opts.create || opts.create_new;
+        o.read(true).write(opts.write || create);
+        if opts.create_new {
+            o.create_new(true);
+        } else if create {
+            o.create(true);
+        }
+        let mut flags = libc::O_CLOEXEC;
+        if opts.dsync {
+            flags |= libc::O_DSYNC;
+        }
+        #[cfg(target_os = "linux")]
+        if opts.direct {
+            flags |= libc::O_DIRECT;
+        }
+        o.custom_flags(flags).mode(0o644);
+        let existed = create && path.exists();
+        let op = if create { Op::Create } else { Op::Open };
+        let file = o.open(path).map_err(err(op, path))?;
+        if create && !existed {
+            self.shared.counters.creates.incr();
+        }
+        Ok(Box::new(OsFile {
+            file,
+            path: path.to_path_buf(),
+            shared: self.shared.clone(),
+        }))
+    }
+
+    fn create_dir_all(&self, path: &Path) -> Result<()> {
+        std::fs::create_dir_all(path).map_err(err(Op::CreateDir, path))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        std::fs::rename(from, to).map_err(err(Op::Rename, from))?;
+        self.shared.counters.renames.incr();
+        Ok(())
+    }
+
+    fn remove_file(&self, path: &Path) -> Result<()> {
+        std::fs::remove_file(path).map_err(err(Op::Remove, path))?;
+        self.shared.counters.removes.incr();
+        Ok(())
+    }
+
+    fn read_dir(&self, dir: &Path) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(err(Op::ReadDir, dir))? {
+            let entry = entry.map_err(err(Op::ReadDir, dir))?;
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+        Ok(names)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> Result<()> {
+        let d = File::open(dir).map_err(err(Op::SyncDir, dir))?;
+        d.sync_all().map_err(err(Op::SyncDir, dir))?;
+        self.shared.counters.dir_fsyncs.incr();
+        Ok(())
+    }
+
+    fn exists(&self, path: &Path) -> Result<bool> {
+        path.try_exists().map_err(err(Op::Metadata, path))
+    }
+
+    fn lock_dir(&self, dir: &Path) -> Result<DirLock> {
+        use nix::fcntl::{Flock, FlockArg};
+        let lock_path = dir.join("LOCK");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o644)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&lock_path)
+            .map_err(err(Op::Lock, &lock_path))?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(held) => Ok(DirLock::new(Box::new(held))),
+            Err((_, errno)) => Err(VfsError::new(
+                Op::Lock,
+                dir,
+                io::Error::from_raw_os_error(errno as i32),
+            )),
+        }
+    }
+
+    fn counters(&self) -> CounterSnapshot {
+        self.shared.counters.snapshot()
+    }
+}
+
+/// A file of [`OsVfs`].
+#[derive(Debug)]
+struct OsFile {
+    file: File,
+    path: PathBuf,
+    shared: Arc<Shared>,
+}
+
+impl OsFile {
+    /// One `pwritev2(RWF_DSYNC)` attempt for all of `buf`, retrying short
+    /// writes. `Ok(false)` means the kernel or filesystem does not support
+    /// the flag (nothing was written).
+    #[cfg(target_os = "linux")]
+    fn pwrite_dsync(&self, buf: &[u8], offset: u64) -> io::Result<bool> {
+        let mut done = 0usize;
+        while done < buf.len() {
+            let rest = &buf[done..];
+            let iov = libc::iovec {
+                iov_base: rest.as_ptr() as *mut libc::c_void,
+                iov_len: rest.len(),
+            };
+            // SAFETY: `iov` points into `rest`, a live, initialised slice
+            // borrowed for the duration of the call; the kernel only reads
+            // `iov_len` bytes from it. The fd is owned by `self.file` and
+            // stays open for the call. `iovcnt` is 1, matching one iovec.
+            let n = unsafe {
+                libc::pwritev2(
+                    self.file.as_raw_fd(),
+                    &iov,
+                    1,
+                    (offset + done as u64) as libc::off_t,
+                    libc::RWF_DSYNC,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) if done == 0 => return Ok(false),
+                    _ => return Err(e),
+                }
+            }
+            if n == 0 {
+                return Err(io::Error::from(io::ErrorKind::WriteZero));
+            }
+            done += n as usize;
+        }
+        Ok(true)
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn pwrite_dsync(&self, _buf: &[u8], _offset: u64) -> io::Result<bool> {
+        Ok(false)
+    }
+}
+
+impl VfsFile for OsFile {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        loop {
+            match self.file.read_at(buf, offset) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => return r.map_err(err(Op::Read, &self.path)),
+            }
+        }
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.file
+            .write_all_at(buf, offset)
+            .map_err(err(Op::Write, &self.path))?;
+        let c = &self.shared.counters;
+        c.writes.incr();
+        c.bytes_written.add(buf.len() as u64);
+        Ok(())
+    }
+
+    fn write_at_fua(&self, buf: &[u8], offset: u64) -> Result<()> {
+        let c = &self.shared.counters;
+        if self.shared.fua.load(Ordering::Relaxed) != FUA_FALLBACK {
+            match self.pwrite_dsync(buf, offset) {
+                Ok(true) => {
+                    self.shared.fua.store(FUA_NATIVE, Ordering::Relaxed);
+                    c.writes.incr();
+                    c.fua_writes.incr();
+                    c.bytes_written.add(buf.len() as u64);
+                    return Ok(());
+                }
+                Ok(false) => self.shared.fua.store(FUA_FALLBACK, Ordering::Relaxed),
+                Err(e) => return Err(VfsError::new(Op::FuaWrite, &self.path, e)),
+            }
+        }
+        self.file
+            .write_all_at(buf, offset)
+            .map_err(err(Op::FuaWrite, &self.path))?;
+        self.file
+            .sync_data()
+            .map_err(err(Op::FuaWrite, &self.path))?;
+        c.writes.incr();
+        c.fua_writes.incr();
+        c.fua_fallbacks.incr();
+        c.fdatasyncs.incr();
+        c.bytes_written.add(buf.len() as u64);
+        Ok(())
+    }
+
+    fn sync_data(&self) -> Result<()> {
+        self.file
+            .sync_data()
+            .map_err(err(Op::SyncData, &self.path))?;
+        self.shared.counters.fdatasyncs.incr();
+        Ok(())
+    }
+
+    fn sync_all(&self) -> Result<()> {
+        self.file.sync_all().map_err(err(Op::Sync, &self.path))?;
+        self.shared.counters.fsyncs.incr();
+        Ok(())
+    }
+
+    fn set_len(&self, len: u64) -> Result<()> {
+        self.file.set_len(len).map_err(err(Op::SetLen, &self.path))
+    }
+
+    fn len(&self) -> Result<u64> {
+        Ok(self
+            .file
+            .metadata()
+            .map_err(err(Op::Metadata, &self.path))?
+            .len())
+    }
+
+    fn preallocate(&self, offset: u64, len: u64, how: Prealloc) -> Result<()> {
+        match how {
+            Prealloc::Fallocate => {
+                #[cfg(target_os = "linux")]
+                {
+                    nix::fcntl::fallocate(
+                        &self.file,
+                        nix::fcntl::FallocateFlags::empty(),
+                        offset as libc::off_t,
+                        len as libc::off_t,
+                    )
+                    .map_err(|e| {
+                        VfsError::new(
+                            Op::Preallocate,
+                            &self.path,
+                            io::Error::from_raw_os_error(e as i32),
+                        )
+                    })
+                }
+                #[cfg(not(target_os = "linux"))]
+                {
+                    if self.len()? < offset + len {
+                        self.set_len(offset + len)?;
+                    }
+                    Ok(())
+                }
+            }
+            Prealloc::ZeroFill => {
+                const CHUNK: u64 = 1 << 20;
+                let zeros = vec![0u8; CHUNK.min(len.max(1)) as usize];
+                let mut at = offset;
+                let end = offset + len;
+                while at < end {
+                    let n = (end - at).min(CHUNK) as usize;
+                    self.file
+                        .write_all_at(&zeros[..n], at)
+                        .map_err(err(Op::Preallocate, &self.path))?;
+                    let c = &self.shared.counters;
+                    c.writes.incr();
+                    c.bytes_written.add(n as u64);
+                    at += n as u64;
+                }
+                Ok(())
+            }
+        }
+    }
+}

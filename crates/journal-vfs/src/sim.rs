@@ -1,0 +1,696 @@
+//! SimVfs: an in-memory filesystem with a volatile cache, the crash oracle.
+//!
+//! # The model
+//!
+//! Each file (inode) has *durable* bytes — what a power cut leaves — and
+//! *live* bytes — what reads see — plus the ordered list of writes made since
+//! the file was last synced. [`VfsFile::sync_data`] and [`VfsFile::sync_all`]
+//! make the live bytes durable; [`VfsFile::write_at_fua`] makes exactly its
+//! own range durable.
+//!
+//! Names are modelled the same way: a *live* namespace that opens, renames
+//! and removes change at once, and a *durable* namespace that changes only
+//! when [`Vfs::sync_dir`] runs on the directory holding the name. The
+//! not-yet-durable name operations are kept in order.
+//!
+//! Directories themselves are durable as soon as they are created (the
+//! journal creates its directory once, before any data, and fsyncs it).
+//!
+//! # Crashes
+//!
+//! [`SimVfs::crash`] builds the surviving image as a fresh `SimVfs`:
+//!
+//! - [`CrashPolicy::DropUnsynced`]: exactly the durable state.
+//! - [`CrashPolicy::TornSectors`]: the durable state plus, for every 512-byte
+//!   sector touched by unsynced writes, a random number of those writes
+//!   applied in order — so each sector ends in one of the states it passed
+//!   through (all-old or all-new with respect to each write, never a byte mix
+//!   inside one write's sector), and a multi-sector write can tear at any
+//!   sector boundary. Rewriting a sector with identical bytes therefore leaves
+//!   it intact whatever survives. A random prefix of the pending name
+//!   operations survives too, as a journaling filesystem commits its metadata
+//!   in order. File lengths are the durable lengths, extended to cover any
+//!   surviving write.
+//!
+//! Both policies are deterministic: the same seed on the same history gives
+//! the same image.
+
+use crate::{
+    CounterSnapshot, Counters, DirLock, Op, OpenOptions, Prealloc, Result, SplitMix64, Vfs,
+    VfsError, VfsFile,
+};
+use journal_sync::{Arc, Mutex};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The sector size of the simulated device: the unit of atomicity of a write.
+pub const SECTOR: u64 = 512;
+
+/// What survives [`SimVfs::crash`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashPolicy {
+    /// Every write and name operation not yet made durable is lost.
+    DropUnsynced,
+    /// A seeded random subset of unsynced writes survives at sector
+    /// granularity, and a random prefix of unsynced name operations.
+    TornSectors {
+        /// The seed: the same seed on the same history gives the same image.
+        seed: u64,
+    },
+}
+
+/// An injected fault: the `nth` call (1-based, counted from injection) of
+/// kind `op` fails with `errno` and changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fault {
+    /// The kind of call that fails.
+    pub op: Op,
+    /// Which call, counting from 1 at the time of injection.
+    pub nth: u64,
+    /// The errno it fails with.
+    pub errno: i32,
+}
+
+impl Fault {
+    /// The `nth` call of `op` fails with EIO.
+    pub fn eio(op: Op, nth: u64) -> Self {
+        Self {
+            op,
+            nth,
+            errno: libc::EIO,
+        }
+    }
+    /// The `nth` call of `op` fails with ENOSPC.
+    pub fn enospc(op: Op, nth: u64) -> Self {
+        Self {
+            op,
+            nth,
+            errno: libc::ENOSPC,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct Inode {
+    durable: Vec<u8>,
+    live: Vec<u8>,
+    /// Writes since the last sync, in order: (offset, bytes).
+    pending: Vec<(u64, Vec<u8>)>,
+}
+
+#[derive(Debug, Clone)]
+enum NsOp {
+    Link { path: PathBuf, ino: u64 },
+    Unlink { path: PathBuf },
+    Rename { from: PathBuf, to: PathBuf },
+}
+
+impl NsOp {
+    fn touches(&self, dir: &Path) -> bool {
+        let parent_is = |p: &Path| p.parent() == Some(dir);
+        match self {
+            NsOp::Link { path, .. } | NsOp::Unlink { path } => parent_is(path),
+            NsOp::Rename { from, to } => parent_is(from) || parent_is(to),
+        }
+    }
+
+    fn apply(&self, ns: &mut BTreeMap<PathBuf, u64>) {
+        match self {
+            NsOp::Link { path, ino } => {
+                ns.insert(path.clone(), *ino);
+            }
+            NsOp::Unlink { path } => {
+                ns.remove(path);
+            }
+            NsOp::Rename { from, to } => {
+                if let Some(ino) = ns.remove(from) {
+                    ns.insert(to.clone(), ino);
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    inodes: HashMap<u64, Inode>,
+    next_ino: u64,
+    live: BTreeMap<PathBuf, u64>,
+    durable: BTreeMap<PathBuf, u64>,
+    pending_ns: Vec<NsOp>,
+    dirs: BTreeSet<PathBuf>,
+    locks: BTreeSet<PathBuf>,
+    /// Armed faults: (op, calls left before it fires, errno).
+    faults: Vec<(Op, u64, i32)>,
+    calls: HashMap<Op, u64>,
+    sync_latency: Duration,
+}
+
+impl State {
+    /// Counts the call and fires a matching armed fault, if any.
+    fn call(&mut self, op: Op, path: &Path) -> Result<()> {
+        *self.calls.entry(op).or_default() += 1;
+        let mut fired = None;
+        self.faults.retain_mut(|(fop, left, errno)| {
+            if *fop != op || fired.is_some() {
+                return true;
+            }
+            *left -= 1;
+            if *left == 0 {
+                fired = Some(*errno);
+                false
+            } else {
+                true
+            }
+        });
+        match fired {
+            Some(errno) => Err(VfsError::new(op, path, io::Error::from_raw_os_error(errno))),
+            None => Ok(()),
+        }
+    }
+
+    fn parent_exists(&self, path: &Path) -> bool {
+        match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => self.dirs.contains(p),
+            _ => true,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    state: Mutex<State>,
+    counters: Counters,
+}
+
+/// The simulated filesystem. Cheap to clone: clones share one image.
+#[derive(Debug, Clone, Default)]
+pub struct SimVfs {
+    inner: Arc<Inner>,
+}
+
+fn io_err(kind: io::ErrorKind) -> io::Error {
+    io::Error::from(kind)
+}
+
+fn write_bytes(buf: &mut Vec<u8>, offset: u64, data: &[u8]) {
+    let end = offset as usize + data.len();
+    if buf.len() < end {
+        buf.resize(end, 0);
+    }
+    buf[offset as usize..end].copy_from_slice(data);
+}
+
+impl SimVfs {
+    /// An empty filesystem.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Arms a fault. Several may be armed at once.
+    pub fn inject(&self, fault: Fault) {
+        assert!(fault.nth > 0, "Fault::nth counts from 1");
+        self.inner
+            .state
+            .lock()
+            .faults
+            .push((fault.op, fault.nth, fault.errno));
+    }
+
+    /// Disarms every fault not yet fired.
+    pub fn clear_faults(&self) {
+        self.inner.state.lock().faults.clear();
+    }
+
+    /// How many calls of kind `op` were made (failed ones included).
+    pub fn calls(&self, op: Op) -> u64 {
+        self.inner.state.lock().calls.get(&op).copied().unwrap_or(0)
+    }
+
+    /// Makes every sync (fdatasync, fsync, directory fsync, FUA write) take
+    /// at least `d`, to model a slow device in benchmarks. Ignored under loom.
+    pub fn set_sync_latency(&self, d: Duration) {
+        self.inner.state.lock().sync_latency = d;
+    }
+
+    /// The bytes a read of the whole file would return now, if it exists.
+    pub fn live_contents(&self, path: &Path) -> Option<Vec<u8>> {
+        let st = self.inner.state.lock();
+        let ino = st.live.get(path)?;
+        Some(st.inodes[ino].live.clone())
+    }
+
+    /// The bytes under this name that a crash with
+    /// [`CrashPolicy::DropUnsynced`] would leave, if the name would survive.
+    pub fn durable_contents(&self, path: &Path) -> Option<Vec<u8>> {
+        let st = self.inner.state.lock();
+        let ino = st.durable.get(path)?;
+        Some(st.inodes[ino].durable.clone())
+    }
+
+    /// The image a power cut would leave now, as an independent filesystem
+    /// with fresh counters, no faults, no latency and no locks held.
+    pub fn crash(&self, policy: CrashPolicy) -> SimVfs {
+        let st = self.inner.state.lock();
+        let mut rng = match policy {
+            CrashPolicy::DropUnsynced => None,
+            CrashPolicy::TornSectors { seed } => Some(SplitMix64::new(seed)),
+        };
+        let mut names = st.durable.clone();
+        if let Some(rng) = rng.as_mut() {
+            let keep = rng.below(st.pending_ns.len() as u64 + 1) as usize;
+            for op in &st.pending_ns[..keep] {
+                op.apply(&mut names);
+            }
+        }
+        let mut inodes = HashMap::new();
+        let used: BTreeSet<u64> = names.values().copied().collect();
+        for ino in used {
+            let old = &st.inodes[&ino];
+            let bytes = match rng.as_mut() {
+                None => old.durable.clone(),
+                Some(rng) => torn_image(old, rng),
+            };
+            inodes.insert(
+                ino,
+                Inode {
+                    durable: bytes.clone(),
+                    live: bytes,
+                    pending: Vec::new(),
+                },
+            );
+        }
+        let state = State {
+            inodes,
+            next_ino: st.next_ino,
+            live: names.clone(),
+            durable: names,
+            dirs: st.dirs.clone(),
+            ..State::default()
+        };
+        SimVfs {
+            inner: Arc::new(Inner {
+                state: Mutex::new(state),
+                counters: Counters::default(),
+            }),
+        }
+    }
+
+    fn sync_latency(&self) {
+        #[cfg(not(loom))]
+        {
+            let d = self.inner.state.lock().sync_latency;
+            if !d.is_zero() {
+                // Deliberate: this models the device's own latency, it is
+                // not a wait for progress.
+                std::thread::sleep(d);
+            }
+        }
+    }
+}
+
+/// The durable bytes of `inode` plus, per sector, a random prefix of the
+/// pending writes that touched it.
+fn torn_image(inode: &Inode, rng: &mut SplitMix64) -> Vec<u8> {
+    let sectors = |off: u64, len: usize| {
+        let first = off / SECTOR;
+        let last = (off + len as u64).div_ceil(SECTOR);
+        first..last
+    };
+    let mut touched: BTreeMap<u64, u64> = BTreeMap::new();
+    for (off, data) in &inode.pending {
+        for s in sectors(*off, data.len()) {
+            *touched.entry(s).or_default() += 1;
+        }
+    }
+    let keep: BTreeMap<u64, u64> = touched
+        .iter()
+        .map(|(&s, &n)| (s, rng.below(n + 1)))
+        .collect();
+    let mut seen: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut out = inode.durable.clone();
+    for (off, data) in &inode.pending {
+        let end = off + data.len() as u64;
+        for s in sectors(*off, data.len()) {
+            let n = seen.entry(s).or_default();
+            if *n < keep[&s] {
+                let a = (s * SECTOR).max(*off);
+                let b = ((s + 1) * SECTOR).min(end);
+                write_bytes(&mut out, a, &data[(a - off) as usize..(b - off) as usize]);
+            }
+            *n += 1;
+        }
+    }
+    out
+}
+
+impl Vfs for SimVfs {
+    fn open(&self, path: &Path, opts: OpenOptions) -> Result<Box<dyn VfsFile>> {
+        let create = opts.create || opts.create_new;
+        let mut st = self.inner.state.lock();
+        let ino = match st.live.get(path).copied() {
+            Some(_) if opts.create_new => {
+                st.call(Op::Create, path)?;
+                return Err(VfsError::new(
+                    Op::Create,
+                    path,
+                    io_err(io::ErrorKind::AlreadyExists),
+                ));
+            }
+            Some(ino) => {
+                st.call(Op::Open, path)?;
+                ino
+            }
+            None if create => {
+                st.call(Op::Create, path)?;
+                if !st.parent_exists(path) || st.dirs.contains(path) {
+                    return Err(VfsError::new(
+                        Op::Create,
+                        path,
+                        io_err(io::ErrorKind::NotFound),
+                    ));
+                }
+                let ino = st.next_ino;
+                st.next_ino += 1;
+                st.inodes.insert(ino, Inode::default());
+                st.live.insert(path.to_path_buf(), ino);
+                st.pending_ns.push(NsOp::Link {
+                    path: path.to_path_buf(),
+                    ino,
+                });
+                self.inner.counters.creates.incr();
+                ino
+            }
+            None => {
+                st.call(Op::Open, path)?;
+                return Err(VfsError::new(
+                    Op::Open,
+                    path,
+                    io_err(io::ErrorKind::NotFound),
+                ));
+            }
+        };
+        Ok(Box::new(SimFile {
+            vfs: self.clone(),
+            ino,
+            path: path.to_path_buf(),
+            writable: opts.write || create,
+        }))
+    }
+
+    fn create_dir_all(&self, path: &Path) -> Result<()> {
+        let mut st = self.inner.state.lock();
+        st.call(Op::CreateDir, path)?;
+        for a in path.ancestors() {
+            if a.as_os_str().is_empty() {
+                continue;
+            }
+            if st.live.contains_key(a) {
+                return Err(VfsError::new(
+                    Op::CreateDir,
+                    path,
+                    io_err(io::ErrorKind::AlreadyExists),
+                ));
+            }
+            st.dirs.insert(a.to_path_buf());
+        }
+        Ok(())
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        let mut st = self.inner.state.lock();
+        st.call(Op::Rename, from)?;
+        if !st.parent_exists(to) || st.dirs.contains(to) {
+            return Err(VfsError::new(
+                Op::Rename,
+                to,
+                io_err(io::ErrorKind::NotFound),
+            ));
+        }
+        let Some(ino) = st.live.remove(from) else {
+            return Err(VfsError::new(
+                Op::Rename,
+                from,
+                io_err(io::ErrorKind::NotFound),
+            ));
+        };
+        st.live.insert(to.to_path_buf(), ino);
+        st.pending_ns.push(NsOp::Rename {
+            from: from.to_path_buf(),
+            to: to.to_path_buf(),
+        });
+        self.inner.counters.renames.incr();
+        Ok(())
+    }
+
+    fn remove_file(&self, path: &Path) -> Result<()> {
+        let mut st = self.inner.state.lock();
+        st.call(Op::Remove, path)?;
+        if st.live.remove(path).is_none() {
+            return Err(VfsError::new(
+                Op::Remove,
+                path,
+                io_err(io::ErrorKind::NotFound),
+            ));
+        }
+        st.pending_ns.push(NsOp::Unlink {
+            path: path.to_path_buf(),
+        });
+        self.inner.counters.removes.incr();
+        Ok(())
+    }
+
+    fn read_dir(&self, dir: &Path) -> Result<Vec<String>> {
+        let mut st = self.inner.state.lock();
+        st.call(Op::ReadDir, dir)?;
+        if !st.dirs.contains(dir) {
+            return Err(VfsError::new(
+                Op::ReadDir,
+                dir,
+                io_err(io::ErrorKind::NotFound),
+            ));
+        }
+        let in_dir = |p: &&PathBuf| p.parent() == Some(dir);
+        let name = |p: &PathBuf| p.file_name().unwrap().to_string_lossy().into_owned();
+        let mut names: Vec<String> = st.live.keys().filter(in_dir).map(name).collect();
+        names.extend(st.dirs.iter().filter(in_dir).map(name));
+        Ok(names)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> Result<()> {
+        self.sync_latency();
+        let mut st = self.inner.state.lock();
+        st.call(Op::SyncDir, dir)?;
+        if !st.dirs.contains(dir) {
+            return Err(VfsError::new(
+                Op::SyncDir,
+                dir,
+                io_err(io::ErrorKind::NotFound),
+            ));
+        }
+        let pending = std::mem::take(&mut st.pending_ns);
+        let mut rest = Vec::with_capacity(pending.len());
+        for op in pending {
+            if op.touches(dir) {
+                op.apply(&mut st.durable);
+            } else {
+                rest.push(op);
+            }
+        }
+        st.pending_ns = rest;
+        self.inner.counters.dir_fsyncs.incr();
+        Ok(())
+    }
+
+    fn exists(&self, path: &Path) -> Result<bool> {
+        let st = self.inner.state.lock();
+        Ok(st.live.contains_key(path) || st.dirs.contains(path))
+    }
+
+    fn lock_dir(&self, dir: &Path) -> Result<DirLock> {
+        let mut st = self.inner.state.lock();
+        st.call(Op::Lock, dir)?;
+        if !st.dirs.contains(dir) {
+            return Err(VfsError::new(
+                Op::Lock,
+                dir,
+                io_err(io::ErrorKind::NotFound),
+            ));
+        }
+        if !st.locks.insert(dir.to_path_buf()) {
+            return Err(VfsError::new(
+                Op::Lock,
+                dir,
+                io::Error::from_raw_os_error(libc::EWOULDBLOCK),
+            ));
+        }
+        Ok(DirLock::new(Box::new(SimLock {
+            vfs: self.clone(),
+            dir: dir.to_path_buf(),
+        })))
+    }
+
+    fn counters(&self) -> CounterSnapshot {
+        self.inner.counters.snapshot()
+    }
+}
+
+struct SimLock {
+    vfs: SimVfs,
+    dir: PathBuf,
+}
+
+impl Drop for SimLock {
+    fn drop(&mut self) {
+        self.vfs.inner.state.lock().locks.remove(&self.dir);
+    }
+}
+
+#[derive(Debug)]
+struct SimFile {
+    vfs: SimVfs,
+    ino: u64,
+    path: PathBuf,
+    writable: bool,
+}
+
+impl SimFile {
+    /// Runs `f` on this file's inode under the filesystem lock, after
+    /// counting the call, firing faults and checking write permission.
+    fn with_inode<R>(&self, op: Op, write: bool, f: impl FnOnce(&mut Inode) -> R) -> Result<R> {
+        let mut st = self.vfs.inner.state.lock();
+        st.call(op, &self.path)?;
+        if write && !self.writable {
+            return Err(VfsError::new(
+                op,
+                &self.path,
+                io::Error::from_raw_os_error(libc::EBADF),
+            ));
+        }
+        let inode = st.inodes.get_mut(&self.ino).expect("inode of an open file");
+        Ok(f(inode))
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.vfs.inner.counters
+    }
+}
+
+impl VfsFile for SimFile {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        self.with_inode(Op::Read, false, |inode| {
+            let len = inode.live.len() as u64;
+            if offset >= len {
+                return 0;
+            }
+            let n = buf.len().min((len - offset) as usize);
+            buf[..n].copy_from_slice(&inode.live[offset as usize..offset as usize + n]);
+            n
+        })
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.with_inode(Op::Write, true, |inode| {
+            write_bytes(&mut inode.live, offset, buf);
+            inode.pending.push((offset, buf.to_vec()));
+        })?;
+        self.counters().writes.incr();
+        self.counters().bytes_written.add(buf.len() as u64);
+        Ok(())
+    }
+
+    fn write_at_fua(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.vfs.sync_latency();
+        self.with_inode(Op::FuaWrite, true, |inode| {
+            write_bytes(&mut inode.live, offset, buf);
+            write_bytes(&mut inode.durable, offset, buf);
+            // Older unsynced writes under this range are superseded: cut
+            // them so a torn crash cannot resurrect them over durable bytes.
+            let (a, b) = (offset, offset + buf.len() as u64);
+            let mut kept = Vec::with_capacity(inode.pending.len());
+            for (off, data) in inode.pending.drain(..) {
+                let end = off + data.len() as u64;
+                if end <= a || off >= b {
+                    kept.push((off, data));
+                    continue;
+                }
+                if off < a {
+                    kept.push((off, data[..(a - off) as usize].to_vec()));
+                }
+                if end > b {
+                    kept.push((b, data[(b - off) as usize..].to_vec()));
+                }
+            }
+            inode.pending = kept;
+        })?;
+        let c = self.counters();
+        c.writes.incr();
+        c.fua_writes.incr();
+        c.bytes_written.add(buf.len() as u64);
+        Ok(())
+    }
+
+    fn sync_data(&self) -> Result<()> {
+        self.vfs.sync_latency();
+        self.with_inode(Op::SyncData, false, |inode| {
+            inode.durable = inode.live.clone();
+            inode.pending.clear();
+        })?;
+        self.counters().fdatasyncs.incr();
+        Ok(())
+    }
+
+    fn sync_all(&self) -> Result<()> {
+        self.vfs.sync_latency();
+        self.with_inode(Op::Sync, false, |inode| {
+            inode.durable = inode.live.clone();
+            inode.pending.clear();
+        })?;
+        self.counters().fsyncs.incr();
+        Ok(())
+    }
+
+    fn set_len(&self, len: u64) -> Result<()> {
+        self.with_inode(Op::SetLen, true, |inode| {
+            inode.live.resize(len as usize, 0);
+            // Unsynced writes past the new end must not come back in a crash.
+            let mut kept = Vec::with_capacity(inode.pending.len());
+            for (off, mut data) in inode.pending.drain(..) {
+                if off >= len {
+                    continue;
+                }
+                data.truncate((len - off) as usize);
+                kept.push((off, data));
+            }
+            inode.pending = kept;
+        })
+    }
+
+    fn len(&self) -> Result<u64> {
+        self.with_inode(Op::Metadata, false, |inode| inode.live.len() as u64)
+    }
+
+    fn preallocate(&self, offset: u64, len: u64, how: Prealloc) -> Result<()> {
+        let zeros = matches!(how, Prealloc::ZeroFill);
+        self.with_inode(Op::Preallocate, true, |inode| {
+            if zeros {
+                let z = vec![0u8; len as usize];
+                write_bytes(&mut inode.live, offset, &z);
+                inode.pending.push((offset, z));
+            } else if (inode.live.len() as u64) < offset + len {
+                inode.live.resize((offset + len) as usize, 0);
+            }
+        })?;
+        if zeros {
+            self.counters().writes.incr();
+            self.counters().bytes_written.add(len);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,158 @@
+//! `cargo xtask`: the scripts that drive the workspace, in Rust so they run
+//! wherever cargo does.
+//!
+//! - `cargo xtask ci`: format check, clippy with `-D warnings`, the whole test
+//!   suite, then the loom suite. What `.ci/run` runs.
+//! - `cargo xtask test`: the whole test suite (all crates, all targets, doc
+//!   tests).
+//! - `cargo xtask loom [CRATE...]`: the loom models, in release mode with
+//!   `--cfg loom`, in their own target directory (`target/loom`), with
+//!   `LOOM_MAX_PREEMPTIONS` 2 unless the environment says otherwise.
+
+use std::env;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Tests passed and failed across every `cargo test` run by this xtask,
+/// summed from the harness's `test result:` lines.
+static PASSED: AtomicU64 = AtomicU64::new(0);
+static FAILED: AtomicU64 = AtomicU64::new(0);
+
+/// Crates that carry loom models (tests written with `journal_sync::model`).
+const LOOM_CRATES: &[&str] = &["journal-sync", "journal-vfs"];
+
+fn cargo() -> Command {
+    Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+fn run(what: &str, cmd: &mut Command) -> Result<(), String> {
+    eprintln!("xtask: {what}: {cmd:?}");
+    let status = cmd
+        .status()
+        .map_err(|e| format!("{what}: cannot start: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{what} failed ({status})"))
+    }
+}
+
+/// Runs a `cargo test` command, echoing its output and adding its
+/// `test result:` counts to the totals.
+fn run_tests(what: &str, cmd: &mut Command) -> Result<(), String> {
+    eprintln!("xtask: {what}: {cmd:?}");
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{what}: cannot start: {e}"))?;
+    let out = child.stdout.take().expect("piped stdout");
+    for line in BufReader::new(out).lines() {
+        let line = line.map_err(|e| format!("{what}: {e}"))?;
+        println!("{line}");
+        if let Some(rest) = line.strip_prefix("test result: ") {
+            let count = |word: &str| -> u64 {
+                rest.split(';')
+                    .find_map(|part| part.trim().strip_suffix(word))
+                    .and_then(|n| n.trim().rsplit(' ').next()?.parse().ok())
+                    .unwrap_or(0)
+            };
+            PASSED.fetch_add(count(" passed"), Ordering::Relaxed);
+            FAILED.fetch_add(count(" failed"), Ordering::Relaxed);
+        }
+    }
+    let status = child.wait().map_err(|e| format!("{what}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{what} failed ({status})"))
+    }
+}
+
+fn summary(what: &str) {
+    println!(
+        "{what}: {} passed, {} failed",
+        PASSED.load(Ordering::Relaxed),
+        FAILED.load(Ordering::Relaxed)
+    );
+}
+
+fn fmt_check() -> Result<(), String> {
+    run("fmt", cargo().args(["fmt", "--all", "--", "--check"]))
+}
+
+fn clippy() -> Result<(), String> {
+    run(
+        "clippy",
+        cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )
+}
+
+fn test() -> Result<(), String> {
+    run_tests(
+        "test",
+        cargo().args(["test", "--workspace", "--all-targets"]),
+    )?;
+    run_tests("doctest", cargo().args(["test", "--workspace", "--doc"]))
+}
+
+fn loom(crates: &[String]) -> Result<(), String> {
+    let crates: Vec<String> = if crates.is_empty() {
+        LOOM_CRATES.iter().map(|s| s.to_string()).collect()
+    } else {
+        crates.to_vec()
+    };
+    let rustflags = format!(
+        "{} --cfg loom -C debug-assertions",
+        env::var("RUSTFLAGS").unwrap_or_default()
+    );
+    let preemptions = env::var("LOOM_MAX_PREEMPTIONS").unwrap_or_else(|_| "2".into());
+    for krate in &crates {
+        run_tests(
+            &format!("loom {krate}"),
+            cargo()
+                .args(["test", "--release", "--package", krate, "--tests"])
+                .env("RUSTFLAGS", &rustflags)
+                .env("CARGO_TARGET_DIR", "target/loom")
+                .env("LOOM_MAX_PREEMPTIONS", &preemptions),
+        )?;
+    }
+    Ok(())
+}
+
+fn usage() -> String {
+    "usage: cargo xtask <ci | test | loom [CRATE...]>".into()
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("ci") => fmt_check()
+            .and_then(|_| clippy())
+            .and_then(|_| test())
+            .and_then(|_| loom(&[])),
+        Some("test") => test(),
+        Some("loom") => loom(&args[1..]),
+        _ => Err(usage()),
+    };
+    if matches!(
+        args.first().map(String::as_str),
+        Some("ci" | "test" | "loom")
+    ) {
+        summary(&args[0]);
+    }
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
