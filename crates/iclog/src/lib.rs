@@ -1,1 +1,95 @@
-//! Placeholder: filled by issue 3 (XFS-style in-core log buffer ring). Exposes nothing yet.
+//! An XFS-style ring of in-core log buffers ("iclogs") whose writes carry
+//! PREFLUSH / FUA only when they need them.
+//!
+//! Writers append entries concurrently into the ACTIVE buffer of a ring of
+//! [`Config::logbufs`] buffers; each buffer is written as one log record
+//! ([`format`]) to a [`LogDevice`]; completions are processed strictly in
+//! LSN order, and every waiter whose LSN became durable is woken by a
+//! condition variable. Everything here follows `fs/xfs/xfs_log.c`; the
+//! names in parentheses are XFS's.
+//!
+//! # Buffer states ([`BufState`])
+//!
+//! - **ACTIVE** (`XLOG_STATE_ACTIVE`): free; the head buffer takes writes.
+//! - **WANT_SYNC**: switched out (full, or forced) — no new writes; written
+//!   by the last writer to drop its reference (`ic_refcnt`).
+//! - **SYNCING**: its write is in flight.
+//! - **DONE_SYNC**: its write completed; waits until every lower-LSN buffer
+//!   completed too (`xlog_state_do_callback` processes in log order).
+//! - **DIRTY → ACTIVE**: reset and reused, strictly in ring order. A writer
+//!   that finds the head buffer not ACTIVE waits on a condvar
+//!   (`l_flush_wait`), counted as a "noiclog" wait.
+//!
+//! # Flags (Linux 5.14, "journal IO cache flush reductions")
+//!
+//! - **NEED_FUA** ([`IoFlags::FUA`]): set on the buffer a force pushes. The
+//!   record is durable when its write completes.
+//! - **NEED_FLUSH** ([`IoFlags::PREFLUSH`]): added to a FUA write when
+//!   (a) the caller reported with [`Ring::note_tail_moved`] that the log
+//!   tail moved since the last durable log write (what was made stable
+//!   before the move must be flushed first), or (b) the forced record
+//!   depends on earlier records that are not durable and not on their way
+//!   with FUA (XFS: start LSN ≠ commit LSN). Before issuing a PREFLUSH
+//!   write, the submitter waits for those earlier writes to complete, since
+//!   a cache flush only covers completed writes.
+//! - A buffer that simply filled up goes out with **no flags**.
+//! - [`FlushPolicy::EveryWrite`] restores the pre-5.14 behaviour:
+//!   PREFLUSH | FUA on every write.
+//! - **Tail stamping**: the tail LSN is stamped into a record by the first
+//!   force that sets NEED_FUA on it (or at submission, for a plain write,
+//!   with the last tail that was flushed) and never overwritten.
+//!
+//! A force that finds its record already written without FUA issues a bare
+//! cache flush ([`LogDevice::flush`]) rather than rewriting anything.
+//!
+//! # Entries larger than a buffer
+//!
+//! Entries never continue across buffers: an entry larger than
+//! [`Config::max_entry_size`] (the buffer less the 48-byte record header and
+//! the 4-byte length prefix) is refused with [`Error::EntryTooLarge`] and
+//! nothing is written. Callers that need larger entries choose a larger
+//! `logbsize` (up to 1 MiB).
+//!
+//! # Failure
+//!
+//! A device error poisons the ring: the durable LSN never moves again,
+//! every waiter and every later call returns [`Error::Poisoned`] with the
+//! first error.
+//!
+//! # Example
+//!
+//! ```
+//! use iclog::{Config, DeviceError, IoFlags, LogDevice, Lsn, Ring};
+//! use std::sync::{Arc, Mutex};
+//!
+//! /// Records (lsn, length, flags) of every write.
+//! #[derive(Clone, Default)]
+//! struct Mem(Arc<Mutex<Vec<(Lsn, usize, IoFlags)>>>);
+//! impl LogDevice for Mem {
+//!     fn write(&self, lsn: Lsn, bytes: &[u8], flags: IoFlags) -> Result<(), DeviceError> {
+//!         self.0.lock().unwrap().push((lsn, bytes.len(), flags));
+//!         Ok(())
+//!     }
+//!     fn flush(&self) -> Result<(), DeviceError> { Ok(()) }
+//! }
+//!
+//! let dev = Mem::default();
+//! let ring = Ring::new(Config::default(), Box::new(dev.clone()), Lsn::ZERO, Lsn::ZERO).unwrap();
+//! let lsn = ring.append(b"hello").unwrap();
+//! ring.force(lsn).unwrap();
+//! assert!(ring.durable_lsn() > lsn);
+//! assert_eq!(dev.0.lock().unwrap()[0], (Lsn::ZERO, 512, IoFlags::FUA));
+//! ```
+
+mod config;
+mod device;
+mod error;
+pub mod format;
+mod lsn;
+mod ring;
+
+pub use config::{Config, ConfigError, FlushPolicy, MAX_ALIGNMENT, MAX_LOGBSIZE, MIN_LOGBSIZE};
+pub use device::{DeviceError, IoFlags, LogDevice};
+pub use error::Error;
+pub use lsn::Lsn;
+pub use ring::{BufState, Ring, RingStats};

@@ -1,0 +1,131 @@
+//! Ring configuration.
+
+use crate::format::{ENTRY_HEADER_SIZE, HEADER_SIZE};
+use std::fmt;
+
+/// When a buffer write carries PREFLUSH / FUA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FlushPolicy {
+    /// Linux 5.14 and later: a forced buffer goes out FUA; PREFLUSH is added
+    /// only when the log tail moved since the last durable log write or when
+    /// earlier records are not yet durable (and not on their way with FUA);
+    /// a buffer that simply filled up goes out with no flags.
+    #[default]
+    NeedFlags,
+    /// Before Linux 5.14: every buffer write is PREFLUSH | FUA.
+    EveryWrite,
+}
+
+/// The shape of a ring. [`Config::default`] is 8 buffers of 256 KiB,
+/// 512-byte alignment, [`FlushPolicy::NeedFlags`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Number of buffers (XFS `logbufs`): 2 to 8.
+    pub logbufs: usize,
+    /// Size of each buffer in bytes, header included (XFS `logbsize`):
+    /// 16 KiB to 1 MiB, a multiple of `alignment`.
+    pub logbsize: usize,
+    /// Records are padded to a multiple of this: a power of two from 1 to
+    /// 4096 (XFS stripe round-off; seed 001's alignment question).
+    pub alignment: u64,
+    /// When writes carry PREFLUSH / FUA.
+    pub flush_policy: FlushPolicy,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            logbufs: 8,
+            logbsize: 256 * 1024,
+            alignment: 512,
+            flush_policy: FlushPolicy::NeedFlags,
+        }
+    }
+}
+
+/// Smallest allowed `logbsize`.
+pub const MIN_LOGBSIZE: usize = 16 * 1024;
+/// Largest allowed `logbsize`.
+pub const MAX_LOGBSIZE: usize = 1024 * 1024;
+/// Largest allowed alignment.
+pub const MAX_ALIGNMENT: u64 = 4096;
+
+/// An invalid [`Config`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `logbufs` outside 2..=8.
+    LogBufs(usize),
+    /// `logbsize` outside 16 KiB..=1 MiB.
+    LogBSize(usize),
+    /// `alignment` not a power of two in 1..=4096.
+    Alignment(u64),
+    /// `logbsize` not a multiple of `alignment`.
+    Misaligned {
+        /// The buffer size.
+        logbsize: usize,
+        /// The alignment.
+        alignment: u64,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::LogBufs(n) => write!(f, "logbufs {n} is outside 2..=8"),
+            ConfigError::LogBSize(n) => {
+                write!(f, "logbsize {n} is outside {MIN_LOGBSIZE}..={MAX_LOGBSIZE}")
+            }
+            ConfigError::Alignment(a) => {
+                write!(
+                    f,
+                    "alignment {a} is not a power of two in 1..={MAX_ALIGNMENT}"
+                )
+            }
+            ConfigError::Misaligned {
+                logbsize,
+                alignment,
+            } => write!(
+                f,
+                "logbsize {logbsize} is not a multiple of alignment {alignment}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Checks every field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(2..=8).contains(&self.logbufs) {
+            return Err(ConfigError::LogBufs(self.logbufs));
+        }
+        if !(MIN_LOGBSIZE..=MAX_LOGBSIZE).contains(&self.logbsize) {
+            return Err(ConfigError::LogBSize(self.logbsize));
+        }
+        if !self.alignment.is_power_of_two() || self.alignment > MAX_ALIGNMENT {
+            return Err(ConfigError::Alignment(self.alignment));
+        }
+        if self.logbsize as u64 % self.alignment != 0 {
+            return Err(ConfigError::Misaligned {
+                logbsize: self.logbsize,
+                alignment: self.alignment,
+            });
+        }
+        Ok(())
+    }
+
+    /// The largest entry payload a buffer can hold: entries never continue
+    /// across buffers, so this is the buffer size less the record header and
+    /// the entry's length prefix. Larger entries are refused with
+    /// [`crate::Error::EntryTooLarge`].
+    pub fn max_entry_size(&self) -> usize {
+        self.logbsize - HEADER_SIZE - ENTRY_HEADER_SIZE
+    }
+
+    /// The largest payload (all entries, framed) of one record.
+    pub fn max_payload(&self) -> usize {
+        self.logbsize - HEADER_SIZE
+    }
+}

@@ -1,0 +1,50 @@
+//! Errors of ring operations.
+
+use crate::{DeviceError, Lsn};
+use std::fmt;
+
+/// A failed ring operation.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Error {
+    /// The entry is larger than a buffer can hold; nothing was written.
+    EntryTooLarge {
+        /// Its size.
+        len: usize,
+        /// The largest accepted size ([`crate::Config::max_entry_size`]).
+        max: usize,
+    },
+    /// A force named an LSN that has not been appended yet.
+    LsnBeyondHead {
+        /// The LSN asked for.
+        lsn: Lsn,
+        /// The end of what has been appended.
+        head: Lsn,
+    },
+    /// A device write or flush failed: the ring is poisoned, nothing more is
+    /// written, and every caller gets this error (the first one).
+    Poisoned(DeviceError),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::EntryTooLarge { len, max } => {
+                write!(f, "entry of {len} bytes exceeds the maximum of {max}")
+            }
+            Error::LsnBeyondHead { lsn, head } => {
+                write!(f, "LSN {lsn} has not been appended (head is {head})")
+            }
+            Error::Poisoned(e) => write!(f, "log device failed, log is poisoned: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Poisoned(e) => Some(e),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! The log record: the bytes of one buffer write (docs/FORMAT.md).
+//!
+//! ```text
+//! offset size field
+//!      0    4 magic        0x474C_4349 ("ICLG" as little-endian bytes)
+//!      4    2 version      1
+//!      6    2 flags        IoFlags the record was written with (informational)
+//!      8    8 lsn          the record's own LSN
+//!     16    8 tail_lsn     the log tail when the record was stamped
+//!     24    4 len          payload bytes (entries), excluding header and padding
+//!     28    4 entry_count  number of entries in the payload
+//!     32    4 crc          CRC32C of header (crc field zeroed) + payload
+//!     36   12 reserved     zero
+//!     48  len payload      entries: u32 length, then that many bytes, repeated
+//!      …      padding      zeros up to the next multiple of the alignment
+//! ```
+
+use crate::{IoFlags, Lsn};
+use static_assertions::const_assert_eq;
+use zerocopy::little_endian::{U16, U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+/// "ICLG" read as a little-endian `u32`.
+pub const MAGIC: u32 = u32::from_le_bytes(*b"ICLG");
+/// The record format version this crate writes and reads.
+pub const VERSION: u16 = 1;
+/// Size of [`RecordHeader`].
+pub const HEADER_SIZE: usize = 48;
+/// Size of the length prefix of each entry.
+pub const ENTRY_HEADER_SIZE: usize = 4;
+
+/// The on-disk header of a log record.
+#[derive(Debug, Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+pub struct RecordHeader {
+    /// [`MAGIC`].
+    pub magic: U32,
+    /// [`VERSION`].
+    pub version: U16,
+    /// [`IoFlags`] bits the record was written with.
+    pub flags: U16,
+    /// The record's own LSN.
+    pub lsn: U64,
+    /// The log tail stamped into the record.
+    pub tail_lsn: U64,
+    /// Payload length in bytes.
+    pub len: U32,
+    /// Number of entries in the payload.
+    pub entry_count: U32,
+    /// CRC32C of the header with this field zero, then the payload.
+    pub crc: U32,
+    /// Zero.
+    pub reserved: [u8; 12],
+}
+
+const_assert_eq!(std::mem::size_of::<RecordHeader>(), HEADER_SIZE);
+
+/// Rounds `n` up to a multiple of `align` (a power of two).
+pub fn align_up(n: u64, align: u64) -> u64 {
+    debug_assert!(align.is_power_of_two());
+    (n + align - 1) & !(align - 1)
+}
+
+/// The on-disk size of a record with `payload_len` bytes of entries.
+pub fn record_size(payload_len: usize, align: u64) -> u64 {
+    align_up((HEADER_SIZE + payload_len) as u64, align)
+}
+
+/// The checksum of a record: CRC32C over the header with `crc` zeroed, then
+/// the payload.
+pub fn record_crc(header: &RecordHeader, payload: &[u8]) -> u32 {
+    let mut h = *header;
+    h.crc = U32::new(0);
+    crc32c::crc32c_append(crc32c::crc32c(h.as_bytes()), payload)
+}
+
+/// Writes a complete header for `payload` into `out[..HEADER_SIZE]`.
+pub fn encode_header(
+    out: &mut [u8],
+    lsn: Lsn,
+    tail_lsn: Lsn,
+    flags: IoFlags,
+    entry_count: u32,
+    payload: &[u8],
+) {
+    let mut h = RecordHeader {
+        magic: U32::new(MAGIC),
+        version: U16::new(VERSION),
+        flags: U16::new(flags.bits()),
+        lsn: U64::new(lsn.0),
+        tail_lsn: U64::new(tail_lsn.0),
+        len: U32::new(payload.len() as u32),
+        entry_count: U32::new(entry_count),
+        crc: U32::new(0),
+        reserved: [0; 12],
+    };
+    h.crc = U32::new(record_crc(&h, payload));
+    out[..HEADER_SIZE].copy_from_slice(h.as_bytes());
+}
+
+/// A record that passed every check.
+#[derive(Debug, Clone, Copy)]
+pub struct Record<'a> {
+    /// The header.
+    pub header: RecordHeader,
+    /// The entries, still framed.
+    pub payload: &'a [u8],
+    /// Bytes from the record's start to the next record (header, payload,
+    /// padding).
+    pub size: u64,
+}
+
+impl<'a> Record<'a> {
+    /// The record's LSN.
+    pub fn lsn(&self) -> Lsn {
+        Lsn(self.header.lsn.get())
+    }
+    /// The LSN just past the record's padding, where the next record starts.
+    pub fn end(&self) -> Lsn {
+        self.lsn().plus(self.size)
+    }
+    /// The tail LSN stamped into the record.
+    pub fn tail_lsn(&self) -> Lsn {
+        Lsn(self.header.tail_lsn.get())
+    }
+    /// The flags it was written with (unknown bits dropped).
+    pub fn flags(&self) -> IoFlags {
+        IoFlags::from_bits_truncate(self.header.flags.get())
+    }
+    /// The entries: `(lsn of the entry, payload bytes)`.
+    pub fn entries(&self) -> Entries<'a> {
+        Entries {
+            rest: self.payload,
+            lsn: self.lsn().plus(HEADER_SIZE as u64),
+            left: self.header.entry_count.get(),
+        }
+    }
+}
+
+/// Iterator over the entries of a [`Record`]. The payload was covered by
+/// the CRC, so a framing error here means a writer bug; it ends the
+/// iteration early rather than panicking.
+#[derive(Debug, Clone)]
+pub struct Entries<'a> {
+    rest: &'a [u8],
+    lsn: Lsn,
+    left: u32,
+}
+
+impl<'a> Iterator for Entries<'a> {
+    type Item = (Lsn, &'a [u8]);
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 || self.rest.len() < ENTRY_HEADER_SIZE {
+            return None;
+        }
+        let (len, _) = U32::read_from_prefix(self.rest).ok()?;
+        let len = len.get() as usize;
+        let body = self.rest.get(ENTRY_HEADER_SIZE..ENTRY_HEADER_SIZE + len)?;
+        let lsn = self.lsn;
+        let step = ENTRY_HEADER_SIZE + len;
+        self.rest = &self.rest[step..];
+        self.lsn = self.lsn.plus(step as u64);
+        self.left -= 1;
+        Some((lsn, body))
+    }
+}
+
+/// What a parser found at an expected LSN. Recovery decides what each
+/// outcome means (end of log, torn write, corruption).
+#[derive(Debug, Clone, Copy)]
+pub enum RecordCheck<'a> {
+    /// A valid record with the expected LSN.
+    Valid(Record<'a>),
+    /// The header is all zeros: never-written (zero-filled) space, the
+    /// normal end of the log.
+    Zeroes,
+    /// Not a record header (and not zeros): garbage, or the end of the log
+    /// in space that was never zero-filled.
+    BadMagic {
+        /// The magic found.
+        found: u32,
+    },
+    /// A record written by a newer (or unknown) format version.
+    UnsupportedVersion {
+        /// The version found.
+        found: u16,
+    },
+    /// A well-formed header carrying another LSN: stale bytes left from an
+    /// earlier use of a recycled file, never data of this position.
+    LsnMismatch {
+        /// The LSN in the header.
+        found: Lsn,
+    },
+    /// The header claims more bytes than the buffer holds (a record cut
+    /// short by the end of the data read, or a corrupt length).
+    Truncated {
+        /// The bytes the record needs (header + payload).
+        needed: u64,
+        /// The bytes available.
+        available: u64,
+    },
+    /// Header and length are plausible but the checksum does not match: a
+    /// torn or corrupt record.
+    CrcMismatch {
+        /// The checksum stored.
+        stored: u32,
+        /// The checksum computed.
+        computed: u32,
+    },
+}
+
+/// Validates the record at the start of `buf`, which was read at `expected`.
+///
+/// `max_payload` bounds the length field (a corrupt length larger than any
+/// buffer could hold is reported as [`RecordCheck::Truncated`]); `align` is
+/// the record alignment, used to compute [`Record::size`].
+pub fn parse_record(buf: &[u8], expected: Lsn, max_payload: usize, align: u64) -> RecordCheck<'_> {
+    let Ok((h, _)) = RecordHeader::read_from_prefix(buf) else {
+        if buf.iter().all(|&b| b == 0) {
+            return RecordCheck::Zeroes;
+        }
+        return RecordCheck::Truncated {
+            needed: HEADER_SIZE as u64,
+            available: buf.len() as u64,
+        };
+    };
+    if h.magic.get() != MAGIC {
+        if buf[..HEADER_SIZE].iter().all(|&b| b == 0) {
+            return RecordCheck::Zeroes;
+        }
+        return RecordCheck::BadMagic {
+            found: h.magic.get(),
+        };
+    }
+    if h.version.get() != VERSION {
+        return RecordCheck::UnsupportedVersion {
+            found: h.version.get(),
+        };
+    }
+    if h.lsn.get() != expected.0 {
+        return RecordCheck::LsnMismatch {
+            found: Lsn(h.lsn.get()),
+        };
+    }
+    let len = h.len.get() as usize;
+    let needed = (HEADER_SIZE + len) as u64;
+    if len > max_payload || buf.len() < HEADER_SIZE + len {
+        return RecordCheck::Truncated {
+            needed,
+            available: buf.len() as u64,
+        };
+    }
+    let payload = &buf[HEADER_SIZE..HEADER_SIZE + len];
+    let computed = record_crc(&h, payload);
+    if computed != h.crc.get() {
+        return RecordCheck::CrcMismatch {
+            stored: h.crc.get(),
+            computed,
+        };
+    }
+    RecordCheck::Valid(Record {
+        header: h,
+        payload,
+        size: record_size(len, align),
+    })
+}

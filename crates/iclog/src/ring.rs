@@ -1,0 +1,637 @@
+//! The ring of in-core log buffers and its state machine.
+
+use crate::format::{self, ENTRY_HEADER_SIZE, HEADER_SIZE};
+use crate::{Config, DeviceError, Error, FlushPolicy, IoFlags, LogDevice, Lsn};
+use journal_sync::{Arc, Condvar, Mutex, MutexGuard, StatCounter};
+
+/// The state of one buffer (XFS `ic_state`).
+///
+/// ```text
+/// ACTIVE ──switch──▶ WANT_SYNC ──last release──▶ SYNCING ──I/O done──▶ DONE_SYNC
+///    ▲                                                                    │
+///    └──── DIRTY ◀── completion processing, strictly in LSN order ◀──────┘
+/// ```
+///
+/// DIRTY is transient here: completion processing resets a buffer and
+/// makes it ACTIVE again in the same critical section, in ring order (the
+/// oldest buffer first), so it never lingers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BufState {
+    /// Free, or taking writes if it is the head of the ring.
+    Active,
+    /// Switched out: no new writes; written once the last reference drops.
+    WantSync,
+    /// Its write is in flight.
+    Syncing,
+    /// Its write completed; waiting for every lower-LSN buffer to complete
+    /// so completions are processed in log order.
+    DoneSync,
+}
+
+#[derive(Debug)]
+struct Slot {
+    state: BufState,
+    /// LSN of the record this buffer holds (valid once it has data).
+    lsn: Lsn,
+    /// Payload bytes reserved.
+    used: usize,
+    entries: u32,
+    /// Writers that reserved space and have not released it (XFS
+    /// `ic_refcnt`); the buffer cannot be written while non-zero.
+    refs: u32,
+    /// NEED_FUA (as [`IoFlags::FUA`]) set by a force.
+    need: IoFlags,
+    /// The tail LSN stamped into the header, once stamped.
+    tail: Option<Lsn>,
+    /// Flags the write was issued with.
+    issued: IoFlags,
+}
+
+impl Slot {
+    fn new() -> Self {
+        Self {
+            state: BufState::Active,
+            lsn: Lsn::ZERO,
+            used: 0,
+            entries: 0,
+            refs: 0,
+            need: IoFlags::empty(),
+            tail: None,
+            issued: IoFlags::empty(),
+        }
+    }
+
+    fn reset(&mut self) {
+        *self = Self::new();
+    }
+
+    fn record_size(&self, align: u64) -> u64 {
+        format::record_size(self.used, align)
+    }
+
+    /// Whether `lsn` falls in this buffer's record (header to padding).
+    fn holds(&self, lsn: Lsn, align: u64) -> bool {
+        self.used > 0 && self.lsn <= lsn && lsn < self.lsn.plus(self.record_size(align))
+    }
+
+    /// Whether the write of this buffer is (or will be) FUA.
+    fn fua(&self) -> bool {
+        (self.need | self.issued).contains(IoFlags::FUA)
+    }
+}
+
+#[derive(Debug)]
+struct RingState {
+    slots: Vec<Slot>,
+    /// The buffer that takes writes (when ACTIVE).
+    head: usize,
+    /// The lowest-LSN buffer not yet completed and processed.
+    oldest: usize,
+    /// Where the next record starts: the head's LSN once it takes data.
+    next_lsn: Lsn,
+    /// Every record below has completed its write (durable or not).
+    written_lsn: Lsn,
+    /// Every record below is durable.
+    stable_lsn: Lsn,
+    /// The log tail most recently reported.
+    tail_lsn: Lsn,
+    /// The tail carried by the last write that flushed after a tail move.
+    flushed_tail: Lsn,
+    /// The tail moved since the last durable log write.
+    tail_moved: bool,
+    /// A bare flush (no write) is in flight.
+    flushing: bool,
+    poisoned: Option<DeviceError>,
+}
+
+impl RingState {
+    fn poison(&self) -> Result<(), Error> {
+        match &self.poisoned {
+            Some(e) => Err(Error::Poisoned(e.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// The end of everything appended so far.
+    fn appended_end(&self) -> Lsn {
+        let h = &self.slots[self.head];
+        if h.state == BufState::Active && h.used > 0 {
+            h.lsn.plus((HEADER_SIZE + h.used) as u64)
+        } else {
+            self.next_lsn
+        }
+    }
+
+    /// Indices from the oldest in-flight buffer up to (excluding) `i`.
+    fn before(&self, i: usize) -> impl Iterator<Item = usize> + '_ {
+        let n = self.slots.len();
+        let count = (i + n - self.oldest) % n;
+        (0..count).map(move |k| (self.oldest + k) % n)
+    }
+}
+
+/// Counters of a ring (relaxed statistics).
+#[derive(Debug, Default)]
+struct Stats {
+    appends: StatCounter,
+    entry_bytes: StatCounter,
+    switches: StatCounter,
+    noiclog_waits: StatCounter,
+    writes: StatCounter,
+    writes_fua: StatCounter,
+    writes_preflush: StatCounter,
+    bare_flushes: StatCounter,
+    bytes_written: StatCounter,
+    padding_bytes: StatCounter,
+}
+
+/// A snapshot of a ring's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RingStats {
+    /// Entries appended.
+    pub appends: u64,
+    /// Payload bytes appended (without framing).
+    pub entry_bytes: u64,
+    /// Buffers switched out of ACTIVE.
+    pub switches: u64,
+    /// Appends that found no ACTIVE buffer and waited ("noiclog").
+    pub noiclog_waits: u64,
+    /// Record writes issued.
+    pub writes: u64,
+    /// Of those, with FUA.
+    pub writes_fua: u64,
+    /// Of those, with PREFLUSH.
+    pub writes_preflush: u64,
+    /// Flushes issued with no write (a force found its record written
+    /// without FUA).
+    pub bare_flushes: u64,
+    /// Record bytes written (headers, entries, padding).
+    pub bytes_written: u64,
+    /// Padding bytes among them.
+    pub padding_bytes: u64,
+}
+
+struct Inner {
+    config: Config,
+    device: Box<dyn LogDevice>,
+    state: Mutex<RingState>,
+    /// Record bytes of each buffer. Writers copy their entries here holding
+    /// only this buffer's lock, never the ring lock; reservations never
+    /// overlap, so the lock is only ever contended by writers of the same
+    /// buffer for the duration of one copy.
+    data: Vec<Mutex<Vec<u8>>>,
+    /// Signalled when a buffer becomes ACTIVE again (noiclog waiters).
+    space: Condvar,
+    /// Signalled on every completion, flush, flag change or poisoning.
+    progress: Condvar,
+    stats: Stats,
+}
+
+/// An XFS-style ring of in-core log buffers. Shared between threads by
+/// reference (it is `Sync`); see the crate docs for the protocol.
+pub struct Ring {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Ring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ring")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ring {
+    /// A ring writing to `device`, whose first record will start at `start`
+    /// (the end of the log after recovery; aligned) with `tail` as the log
+    /// tail. Everything below `start` is taken to be durable.
+    pub fn new(
+        config: Config,
+        device: Box<dyn LogDevice>,
+        start: Lsn,
+        tail: Lsn,
+    ) -> Result<Ring, crate::ConfigError> {
+        config.validate()?;
+        let slots = (0..config.logbufs).map(|_| Slot::new()).collect();
+        let data = (0..config.logbufs)
+            .map(|_| Mutex::new(vec![0u8; config.logbsize]))
+            .collect();
+        Ok(Ring {
+            inner: Arc::new(Inner {
+                config,
+                device,
+                state: Mutex::new(RingState {
+                    slots,
+                    head: 0,
+                    oldest: 0,
+                    next_lsn: start,
+                    written_lsn: start,
+                    stable_lsn: start,
+                    tail_lsn: tail,
+                    flushed_tail: tail,
+                    tail_moved: false,
+                    flushing: false,
+                    poisoned: None,
+                }),
+                data,
+                space: Condvar::new(),
+                progress: Condvar::new(),
+                stats: Stats::default(),
+            }),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// Appends one entry and returns its LSN. The entry is in memory only:
+    /// [`Ring::force`] makes it durable.
+    ///
+    /// Reserves space in the ACTIVE buffer (switching a full one out and, if
+    /// no buffer is ACTIVE, waiting for one: a "noiclog" wait), copies the
+    /// entry without the ring lock, and releases the reservation; the last
+    /// writer to release a switched-out buffer writes it.
+    pub fn append(&self, payload: &[u8]) -> Result<Lsn, Error> {
+        let max = self.inner.config.max_entry_size();
+        if payload.len() > max {
+            return Err(Error::EntryTooLarge {
+                len: payload.len(),
+                max,
+            });
+        }
+        let (idx, offset, lsn) = self.reserve(ENTRY_HEADER_SIZE + payload.len())?;
+        {
+            let mut buf = self.inner.data[idx].lock();
+            let at = HEADER_SIZE + offset;
+            buf[at..at + ENTRY_HEADER_SIZE].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+            buf[at + ENTRY_HEADER_SIZE..at + ENTRY_HEADER_SIZE + payload.len()]
+                .copy_from_slice(payload);
+        }
+        self.release(idx)?;
+        let s = &self.inner.stats;
+        s.appends.incr();
+        s.entry_bytes.add(payload.len() as u64);
+        Ok(lsn)
+    }
+
+    /// Returns when the entry at `lsn` (and everything before it) is
+    /// durable: the synchronous log force.
+    ///
+    /// Pushes the buffer holding `lsn` out of ACTIVE with NEED_FUA, waits
+    /// for it; if the record was already written without FUA, issues a cache
+    /// flush instead.
+    pub fn force(&self, lsn: Lsn) -> Result<(), Error> {
+        self.force_inner(lsn, true)
+    }
+
+    /// Starts making `lsn` durable without waiting for completions: the
+    /// buffer holding it is switched out with NEED_FUA and, if nobody holds
+    /// a reference, written by this thread before returning (the device
+    /// interface is synchronous). Earlier records' completions are not
+    /// waited for.
+    pub fn force_async(&self, lsn: Lsn) -> Result<(), Error> {
+        self.force_inner(lsn, false)
+    }
+
+    /// Forces everything appended so far and returns the durable LSN.
+    pub fn force_all(&self) -> Result<Lsn, Error> {
+        let end = self.inner.state.lock().appended_end();
+        if end > self.durable_lsn() {
+            self.force(Lsn(end.0 - 1))?;
+        }
+        Ok(self.durable_lsn())
+    }
+
+    /// Every record below this LSN is durable.
+    pub fn durable_lsn(&self) -> Lsn {
+        self.inner.state.lock().stable_lsn
+    }
+
+    /// The end of everything appended so far.
+    pub fn appended_lsn(&self) -> Lsn {
+        self.inner.state.lock().appended_end()
+    }
+
+    /// The caller moved the log tail (a checkpoint): the next durable log
+    /// write carries PREFLUSH, so that whatever the caller made stable
+    /// before moving the tail is flushed before a record naming the new tail
+    /// can be durable.
+    pub fn note_tail_moved(&self, tail: Lsn) {
+        let mut st = self.inner.state.lock();
+        if tail > st.tail_lsn {
+            st.tail_lsn = tail;
+            st.tail_moved = true;
+        }
+    }
+
+    /// Whether a tail move is still waiting for its flushed log write.
+    pub fn tail_move_pending(&self) -> bool {
+        self.inner.state.lock().tail_moved
+    }
+
+    /// The first device error, if the ring is poisoned.
+    pub fn poisoned(&self) -> Option<DeviceError> {
+        self.inner.state.lock().poisoned.clone()
+    }
+
+    /// The states of the buffers, in ring order from index 0 (for tests and
+    /// inspection).
+    pub fn buffer_states(&self) -> Vec<BufState> {
+        self.inner
+            .state
+            .lock()
+            .slots
+            .iter()
+            .map(|s| s.state)
+            .collect()
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> RingStats {
+        let s = &self.inner.stats;
+        RingStats {
+            appends: s.appends.get(),
+            entry_bytes: s.entry_bytes.get(),
+            switches: s.switches.get(),
+            noiclog_waits: s.noiclog_waits.get(),
+            writes: s.writes.get(),
+            writes_fua: s.writes_fua.get(),
+            writes_preflush: s.writes_preflush.get(),
+            bare_flushes: s.bare_flushes.get(),
+            bytes_written: s.bytes_written.get(),
+            padding_bytes: s.padding_bytes.get(),
+        }
+    }
+
+    // ---- reservation and release -------------------------------------
+
+    /// Reserves `total` framed bytes; returns (buffer, payload offset, LSN).
+    fn reserve(&self, total: usize) -> Result<(usize, usize, Lsn), Error> {
+        let cap = self.inner.config.max_payload();
+        let mut st = self.inner.state.lock();
+        let mut waited = false;
+        loop {
+            st.poison()?;
+            let h = st.head;
+            if st.slots[h].state != BufState::Active {
+                if !waited {
+                    waited = true;
+                    self.inner.stats.noiclog_waits.incr();
+                }
+                st = self.inner.space.wait(st);
+                continue;
+            }
+            let next = st.next_lsn;
+            let slot = &mut st.slots[h];
+            if slot.used == 0 {
+                slot.lsn = next;
+            }
+            if slot.used + total <= cap {
+                let offset = slot.used;
+                slot.used += total;
+                slot.entries += 1;
+                slot.refs += 1;
+                let lsn = slot.lsn.plus((HEADER_SIZE + offset) as u64);
+                return Ok((h, offset, lsn));
+            }
+            // Does not fit (and the buffer is not empty: `total <= cap`).
+            if self.switch(&mut st) {
+                st = self.submit(st, h)?;
+            }
+        }
+    }
+
+    /// Drops a reservation; the last one out of a WANT_SYNC buffer writes it.
+    fn release(&self, idx: usize) -> Result<(), Error> {
+        let mut st = self.inner.state.lock();
+        let slot = &mut st.slots[idx];
+        slot.refs -= 1;
+        if slot.refs == 0 && slot.state == BufState::WantSync {
+            drop(self.submit(st, idx)?);
+        }
+        Ok(())
+    }
+
+    /// ACTIVE → WANT_SYNC for the head buffer; the next buffer becomes the
+    /// head. Returns whether the caller must submit it (no references).
+    fn switch(&self, st: &mut RingState) -> bool {
+        let h = st.head;
+        let align = self.inner.config.alignment;
+        let slot = &mut st.slots[h];
+        debug_assert_eq!(slot.state, BufState::Active);
+        debug_assert!(slot.used > 0);
+        slot.state = BufState::WantSync;
+        let next = slot.lsn.plus(slot.record_size(align));
+        let submit = slot.refs == 0;
+        st.next_lsn = next;
+        st.head = (h + 1) % st.slots.len();
+        self.inner.stats.switches.incr();
+        submit
+    }
+
+    // ---- submission and completion -------------------------------------
+
+    /// Whether a write of buffer `i` must be preceded by a cache flush:
+    /// bytes below it were written without FUA and are not yet durable.
+    fn earlier_not_covered(&self, st: &RingState, i: usize) -> bool {
+        st.stable_lsn < st.written_lsn || st.before(i).any(|j| !st.slots[j].fua())
+    }
+
+    /// WANT_SYNC → SYNCING: decides the flags, writes the record outside the
+    /// lock, then processes completions. Returns the relocked state.
+    fn submit<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, RingState>,
+        i: usize,
+    ) -> Result<MutexGuard<'a, RingState>, Error> {
+        let cfg = &self.inner.config;
+        let flags = loop {
+            st.poison()?;
+            let mut flags = st.slots[i].need;
+            if cfg.flush_policy == FlushPolicy::EveryWrite {
+                flags = IoFlags::PREFLUSH | IoFlags::FUA;
+            } else if flags.contains(IoFlags::FUA)
+                && (st.tail_moved || self.earlier_not_covered(&st, i))
+            {
+                flags |= IoFlags::PREFLUSH;
+            }
+            // A cache flush covers only completed writes: before a PREFLUSH
+            // write, wait until every earlier write without FUA completed.
+            // (A force may add NEED_FUA meanwhile: decide again after.)
+            let blocked = flags.contains(IoFlags::PREFLUSH)
+                && st.before(i).any(|j| {
+                    let s = &st.slots[j];
+                    s.state != BufState::DoneSync && !s.fua()
+                });
+            if !blocked {
+                break flags;
+            }
+            st = self.inner.progress.wait(st);
+        };
+        if st.tail_moved && flags.contains(IoFlags::PREFLUSH | IoFlags::FUA) {
+            st.tail_moved = false;
+            st.flushed_tail = st.tail_lsn;
+        }
+        let tail = if flags.contains(IoFlags::FUA) {
+            st.tail_lsn
+        } else {
+            st.flushed_tail
+        };
+        let slot = &mut st.slots[i];
+        let tail = *slot.tail.get_or_insert(tail);
+        slot.issued = flags;
+        slot.state = BufState::Syncing;
+        let (lsn, used, entries) = (slot.lsn, slot.used, slot.entries);
+        drop(st);
+
+        let size = format::record_size(used, cfg.alignment) as usize;
+        let result = {
+            let mut buf = self.inner.data[i].lock();
+            let (head, rest) = buf.split_at_mut(HEADER_SIZE);
+            format::encode_header(head, lsn, tail, flags, entries, &rest[..used]);
+            buf[HEADER_SIZE + used..size].fill(0);
+            self.inner.device.write(lsn, &buf[..size], flags)
+        };
+        let s = &self.inner.stats;
+        s.writes.incr();
+        s.bytes_written.add(size as u64);
+        s.padding_bytes.add((size - HEADER_SIZE - used) as u64);
+        if flags.contains(IoFlags::FUA) {
+            s.writes_fua.incr();
+        }
+        if flags.contains(IoFlags::PREFLUSH) {
+            s.writes_preflush.incr();
+        }
+
+        let mut st = self.inner.state.lock();
+        match result {
+            Ok(()) => {
+                st.slots[i].state = BufState::DoneSync;
+                self.process_completions(&mut st);
+            }
+            Err(e) => {
+                if st.poisoned.is_none() {
+                    st.poisoned = Some(e);
+                }
+            }
+        }
+        self.inner.progress.notify_all();
+        self.inner.space.notify_all();
+        st.poison()?;
+        Ok(st)
+    }
+
+    /// DONE_SYNC → (callbacks) → DIRTY → ACTIVE, strictly in LSN order: a
+    /// buffer whose write finished early waits for every lower one.
+    fn process_completions(&self, st: &mut RingState) {
+        let align = self.inner.config.alignment;
+        let n = st.slots.len();
+        loop {
+            let i = st.oldest;
+            let slot = &st.slots[i];
+            if slot.state != BufState::DoneSync {
+                break;
+            }
+            let (lsn, end, issued) = (
+                slot.lsn,
+                slot.lsn.plus(slot.record_size(align)),
+                slot.issued,
+            );
+            if issued.contains(IoFlags::PREFLUSH) {
+                // Every earlier write had completed before the flush.
+                st.stable_lsn = st.stable_lsn.max(lsn);
+            }
+            st.written_lsn = end;
+            if issued.contains(IoFlags::FUA) && st.stable_lsn == lsn {
+                st.stable_lsn = end;
+            }
+            st.slots[i].reset();
+            st.oldest = (i + 1) % n;
+        }
+    }
+
+    // ---- forces ---------------------------------------------------------
+
+    fn force_inner(&self, lsn: Lsn, wait: bool) -> Result<(), Error> {
+        let align = self.inner.config.alignment;
+        let mut st = self.inner.state.lock();
+        loop {
+            st.poison()?;
+            if lsn < st.stable_lsn {
+                return Ok(());
+            }
+            let head = st.appended_end();
+            if lsn >= head {
+                return Err(Error::LsnBeyondHead { lsn, head });
+            }
+            if lsn < st.written_lsn {
+                // Written without FUA and not flushed since: a bare flush.
+                if st.flushing {
+                    if !wait {
+                        return Ok(());
+                    }
+                    st = self.inner.progress.wait(st);
+                    continue;
+                }
+                st.flushing = true;
+                let covered = st.written_lsn;
+                drop(st);
+                let result = self.inner.device.flush();
+                self.inner.stats.bare_flushes.incr();
+                st = self.inner.state.lock();
+                st.flushing = false;
+                match result {
+                    Ok(()) => st.stable_lsn = st.stable_lsn.max(covered),
+                    Err(e) => {
+                        if st.poisoned.is_none() {
+                            st.poisoned = Some(e);
+                        }
+                    }
+                }
+                self.inner.progress.notify_all();
+                continue;
+            }
+            let Some(i) = (0..st.slots.len()).find(|&j| {
+                let s = &st.slots[j];
+                (s.state != BufState::Active || j == st.head) && s.holds(lsn, align)
+            }) else {
+                unreachable!("LSN {lsn} below the head and above the written LSN is in a buffer");
+            };
+            match st.slots[i].state {
+                BufState::Active => {
+                    self.mark_forced(&mut st, i);
+                    if self.switch(&mut st) {
+                        st = self.submit(st, i)?;
+                    }
+                    if !wait {
+                        return Ok(());
+                    }
+                }
+                BufState::WantSync => {
+                    self.mark_forced(&mut st, i);
+                    if !wait {
+                        return Ok(());
+                    }
+                    st = self.inner.progress.wait(st);
+                }
+                BufState::Syncing | BufState::DoneSync => {
+                    if !wait {
+                        return Ok(());
+                    }
+                    st = self.inner.progress.wait(st);
+                }
+            }
+        }
+    }
+
+    /// Sets NEED_FUA on buffer `i` and stamps the tail into it (the first
+    /// FUA release stamps it; it is never overwritten).
+    fn mark_forced(&self, st: &mut RingState, i: usize) {
+        let tail = st.tail_lsn;
+        let slot = &mut st.slots[i];
+        slot.need |= IoFlags::FUA;
+        slot.tail.get_or_insert(tail);
+    }
+}

@@ -1,0 +1,340 @@
+//! Which flags each write carries, and the ring's failure and ordering rules.
+#![cfg(not(loom))]
+
+mod common;
+
+use common::{Call, MemDevice};
+use iclog::{BufState, Config, Error, FlushPolicy, IoFlags, Lsn, Ring};
+use std::time::Duration;
+
+const F: IoFlags = IoFlags::FUA;
+const PF: IoFlags = IoFlags::PREFLUSH.union(IoFlags::FUA);
+const NONE: IoFlags = IoFlags::empty();
+
+fn small() -> Config {
+    Config {
+        logbufs: 4,
+        logbsize: 16 * 1024,
+        ..Config::default()
+    }
+}
+
+fn ring(cfg: Config) -> (Ring, MemDevice) {
+    let dev = MemDevice::default();
+    let r = Ring::new(cfg, Box::new(dev.clone()), Lsn::ZERO, Lsn::ZERO).unwrap();
+    (r, dev)
+}
+
+fn flags_of(dev: &MemDevice) -> Vec<IoFlags> {
+    dev.writes().into_iter().map(|w| w.2).collect()
+}
+
+#[test]
+fn a_commit_inside_one_buffer_goes_out_fua_only() {
+    let (r, dev) = ring(small());
+    let a = r.append(b"one").unwrap();
+    let b = r.append(b"two").unwrap();
+    r.force(b).unwrap();
+    assert!(r.durable_lsn() > a);
+    assert_eq!(dev.writes(), [(Lsn(0), 512, F)]);
+    assert_eq!(r.stats().writes_preflush, 0);
+}
+
+#[test]
+fn a_filled_buffer_goes_out_with_no_flags_and_the_commit_after_it_with_preflush_fua() {
+    let cfg = small();
+    let (r, dev) = ring(cfg);
+    let big = vec![7u8; cfg.max_entry_size() / 2];
+    r.append(&big).unwrap();
+    r.append(&big).unwrap(); // does not fit: buffer 0 switches and is written plain
+    let c = r.append(b"commit").unwrap();
+    assert_eq!(flags_of(&dev), [NONE]);
+    assert_eq!(r.durable_lsn(), Lsn(0), "a plain write is not durable");
+    r.force(c).unwrap();
+    // The commit depends on the plain buffer before it: PREFLUSH | FUA.
+    assert_eq!(flags_of(&dev), [NONE, PF]);
+    assert_eq!(r.durable_lsn(), r.appended_lsn());
+}
+
+#[test]
+fn a_tail_move_puts_preflush_on_the_next_forced_buffer_only() {
+    let (r, dev) = ring(small());
+    r.force(r.append(b"a").unwrap()).unwrap();
+    r.note_tail_moved(Lsn(512));
+    assert!(r.tail_move_pending());
+    r.force(r.append(b"b").unwrap()).unwrap();
+    assert!(!r.tail_move_pending());
+    r.force(r.append(b"c").unwrap()).unwrap();
+    assert_eq!(flags_of(&dev), [F, PF, F]);
+    // The tail is stamped into the record that carried the flush.
+    let recs = dev.state.0.lock().records.clone();
+    let cfg = small();
+    let tails: Vec<u64> = recs
+        .iter()
+        .map(
+            |(l, b)| match iclog::format::parse_record(b, *l, cfg.max_payload(), 512) {
+                iclog::format::RecordCheck::Valid(rec) => rec.tail_lsn().0,
+                o => panic!("{o:?}"),
+            },
+        )
+        .collect();
+    assert_eq!(tails, [0, 512, 512]);
+}
+
+#[test]
+fn every_write_policy_flushes_every_buffer() {
+    let cfg = Config {
+        flush_policy: FlushPolicy::EveryWrite,
+        ..small()
+    };
+    let (r, dev) = ring(cfg);
+    let big = vec![1u8; cfg.max_entry_size()];
+    r.append(&big).unwrap();
+    r.append(&big).unwrap();
+    let c = r.append(b"c").unwrap();
+    r.force(c).unwrap();
+    assert_eq!(flags_of(&dev), [PF, PF, PF]);
+}
+
+#[test]
+fn forcing_a_record_written_plain_issues_a_bare_flush() {
+    let cfg = small();
+    let (r, dev) = ring(cfg);
+    let a = r.append(&vec![1u8; cfg.max_entry_size()]).unwrap();
+    r.append(b"next").unwrap(); // switches buffer 0 out, written plain
+    assert_eq!(flags_of(&dev), [NONE]);
+    r.force(a).unwrap();
+    assert_eq!(dev.calls().last(), Some(&Call::Flush));
+    assert_eq!(r.stats().bare_flushes, 1);
+    assert!(r.durable_lsn() > a);
+    assert_eq!(
+        r.buffer_states()[1],
+        BufState::Active,
+        "the active buffer was not pushed"
+    );
+}
+
+#[test]
+fn an_entry_larger_than_a_buffer_is_refused_and_nothing_is_written() {
+    let cfg = small();
+    let (r, dev) = ring(cfg);
+    let max = cfg.max_entry_size();
+    match r.append(&vec![0u8; max + 1]) {
+        Err(Error::EntryTooLarge { len, max: m }) => assert_eq!((len, m), (max + 1, max)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(r.appended_lsn(), Lsn(0));
+    let l = r.append(&vec![0u8; max]).unwrap();
+    r.force(l).unwrap();
+    assert_eq!(dev.writes(), [(Lsn(0), cfg.logbsize, F)]);
+}
+
+#[test]
+fn forcing_beyond_the_head_is_an_error() {
+    let (r, _) = ring(small());
+    let a = r.append(b"x").unwrap();
+    assert!(matches!(
+        r.force(Lsn(a.0 + 100)),
+        Err(Error::LsnBeyondHead { .. })
+    ));
+}
+
+#[test]
+fn a_device_error_poisons_every_waiter_and_later_call() {
+    let cfg = small();
+    let (r, dev) = ring(cfg);
+    r.force(r.append(b"ok").unwrap()).unwrap();
+    let durable = r.durable_lsn();
+    dev.state.0.lock().fail_at = Some(durable);
+    let l = r.append(b"doomed").unwrap();
+    assert!(matches!(r.force(l), Err(Error::Poisoned(_))));
+    assert_eq!(
+        r.durable_lsn(),
+        durable,
+        "nothing reported durable that was not"
+    );
+    assert!(matches!(r.append(b"later"), Err(Error::Poisoned(_))));
+    assert!(
+        matches!(r.force(Lsn(0)), Err(Error::Poisoned(_))),
+        "every later call fails"
+    );
+    assert!(r.poisoned().unwrap().to_string().contains("injected"));
+}
+
+#[test]
+fn a_failed_bare_flush_poisons() {
+    let cfg = small();
+    let (r, dev) = ring(cfg);
+    let a = r.append(&vec![1u8; cfg.max_entry_size()]).unwrap();
+    r.append(b"next").unwrap();
+    dev.state.0.lock().fail_flush = true;
+    assert!(matches!(r.force(a), Err(Error::Poisoned(_))));
+    assert_eq!(r.durable_lsn(), Lsn(0));
+}
+
+#[test]
+fn out_of_order_completions_advance_the_durable_lsn_in_order() {
+    let cfg = Config {
+        flush_policy: FlushPolicy::EveryWrite,
+        ..small()
+    };
+    let (r, dev) = ring(cfg);
+    let r = std::sync::Arc::new(r);
+    let big = vec![3u8; cfg.max_entry_size()];
+    dev.gate(Lsn(0));
+    let a = r.append(&big).unwrap();
+    // Buffer 0 is forced by another thread and blocks in the device.
+    let (r1, dev1) = (r.clone(), dev.clone());
+    let first = std::thread::spawn(move || {
+        r1.force(a).unwrap();
+        dev1.writes()
+    });
+    dev.wait_until(|st| st.blocked.contains(&Lsn(0)));
+    assert_eq!(r.buffer_states()[0], BufState::Syncing);
+    // Buffer 1 is written and completes first.
+    let b = r.append(b"second").unwrap();
+    let (r2, dev2) = (r.clone(), dev.clone());
+    let second = std::thread::spawn(move || r2.force(b).map(|_| dev2.writes()));
+    dev.wait_until(|st| !st.calls.is_empty());
+    assert_eq!(
+        dev.writes()[0].0,
+        Lsn(cfg.logbsize as u64),
+        "buffer 1 completed first"
+    );
+    assert_eq!(
+        r.durable_lsn(),
+        Lsn(0),
+        "no advance past the incomplete buffer 0"
+    );
+    assert_eq!(r.buffer_states()[1], BufState::DoneSync);
+    dev.open_gate(Lsn(0));
+    first.join().unwrap();
+    second.join().unwrap().unwrap();
+    assert_eq!(r.durable_lsn(), r.appended_lsn());
+    assert_eq!(r.buffer_states(), [BufState::Active; 4]);
+}
+
+#[test]
+fn a_writer_with_no_active_buffer_waits_and_is_counted() {
+    let cfg = Config {
+        logbufs: 2,
+        ..small()
+    };
+    let (r, dev) = ring(cfg);
+    let r = std::sync::Arc::new(r);
+    let big = vec![5u8; cfg.max_entry_size()];
+    dev.gate(Lsn(0));
+    r.append(&big).unwrap();
+    // The next append switches buffer 0 out and writes it: it blocks.
+    let (r1, b1) = (r.clone(), big.clone());
+    let t1 = std::thread::spawn(move || r1.append(&b1).unwrap());
+    dev.wait_until(|st| st.blocked.contains(&Lsn(0)));
+    assert_eq!(r.buffer_states()[0], BufState::Syncing);
+    // Buffer 1 fills; the next append switches it out, writes it (it
+    // completes, but waits in DONE_SYNC behind buffer 0) and then finds no
+    // ACTIVE buffer.
+    r.append(&big).unwrap();
+    let r2 = r.clone();
+    let t2 = std::thread::spawn(move || {
+        r2.append(&[6u8; 16]).unwrap();
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while r.stats().noiclog_waits == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no noiclog wait happened"
+        );
+        std::thread::yield_now();
+    }
+    // The ring offers no signal for "a writer is waiting": the loop above
+    // polls its counter, bounded by a deadline; then the gate opens.
+    dev.open_gate(Lsn(0));
+    t1.join().unwrap();
+    t2.join().unwrap();
+    r.force_all().unwrap();
+    assert_eq!(dev.entries(&cfg).len(), 4);
+}
+
+#[test]
+fn concurrent_appends_and_forces_lose_and_duplicate_nothing() {
+    let cfg = Config {
+        logbufs: 3,
+        ..small()
+    };
+    let (r, dev) = ring(cfg);
+    let r = std::sync::Arc::new(r);
+    let threads: Vec<_> = (0..4u8)
+        .map(|t| {
+            let r = r.clone();
+            std::thread::spawn(move || {
+                let mut mine = Vec::new();
+                for i in 0..300u32 {
+                    let len = (i as usize * 37 + t as usize * 11) % 900 + 1;
+                    let mut p = vec![t; len];
+                    p[..4.min(len)].copy_from_slice(&i.to_le_bytes()[..4.min(len)]);
+                    let lsn = r.append(&p).unwrap();
+                    if i % 7 == 0 {
+                        r.force(lsn).unwrap();
+                        assert!(r.durable_lsn() > lsn);
+                    }
+                    mine.push((lsn, p));
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut expected: Vec<(Lsn, Vec<u8>)> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    r.force_all().unwrap();
+    expected.sort();
+    assert_eq!(dev.entries(&cfg), expected);
+}
+
+#[test]
+fn invalid_configs_are_typed_errors() {
+    use iclog::ConfigError::*;
+    let bad = |c: Config| Config::validate(&c).unwrap_err();
+    let d = Config::default();
+    assert_eq!(bad(Config { logbufs: 1, ..d }), LogBufs(1));
+    assert_eq!(bad(Config { logbufs: 9, ..d }), LogBufs(9));
+    assert_eq!(
+        bad(Config {
+            logbsize: 8192,
+            ..d
+        }),
+        LogBSize(8192)
+    );
+    assert_eq!(
+        bad(Config {
+            logbsize: 2 << 20,
+            ..d
+        }),
+        LogBSize(2 << 20)
+    );
+    assert_eq!(bad(Config { alignment: 3, ..d }), Alignment(3));
+    assert_eq!(
+        bad(Config {
+            alignment: 8192,
+            ..d
+        }),
+        Alignment(8192)
+    );
+    assert!(matches!(
+        bad(Config {
+            logbsize: 20000,
+            alignment: 4096,
+            ..d
+        }),
+        Misaligned { .. }
+    ));
+    assert!(Ring::new(
+        Config { logbufs: 0, ..d },
+        Box::new(MemDevice::default()),
+        Lsn(0),
+        Lsn(0)
+    )
+    .is_err());
+    Config { alignment: 1, ..d }.validate().unwrap();
+}
