@@ -20,7 +20,7 @@ static PASSED: AtomicU64 = AtomicU64::new(0);
 static FAILED: AtomicU64 = AtomicU64::new(0);
 
 /// Crates that carry loom models (tests written with `journal_sync::model`).
-const LOOM_CRATES: &[&str] = &["journal-sync", "journal-vfs", "iclog"];
+const LOOM_CRATES: &[&str] = &["journal-sync", "journal-vfs", "iclog", "jbd-batch"];
 
 fn cargo() -> Command {
     Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))

@@ -1,1 +1,536 @@
-//! Placeholder: filled by issue 4 (jbd-style commit batching). Exposes nothing yet.
+//! jbd-style commit batching: a lone synchronous writer never waits;
+//! joiners are batched by an adaptive window.
+//!
+//! A committer opens a [`Handle`] on the running transaction (jbd2's
+//! `t_updates` counts open handles), does its work (appends its record),
+//! then stops the handle. A **synchronous** stop ([`Handle::stop_sync`])
+//! returns only once a commit covers the committer's position; before
+//! asking for that commit it may wait a little for other committers to
+//! join the same group, so one durable write serves them all. How long it
+//! waits is the [`BatchPolicy`]:
+//!
+//! | policy | waits for joiners… | origin |
+//! |---|---|---|
+//! | [`BatchPolicy::Adaptive`] (default) | unless nobody else has a handle open, or this thread was the last synchronous writer; up to `clamp(average commit time, min_batch, max_batch)` since the transaction started, ending early once every open handle has stopped | jbd (2005) + jbd2 (2009) + the lone-writer rule |
+//! | [`BatchPolicy::LastSyncWriter`] | unless this thread was the last synchronous writer; a fixed window, extended while new handles keep joining | jbd, 2005 |
+//! | [`BatchPolicy::FixedSleep`] | always: the window, extended while new handles keep joining | jbd before 2005 |
+//! | [`BatchPolicy::None`] | never | — |
+//!
+//! **When each wins.** A lone writer streaming synchronous commits loses a
+//! whole window per commit to any policy that waits (the 2005 patch saw
+//! O_SYNC writes go 4–5× faster by skipping it): `Adaptive`, `None` and
+//! `LastSyncWriter` skip it, `FixedSleep` does not. Many concurrent
+//! committers gain from waiting only when the window is short compared with
+//! the commit itself: `Adaptive` sizes it from the measured commit time
+//! (jbd2, 2009, after fast devices lost throughput to fixed one-jiffy
+//! sleeps), so it tracks the device; `None` is best when commits are so
+//! cheap that batching cannot pay. Two writers that alternate defeat the
+//! last-writer rule (each was not the last), and thread pools defeat it
+//! too; the lone-writer rule ("no other handle is open, nobody can join")
+//! does not depend on thread identity and covers both.
+//!
+//! **Committing.** After the batching wait, one thread per group becomes
+//! the leader and runs the commit function given to [`Batcher::new`] with
+//! the highest position stopped so far; the others wait on a condvar until
+//! the committed position covers theirs. No thread sleeps in a loop: every
+//! timeout is a condvar wait with a [`Deadline`], and under loom a timer is
+//! the explicit event [`Batcher::fire_timer`].
+//!
+//! **Errors.** A commit function's error reaches every synchronous stop
+//! whose position that commit was to cover. The batcher stays usable: the
+//! next stop runs the commit function again, which decides for itself
+//! whether it can succeed (journal-core's log force fails for ever once the
+//! log is poisoned).
+//!
+//! Positions are plain ordered values (`P: Ord + Copy`); this crate knows
+//! nothing of LSNs.
+
+use journal_sync::thread::{self, ThreadId};
+use journal_sync::{Arc, Condvar, Deadline, Mutex, MutexGuard, StatCounter, Stopwatch};
+use std::fmt;
+use std::time::Duration;
+
+/// How long a synchronous stop waits for other committers to join.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BatchPolicy {
+    /// Skip the wait when no other handle is open or this thread was the
+    /// last synchronous writer; otherwise wait up to
+    /// `clamp(average commit time, min_batch, max_batch)` since the
+    /// transaction started, ending early when every handle has stopped.
+    #[default]
+    Adaptive,
+    /// Skip the wait when this thread was the last synchronous writer;
+    /// otherwise wait [`BatchConfig::fixed_window`], again while new
+    /// handles keep joining.
+    LastSyncWriter,
+    /// Always wait this long, again while new handles keep joining.
+    FixedSleep(Duration),
+    /// Never wait.
+    None,
+}
+
+/// Configuration of a [`Batcher`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchConfig {
+    /// The policy.
+    pub policy: BatchPolicy,
+    /// Lower bound of the adaptive window (jbd2 `min_batch_time`, default 0).
+    pub min_batch: Duration,
+    /// Upper bound of the adaptive window (jbd2 `max_batch_time`, default
+    /// 15 ms). Zero disables waiting under every policy.
+    pub max_batch: Duration,
+    /// The window of [`BatchPolicy::LastSyncWriter`] (default 1 ms, one
+    /// jiffy at HZ=1000).
+    pub fixed_window: Duration,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        Self {
+            policy: BatchPolicy::Adaptive,
+            min_batch: Duration::ZERO,
+            max_batch: Duration::from_millis(15),
+            fixed_window: Duration::from_millis(1),
+        }
+    }
+}
+
+/// Why a synchronous stop did or did not wait (returned for tests and
+/// tracing; also counted in [`BatchStats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitDecision {
+    /// No wait: no other handle was open.
+    SkippedLone,
+    /// No wait: this thread was the last synchronous writer.
+    SkippedLastWriter,
+    /// No wait: the policy or `max_batch = 0` says never.
+    Disabled,
+    /// No wait: the position was already committed.
+    AlreadyCommitted,
+    /// Waited; ended because every open handle stopped.
+    EndedByGroup,
+    /// Waited; ended by the timer.
+    EndedByTimer,
+    /// Waited; ended because another leader committed this position.
+    EndedByCommit,
+}
+
+/// Number of buckets of the group-size histogram: sizes 1, 2, 3–4, 5–8,
+/// 9–16, 17–32, 33–64, 65 and more.
+pub const GROUP_BUCKETS: usize = 8;
+
+/// A snapshot of a batcher's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchStats {
+    /// Commits run (one per group).
+    pub groups: u64,
+    /// Synchronous stops that joined a group and were covered by its commit
+    /// (the sum of group sizes).
+    pub members: u64,
+    /// Synchronous stops whose position a commit had already covered when
+    /// they stopped (they shared an earlier group's durable write).
+    pub already_covered: u64,
+    /// Group sizes, bucketed (see [`GROUP_BUCKETS`]).
+    pub group_sizes: [u64; GROUP_BUCKETS],
+    /// Waits skipped because no other handle was open.
+    pub skipped_lone: u64,
+    /// Waits skipped because this thread was the last synchronous writer.
+    pub skipped_last_writer: u64,
+    /// Waits taken.
+    pub waits_taken: u64,
+    /// Of those, ended early because every open handle stopped.
+    pub waits_ended_by_group: u64,
+    /// Of those, ended by the timer.
+    pub waits_ended_by_timer: u64,
+    /// Total time spent in batching waits, in nanoseconds.
+    pub wait_ns: u64,
+    /// The current average commit time, in nanoseconds.
+    pub avg_commit_ns: u64,
+}
+
+impl BatchStats {
+    /// Average group size (0 when no group committed yet).
+    pub fn avg_group_size(&self) -> f64 {
+        if self.groups == 0 {
+            0.0
+        } else {
+            self.members as f64 / self.groups as f64
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Stats {
+    groups: StatCounter,
+    members: StatCounter,
+    already_covered: StatCounter,
+    group_sizes: [StatCounter; GROUP_BUCKETS],
+    skipped_lone: StatCounter,
+    skipped_last_writer: StatCounter,
+    waits_taken: StatCounter,
+    waits_ended_by_group: StatCounter,
+    waits_ended_by_timer: StatCounter,
+    wait_ns: StatCounter,
+}
+
+fn bucket(size: u64) -> usize {
+    ((64 - (size.max(1) - 1).leading_zeros()) as usize).min(GROUP_BUCKETS - 1)
+}
+
+struct State<P, E> {
+    /// Open handles on the running transaction (jbd2 `t_updates`).
+    updates: u32,
+    /// Handles ever opened on the running transaction (`t_handle_count`).
+    handle_count: u64,
+    /// When the running transaction got its first handle.
+    txn_start: Option<Stopwatch>,
+    /// Highest position stopped synchronously and not yet taken by a leader.
+    pending: Option<P>,
+    /// Synchronous stops waiting for the next leader.
+    pending_members: u64,
+    /// A leader is running the commit function.
+    committing: bool,
+    /// Every position up to this one is committed.
+    committed: Option<P>,
+    /// The latest failed commit: its target and error.
+    failed: Option<(P, E)>,
+    last_sync_writer: Option<ThreadId>,
+    /// Average commit time (jbd2 `j_average_commit_time`), ns.
+    avg_commit_ns: u64,
+    /// The timer event: the running transaction's batching window has
+    /// elapsed. Cleared when a leader closes the transaction.
+    window_elapsed: bool,
+}
+
+type CommitFn<P, E> = dyn Fn(P) -> Result<(), E> + Send + Sync;
+
+struct Inner<P, E> {
+    config: BatchConfig,
+    commit: Box<CommitFn<P, E>>,
+    state: Mutex<State<P, E>>,
+    cv: Condvar,
+    stats: Stats,
+}
+
+/// The commit batcher. Cheap to clone; clones share one running
+/// transaction.
+pub struct Batcher<P, E> {
+    inner: Arc<Inner<P, E>>,
+}
+
+impl<P, E> Clone for Batcher<P, E> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<P, E> fmt::Debug for Batcher<P, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Batcher")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P, E> Batcher<P, E>
+where
+    P: Ord + Copy + Send + 'static,
+    E: Clone + Send + 'static,
+{
+    /// A batcher whose leaders call `commit(position)`: it must return once
+    /// every position up to `position` is committed (durable), or fail.
+    pub fn new(
+        config: BatchConfig,
+        commit: impl Fn(P) -> Result<(), E> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                commit: Box::new(commit),
+                state: Mutex::new(State {
+                    updates: 0,
+                    handle_count: 0,
+                    txn_start: None,
+                    pending: None,
+                    pending_members: 0,
+                    committing: false,
+                    committed: None,
+                    failed: None,
+                    last_sync_writer: None,
+                    avg_commit_ns: 0,
+                    window_elapsed: false,
+                }),
+                cv: Condvar::new(),
+                stats: Stats::default(),
+            }),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &BatchConfig {
+        &self.inner.config
+    }
+
+    /// Opens a handle on the running transaction.
+    pub fn start(&self) -> Handle<P, E> {
+        let mut st = self.inner.state.lock();
+        st.updates += 1;
+        st.handle_count += 1;
+        if st.txn_start.is_none() {
+            st.txn_start = Some(Stopwatch::start());
+        }
+        drop(st);
+        self.inner.cv.notify_all();
+        Handle {
+            batcher: self.clone(),
+            open: true,
+        }
+    }
+
+    /// Every position up to this one is committed.
+    pub fn committed(&self) -> Option<P> {
+        self.inner.state.lock().committed
+    }
+
+    /// Handles open right now.
+    pub fn open_handles(&self) -> u32 {
+        self.inner.state.lock().updates
+    }
+
+    /// The timer event: the running transaction's batching window has
+    /// elapsed, so every batching wait on it ends (and later stops on it do
+    /// not wait). In production a waiter's own deadline fires it; loom
+    /// models call it from a "timer" thread, since loom's clock never moves.
+    pub fn fire_timer(&self) {
+        self.inner.state.lock().window_elapsed = true;
+        self.inner.cv.notify_all();
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> BatchStats {
+        let s = &self.inner.stats;
+        let mut group_sizes = [0; GROUP_BUCKETS];
+        for (out, c) in group_sizes.iter_mut().zip(&s.group_sizes) {
+            *out = c.get();
+        }
+        BatchStats {
+            groups: s.groups.get(),
+            members: s.members.get(),
+            already_covered: s.already_covered.get(),
+            group_sizes,
+            skipped_lone: s.skipped_lone.get(),
+            skipped_last_writer: s.skipped_last_writer.get(),
+            waits_taken: s.waits_taken.get(),
+            waits_ended_by_group: s.waits_ended_by_group.get(),
+            waits_ended_by_timer: s.waits_ended_by_timer.get(),
+            wait_ns: s.wait_ns.get(),
+            avg_commit_ns: self.inner.state.lock().avg_commit_ns,
+        }
+    }
+
+    fn close_handle(&self, st: &mut State<P, E>) {
+        st.updates -= 1;
+    }
+
+    fn covered(st: &State<P, E>, pos: P) -> bool {
+        st.committed.is_some_and(|c| pos <= c)
+    }
+
+    /// The batching wait of a synchronous stop at `pos`. The caller's
+    /// handle is already closed.
+    fn batch_wait<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State<P, E>>,
+        pos: P,
+    ) -> (MutexGuard<'a, State<P, E>>, WaitDecision) {
+        let cfg = &self.inner.config;
+        let stats = &self.inner.stats;
+        let me = thread::current().id();
+        let was_last = st.last_sync_writer == Some(me);
+        st.last_sync_writer = Some(me);
+        if Self::covered(&st, pos) {
+            stats.already_covered.incr();
+            return (st, WaitDecision::AlreadyCommitted);
+        }
+        let (window, extend_while_joining) = match cfg.policy {
+            _ if cfg.max_batch.is_zero() => return (st, WaitDecision::Disabled),
+            BatchPolicy::None => return (st, WaitDecision::Disabled),
+            BatchPolicy::Adaptive => {
+                if st.updates == 0 {
+                    stats.skipped_lone.incr();
+                    return (st, WaitDecision::SkippedLone);
+                }
+                if was_last {
+                    stats.skipped_last_writer.incr();
+                    return (st, WaitDecision::SkippedLastWriter);
+                }
+                let avg = Duration::from_nanos(st.avg_commit_ns);
+                (avg.clamp(cfg.min_batch, cfg.max_batch), false)
+            }
+            BatchPolicy::LastSyncWriter => {
+                if was_last {
+                    stats.skipped_last_writer.incr();
+                    return (st, WaitDecision::SkippedLastWriter);
+                }
+                (cfg.fixed_window, true)
+            }
+            BatchPolicy::FixedSleep(d) => (d, true),
+        };
+        stats.waits_taken.incr();
+        let waited = Stopwatch::start();
+        let age = st.txn_start.map(|t| t.elapsed()).unwrap_or_default();
+        let mut deadline = Deadline::after(window.saturating_sub(age));
+        let mut seen_handles = st.handle_count;
+        let decision = loop {
+            if Self::covered(&st, pos) {
+                break WaitDecision::EndedByCommit;
+            }
+            if !extend_while_joining && st.updates == 0 {
+                stats.waits_ended_by_group.incr();
+                break WaitDecision::EndedByGroup;
+            }
+            if st.window_elapsed {
+                if extend_while_joining && st.handle_count != seen_handles {
+                    // jbd: sleep again while new handles keep joining.
+                    seen_handles = st.handle_count;
+                    st.window_elapsed = false;
+                    deadline = Deadline::after(window);
+                    continue;
+                }
+                stats.waits_ended_by_timer.incr();
+                break WaitDecision::EndedByTimer;
+            }
+            let (g, expired) = self.inner.cv.wait_deadline(st, &deadline);
+            st = g;
+            if expired {
+                st.window_elapsed = true; // the timer event, fired by the clock
+            }
+        };
+        stats.wait_ns.add(waited.elapsed().as_nanos() as u64);
+        (st, decision)
+    }
+
+    /// Returns once `pos` is committed, leading the commit if nobody is.
+    fn commit_through<'a>(&'a self, mut st: MutexGuard<'a, State<P, E>>, pos: P) -> Result<(), E> {
+        let stats = &self.inner.stats;
+        if !Self::covered(&st, pos) {
+            st.pending = Some(st.pending.map_or(pos, |p| p.max(pos)));
+            st.pending_members += 1;
+        }
+        loop {
+            if Self::covered(&st, pos) {
+                return Ok(());
+            }
+            if let Some((target, e)) = &st.failed {
+                if pos <= *target {
+                    return Err(e.clone());
+                }
+            }
+            if !st.committing {
+                // Become the leader of everything stopped so far.
+                let target = st.pending.take().expect("an uncovered stop is pending");
+                let members = std::mem::take(&mut st.pending_members);
+                st.committing = true;
+                // The leader closes the running transaction: a new one starts.
+                st.txn_start = if st.updates > 0 {
+                    Some(Stopwatch::start())
+                } else {
+                    None
+                };
+                st.window_elapsed = false;
+                drop(st);
+                let clock = Stopwatch::start();
+                let result = (self.inner.commit)(target);
+                let took = clock.elapsed().as_nanos() as u64;
+                st = self.inner.state.lock();
+                st.committing = false;
+                st.avg_commit_ns = if stats.groups.get() == 0 {
+                    took
+                } else {
+                    (took + 3 * st.avg_commit_ns) / 4
+                };
+                stats.groups.incr();
+                stats.members.add(members);
+                stats.group_sizes[bucket(members)].incr();
+                match result {
+                    Ok(()) => st.committed = Some(st.committed.map_or(target, |c| c.max(target))),
+                    Err(e) => st.failed = Some((target, e)),
+                }
+                self.inner.cv.notify_all();
+                continue;
+            }
+            st = self.inner.cv.wait(st);
+        }
+    }
+}
+
+/// An open handle on the running transaction. Stop it with
+/// [`Handle::stop_sync`] or [`Handle::stop_async`]; dropping it stops it
+/// asynchronously with no position.
+pub struct Handle<P, E>
+where
+    P: Ord + Copy + Send + 'static,
+    E: Clone + Send + 'static,
+{
+    batcher: Batcher<P, E>,
+    open: bool,
+}
+
+impl<P, E> fmt::Debug for Handle<P, E>
+where
+    P: Ord + Copy + Send + 'static,
+    E: Clone + Send + 'static,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Handle").field("open", &self.open).finish()
+    }
+}
+
+impl<P, E> Handle<P, E>
+where
+    P: Ord + Copy + Send + 'static,
+    E: Clone + Send + 'static,
+{
+    /// Stops the handle and returns once a commit covers `pos`: waits for
+    /// joiners as the policy says, then leads or follows a commit.
+    pub fn stop_sync(self, pos: P) -> Result<WaitDecision, E> {
+        self.stop_sync_inner(pos)
+    }
+
+    fn stop_sync_inner(mut self, pos: P) -> Result<WaitDecision, E> {
+        let b = self.batcher.clone();
+        let mut st = b.inner.state.lock();
+        b.close_handle(&mut st);
+        self.open = false;
+        b.inner.cv.notify_all();
+        let (st, decision) = b.batch_wait(st, pos);
+        b.commit_through(st, pos)?;
+        Ok(decision)
+    }
+
+    /// Stops the handle without waiting for a commit.
+    pub fn stop_async(mut self) {
+        self.close();
+    }
+
+    fn close(&mut self) {
+        if std::mem::take(&mut self.open) {
+            let mut st = self.batcher.inner.state.lock();
+            self.batcher.close_handle(&mut st);
+            drop(st);
+            self.batcher.inner.cv.notify_all();
+        }
+    }
+}
+
+impl<P, E> Drop for Handle<P, E>
+where
+    P: Ord + Copy + Send + 'static,
+    E: Clone + Send + 'static,
+{
+    fn drop(&mut self) {
+        self.close();
+    }
+}

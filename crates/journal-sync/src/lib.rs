@@ -54,7 +54,7 @@ mod mutex;
 mod time;
 
 pub use mutex::{Condvar, Mutex, MutexGuard};
-pub use time::Deadline;
+pub use time::{Deadline, Stopwatch};
 
 /// `Arc`, from std or loom.
 #[cfg(loom)]
@@ -76,9 +76,9 @@ pub mod atomic {
 /// sleeping is not a synchronisation primitive in this workspace.
 pub mod thread {
     #[cfg(loom)]
-    pub use loom::thread::{spawn, yield_now, JoinHandle};
+    pub use loom::thread::{current, spawn, yield_now, JoinHandle, ThreadId};
     #[cfg(not(loom))]
-    pub use std::thread::{spawn, yield_now, JoinHandle};
+    pub use std::thread::{current, spawn, yield_now, JoinHandle, ThreadId};
 }
 
 /// Spin-loop hint, from std or loom (under loom it yields to other threads).

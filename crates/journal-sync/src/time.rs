@@ -45,3 +45,32 @@ impl Deadline {
         self.remaining().is_none()
     }
 }
+
+/// Measures elapsed time. Under loom time does not pass: [`Stopwatch::elapsed`]
+/// is always zero, so code that derives decisions from durations behaves as
+/// if everything were instantaneous, and timers are explicit events.
+#[derive(Debug, Clone, Copy)]
+pub struct Stopwatch {
+    #[cfg(not(loom))]
+    start: std::time::Instant,
+}
+
+impl Stopwatch {
+    /// Starts measuring now.
+    pub fn start() -> Self {
+        Self {
+            #[cfg(not(loom))]
+            start: std::time::Instant::now(),
+        }
+    }
+
+    /// Time since [`Stopwatch::start`] (zero under loom).
+    pub fn elapsed(&self) -> Duration {
+        #[cfg(loom)]
+        {
+            Duration::ZERO
+        }
+        #[cfg(not(loom))]
+        self.start.elapsed()
+    }
+}

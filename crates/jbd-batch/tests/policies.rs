@@ -1,0 +1,189 @@
+//! Policy decisions, asserted on statistics rather than on time.
+#![cfg(not(loom))]
+
+use jbd_batch::{BatchConfig, BatchPolicy, Batcher, WaitDecision};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A batcher whose commits record their targets.
+fn batcher(config: BatchConfig) -> (Batcher<u64, String>, Arc<Mutex<Vec<u64>>>) {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let l2 = log.clone();
+    let b = Batcher::new(config, move |p| {
+        l2.lock().unwrap().push(p);
+        Ok(())
+    });
+    (b, log)
+}
+
+fn cfg(policy: BatchPolicy) -> BatchConfig {
+    BatchConfig {
+        policy,
+        min_batch: Duration::from_millis(2),
+        max_batch: Duration::from_millis(2),
+        fixed_window: Duration::from_millis(2),
+    }
+}
+
+#[test]
+fn a_lone_writer_never_waits() {
+    let (b, log) = batcher(cfg(BatchPolicy::Adaptive));
+    for p in 1..=50 {
+        assert_eq!(b.start().stop_sync(p), Ok(WaitDecision::SkippedLone));
+        assert_eq!(b.committed(), Some(p));
+    }
+    let s = b.stats();
+    assert_eq!((s.waits_taken, s.skipped_lone, s.groups), (0, 50, 50));
+    assert_eq!(log.lock().unwrap().len(), 50);
+}
+
+#[test]
+fn the_last_sync_writer_does_not_wait() {
+    let (b, _) = batcher(cfg(BatchPolicy::Adaptive));
+    let other = b.start(); // someone else is working: not lone
+    assert_eq!(b.start().stop_sync(1), Ok(WaitDecision::EndedByTimer));
+    assert_eq!(b.start().stop_sync(2), Ok(WaitDecision::SkippedLastWriter));
+    drop(other);
+    let s = b.stats();
+    assert_eq!((s.waits_taken, s.skipped_last_writer), (1, 1));
+}
+
+/// Two threads take turns. Neither was the last sync writer, so the 2005
+/// rule makes each wait; with no other handle open, Adaptive never does.
+fn alternate(policy: BatchPolicy) -> jbd_batch::BatchStats {
+    let (b, _) = batcher(cfg(policy));
+    let (to_b, from_a) = mpsc::channel::<u64>();
+    let (to_a, from_b) = mpsc::channel::<u64>();
+    let b2 = b.clone();
+    let t = std::thread::spawn(move || {
+        while let Ok(p) = from_a.recv() {
+            b2.start().stop_sync(p + 1).unwrap();
+            if to_a.send(p + 1).is_err() {
+                break;
+            }
+        }
+    });
+    let mut p = 0;
+    for _ in 0..10 {
+        b.start().stop_sync(p + 1).unwrap();
+        to_b.send(p + 1).unwrap();
+        p = from_b.recv().unwrap();
+    }
+    drop(to_b);
+    t.join().unwrap();
+    b.stats()
+}
+
+#[test]
+fn two_alternating_threads() {
+    let adaptive = alternate(BatchPolicy::Adaptive);
+    assert_eq!((adaptive.waits_taken, adaptive.skipped_lone), (0, 20));
+    let jbd2005 = alternate(BatchPolicy::LastSyncWriter);
+    assert_eq!((jbd2005.waits_taken, jbd2005.skipped_last_writer), (20, 0));
+}
+
+#[test]
+fn a_complete_group_ends_the_wait_early() {
+    let config = BatchConfig {
+        min_batch: Duration::from_secs(30),
+        max_batch: Duration::from_secs(30),
+        ..BatchConfig::default()
+    };
+    let (b, log) = batcher(config);
+    let h1 = b.start();
+    let h2 = b.start();
+    let b2 = b.clone();
+    let t = std::thread::spawn(move || h1.stop_sync(10));
+    // Wait until the first committer is in its batching wait, then stop the
+    // last open handle: the group is complete and the wait ends at once.
+    while b.stats().waits_taken == 0 {
+        std::thread::yield_now();
+    }
+    h2.stop_async();
+    let d1 = t.join().unwrap().unwrap();
+    assert_eq!(d1, WaitDecision::EndedByGroup);
+    let s = b2.stats();
+    assert_eq!((s.waits_ended_by_group, s.waits_ended_by_timer), (1, 0));
+    assert_eq!(*log.lock().unwrap(), [10]);
+}
+
+#[test]
+fn max_batch_zero_never_waits() {
+    for policy in [
+        BatchPolicy::Adaptive,
+        BatchPolicy::LastSyncWriter,
+        BatchPolicy::FixedSleep(Duration::from_secs(30)),
+    ] {
+        let (b, _) = batcher(BatchConfig {
+            policy,
+            max_batch: Duration::ZERO,
+            ..BatchConfig::default()
+        });
+        let other = b.start();
+        for p in 1..=5 {
+            assert_eq!(b.start().stop_sync(p), Ok(WaitDecision::Disabled));
+        }
+        drop(other);
+        assert_eq!(b.stats().waits_taken, 0, "{policy:?}");
+    }
+}
+
+#[test]
+fn policy_none_never_waits_and_fixed_sleep_always_does() {
+    let (b, _) = batcher(cfg(BatchPolicy::None));
+    let other = b.start();
+    assert_eq!(b.start().stop_sync(1), Ok(WaitDecision::Disabled));
+    drop(other);
+    let (b, _) = batcher(cfg(BatchPolicy::FixedSleep(Duration::from_millis(1))));
+    assert_eq!(b.start().stop_sync(1), Ok(WaitDecision::EndedByTimer));
+    assert_eq!(b.start().stop_sync(2), Ok(WaitDecision::EndedByTimer));
+    assert_eq!(b.stats().waits_taken, 2);
+}
+
+#[test]
+fn a_failed_commit_reaches_its_waiters_and_the_batcher_stays_usable() {
+    let fail = Arc::new(Mutex::new(true));
+    let f2 = fail.clone();
+    let b: Batcher<u64, String> = Batcher::new(BatchConfig::default(), move |p| {
+        if *f2.lock().unwrap() {
+            Err(format!("commit {p} failed"))
+        } else {
+            Ok(())
+        }
+    });
+    assert_eq!(b.start().stop_sync(5), Err("commit 5 failed".into()));
+    assert_eq!(b.committed(), None);
+    *fail.lock().unwrap() = false;
+    assert!(b.start().stop_sync(6).is_ok());
+    assert_eq!(b.committed(), Some(6));
+}
+
+#[test]
+fn concurrent_committers_share_groups_and_every_stop_is_covered() {
+    let (b, log) = batcher(BatchConfig::default());
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            let b = b.clone();
+            std::thread::spawn(move || {
+                for i in 0..50u64 {
+                    let p = i * 8 + t;
+                    b.start().stop_sync(p).unwrap();
+                    assert!(b.committed().unwrap() >= p);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let s = b.stats();
+    assert_eq!(s.members + s.already_covered, 400);
+    assert_eq!(s.groups, log.lock().unwrap().len() as u64);
+    assert_eq!(s.group_sizes.iter().sum::<u64>(), s.groups);
+    let targets = log.lock().unwrap().clone();
+    assert!(
+        targets.windows(2).all(|w| w[0] < w[1]),
+        "targets increase: one leader at a time"
+    );
+}
