@@ -20,7 +20,13 @@ static PASSED: AtomicU64 = AtomicU64::new(0);
 static FAILED: AtomicU64 = AtomicU64::new(0);
 
 /// Crates that carry loom models (tests written with `journal_sync::model`).
-const LOOM_CRATES: &[&str] = &["journal-sync", "journal-vfs", "iclog", "jbd-batch"];
+const LOOM_CRATES: &[&str] = &[
+    "journal-sync",
+    "journal-vfs",
+    "iclog",
+    "jbd-batch",
+    "segment-recycler",
+];
 
 fn cargo() -> Command {
     Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
