@@ -264,3 +264,10 @@ pub fn parse_record(buf: &[u8], expected: Lsn, max_payload: usize, align: u64) -
         size: record_size(len, align),
     })
 }
+
+/// The header at the start of `buf` if it carries the record magic (no
+/// other check): a cheap probe for scanners looking for record starts.
+pub fn peek_header(buf: &[u8]) -> Option<RecordHeader> {
+    let (h, _) = RecordHeader::read_from_prefix(buf).ok()?;
+    (h.magic.get() == MAGIC).then_some(h)
+}

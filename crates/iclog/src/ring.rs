@@ -326,6 +326,19 @@ impl Ring {
         }
     }
 
+    /// The caller moved the tail to `tail` and made everything it depends
+    /// on stable itself (there was no log write to carry the flush): the
+    /// tail is recorded as flushed and no PREFLUSH is owed.
+    pub fn note_tail_flushed(&self, tail: Lsn) {
+        let mut st = self.inner.state.lock();
+        if tail > st.tail_lsn {
+            st.tail_lsn = tail;
+        }
+        if tail > st.flushed_tail {
+            st.flushed_tail = tail;
+        }
+    }
+
     /// Whether a tail move is still waiting for its flushed log write.
     pub fn tail_move_pending(&self) -> bool {
         self.inner.state.lock().tail_moved

@@ -1,0 +1,190 @@
+//! The journal's errors: typed, with context, `#[non_exhaustive]`.
+
+use iclog::Lsn;
+use journal_vfs::VfsError;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// A failed journal operation.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Error {
+    /// A filesystem call failed (the error names the call and the path).
+    Io(Arc<VfsError>),
+    /// The segment store failed (carries the path and segment number).
+    Segment(Arc<segment_recycler::Error>),
+    /// An earlier write or sync failed: the journal accepts nothing more.
+    /// Carries the first failure. Nothing unsynced was acknowledged and no
+    /// sync is retried; reopen the journal to recover what is durable.
+    Poisoned(Arc<Error>),
+    /// A record larger than [`crate::Options::max_record_size`]; nothing was
+    /// written.
+    RecordTooLarge {
+        /// Its size.
+        len: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// The directory is locked by another open journal (in this process or
+    /// another).
+    Locked {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// The directory does not exist and creation was not asked for.
+    NotFound {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// The directory holds something that is not this journal format.
+    NotAJournal {
+        /// The offending file or directory.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// A file written by a newer (or unknown) format version.
+    UnsupportedVersion {
+        /// The file.
+        path: PathBuf,
+        /// The version found.
+        found: u16,
+    },
+    /// Recovery found a bad record followed by valid current records:
+    /// corruption in the middle of the log, not a torn tail.
+    Corruption {
+        /// Where the bad record is.
+        lsn: Lsn,
+        /// The segment holding it.
+        segment: u64,
+        /// What the parser found.
+        detail: String,
+    },
+    /// Invalid options.
+    InvalidOptions(String),
+    /// Options that contradict what the journal on disk was created with.
+    OptionMismatch {
+        /// Which option.
+        option: &'static str,
+        /// The value on disk.
+        on_disk: u64,
+        /// The value given.
+        given: u64,
+    },
+    /// An LSN that was not appended yet.
+    LsnNotAppended {
+        /// The LSN.
+        lsn: Lsn,
+        /// The end of the appended log.
+        head: Lsn,
+    },
+    /// An LSN below the log tail (checkpointed away) or not at an entry.
+    LsnNotInLog {
+        /// The LSN.
+        lsn: Lsn,
+        /// The tail (redo position).
+        tail: Lsn,
+    },
+    /// The journal was closed.
+    Closed,
+}
+
+impl Error {
+    /// The first cause, looking through [`Error::Poisoned`].
+    pub fn root(&self) -> &Error {
+        match self {
+            Error::Poisoned(e) => e.root(),
+            e => e,
+        }
+    }
+
+    /// The OS error number behind this error, if there is one.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self.root() {
+            Error::Io(e) => e.raw_os_error(),
+            Error::Segment(e) => match &**e {
+                segment_recycler::Error::Io { source, .. } => source.raw_os_error(),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+impl From<VfsError> for Error {
+    fn from(e: VfsError) -> Self {
+        Error::Io(Arc::new(e))
+    }
+}
+
+impl From<segment_recycler::Error> for Error {
+    fn from(e: segment_recycler::Error) -> Self {
+        Error::Segment(Arc::new(e))
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Io(e) => write!(f, "{e}"),
+            Error::Segment(e) => write!(f, "{e}"),
+            Error::Poisoned(e) => write!(f, "journal is poisoned by an earlier failure: {e}"),
+            Error::RecordTooLarge { len, max } => {
+                write!(f, "record of {len} bytes exceeds the maximum of {max}")
+            }
+            Error::Locked { dir } => write!(
+                f,
+                "{} is locked by another open journal",
+                dir.display()
+            ),
+            Error::NotFound { dir } => write!(f, "{}: no such journal directory", dir.display()),
+            Error::NotAJournal { path, reason } => {
+                write!(f, "{}: not a journal: {reason}", path.display())
+            }
+            Error::UnsupportedVersion { path, found } => write!(
+                f,
+                "{}: format version {found} is newer than this build supports",
+                path.display()
+            ),
+            Error::Corruption {
+                lsn,
+                segment,
+                detail,
+            } => write!(
+                f,
+                "corrupt record at LSN {lsn} (segment {segment}) followed by valid records: {detail}"
+            ),
+            Error::InvalidOptions(m) => write!(f, "invalid options: {m}"),
+            Error::OptionMismatch {
+                option,
+                on_disk,
+                given,
+            } => write!(
+                f,
+                "option {option} is {given} but the journal was created with {on_disk}"
+            ),
+            Error::LsnNotAppended { lsn, head } => {
+                write!(f, "LSN {lsn} has not been appended (head is {head})")
+            }
+            Error::LsnNotInLog { lsn, tail } => {
+                write!(f, "LSN {lsn} is not in the log (tail is {tail})")
+            }
+            Error::Closed => f.write_str("journal is closed"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io(e) => Some(&**e),
+            Error::Segment(e) => Some(&**e),
+            Error::Poisoned(e) => Some(&**e),
+            _ => None,
+        }
+    }
+}
+
+/// The result type of journal operations.
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,615 @@
+//! The Journal facade.
+
+use crate::control::{read_control, Control, ControlFile};
+use crate::device::{Device, SharedDevice};
+use crate::reader::LogReader;
+use crate::recovery::{self, RecoveryReport};
+use crate::{Error, Metrics, Options, Result};
+use iclog::{Lsn, Ring};
+use jbd_batch::Batcher;
+use journal_sync::{Mutex, StatCounter};
+use journal_vfs::{DirLock, OpenOptions, OsVfs, Vfs};
+use segment_recycler::{JournalId, SegmentStore, StartupReport, Worker};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// How far [`Journal::force`] goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForceMode {
+    /// Start writing the record (do not wait for durability).
+    Written,
+    /// Return when the record is durable.
+    Durable,
+}
+
+/// What a checkpoint did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointReport {
+    /// The new log tail (redo position).
+    pub redo_lsn: Lsn,
+    /// Segments recycled: `(old number, new number)`.
+    pub recycled: Vec<(u64, u64)>,
+    /// Segments removed.
+    pub removed: Vec<u64>,
+}
+
+/// The error type the batcher hands to every waiter of a failed group.
+type SharedError = Arc<Error>;
+
+struct Inner {
+    vfs: Arc<dyn Vfs>,
+    dir: PathBuf,
+    options: Options,
+    ring: Arc<Ring>,
+    batcher: Batcher<Lsn, SharedError>,
+    device: Arc<Device>,
+    store: SegmentStore,
+    control: Mutex<ControlFile>,
+    poison: Mutex<Option<Arc<Error>>>,
+    closed: Mutex<bool>,
+    recovery: RecoveryReport,
+    startup: StartupReport,
+    commits: StatCounter,
+    already_durable: StatCounter,
+    worker: Mutex<Option<Worker>>,
+    _lock: DirLock,
+}
+
+/// A write-ahead journal in one directory. `Send + Sync`: share it with
+/// `Arc`. See the crate docs for the commit path and the failure rules.
+pub struct Journal {
+    inner: Inner,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("dir", &self.inner.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+fn new_journal_id() -> JournalId {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut rng = journal_vfs::SplitMix64::new(nanos ^ ((std::process::id() as u64) << 32));
+    let mut id = [0u8; 16];
+    rng.fill(&mut id);
+    id
+}
+
+impl Journal {
+    /// Opens the journal in `dir` on the real filesystem, creating it if
+    /// `options.create_if_missing`; recovers it otherwise.
+    pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Journal> {
+        Self::open_with(Arc::new(OsVfs::new()), dir, options)
+    }
+
+    /// Like [`Journal::open`], on any filesystem (a `SimVfs` in tests).
+    pub fn open_with(
+        vfs: Arc<dyn Vfs>,
+        dir: impl AsRef<Path>,
+        options: Options,
+    ) -> Result<Journal> {
+        options.validate()?;
+        let dir = dir.as_ref().to_path_buf();
+        if !vfs.exists(&dir)? {
+            if !options.create_if_missing {
+                return Err(Error::NotFound { dir });
+            }
+            vfs.create_dir_all(&dir)?;
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                vfs.sync_dir(parent)?;
+            }
+        }
+        let lock = vfs.lock_dir(&dir).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                Error::Locked { dir: dir.clone() }
+            } else {
+                e.into()
+            }
+        })?;
+
+        let control = match read_control(&*vfs, &dir)? {
+            Some(c) => {
+                if c.segment_size != options.segment_size {
+                    return Err(Error::OptionMismatch {
+                        option: "segment_size",
+                        on_disk: c.segment_size,
+                        given: options.segment_size,
+                    });
+                }
+                if c.alignment != options.alignment {
+                    return Err(Error::OptionMismatch {
+                        option: "alignment",
+                        on_disk: c.alignment,
+                        given: options.alignment,
+                    });
+                }
+                ControlFile::open(&*vfs, &dir, c)?
+            }
+            None => {
+                if !options.create_if_missing {
+                    return Err(Error::NotAJournal {
+                        path: dir.clone(),
+                        reason: "no control file".into(),
+                    });
+                }
+                let found = segment_recycler::scan(&*vfs, &dir)?;
+                if let Some(s) = found.segments.first() {
+                    return Err(Error::NotAJournal {
+                        path: s.path.clone(),
+                        reason: "segment files without a control file".into(),
+                    });
+                }
+                let first = Control {
+                    seq: 0,
+                    journal_id: new_journal_id(),
+                    segment_size: options.segment_size,
+                    redo_lsn: Lsn(0),
+                    scan_lsn: Lsn(0),
+                    alignment: options.alignment,
+                    inflight_window: options.inflight_window(),
+                };
+                ControlFile::create(&*vfs, &dir, first)?
+            }
+        };
+        let mut control = control;
+        let c = control.current();
+        let (store, startup) =
+            SegmentStore::open(vfs.clone(), &dir, options.store(), c.journal_id)?;
+
+        // Recovery.
+        let window = c.inflight_window.max(options.inflight_window());
+        let mut reader = LogReader::new(vfs.clone(), &dir, options.segment_size, options.alignment);
+        let mut report = recovery::scan(&mut reader, c.scan_lsn, options.recovery_mode, window)?;
+        let leftovers = recovery::in_flight_leftovers(&mut reader, report.end_lsn, window)?;
+        let device = Arc::new(Device::new(store.clone(), options.sync_method, 0));
+        let mut touched = std::collections::BTreeSet::new();
+        for lsn in &leftovers {
+            let (seg, off) = device.locate(*lsn);
+            if let Some(f) = store.existing(seg) {
+                f.write_at(&[0u8; iclog::format::HEADER_SIZE], off)?;
+                touched.insert(seg);
+            }
+        }
+        for seg in touched {
+            if let Some(f) = store.existing(seg) {
+                f.sync_data()?;
+            }
+        }
+        report.cleared = leftovers;
+        if window > c.inflight_window {
+            control.write(Control {
+                inflight_window: window,
+                ..c
+            })?;
+        }
+
+        let end = report.end_lsn;
+        let (head_seg, _) = device.locate(end);
+        store.set_head(head_seg);
+        let worker = if options.background_preallocation {
+            Some(store.start_worker())
+        } else {
+            store.prepare_ahead()?;
+            None
+        };
+        let ring = Arc::new(
+            Ring::new(
+                options.iclog(),
+                Box::new(SharedDevice(device.clone())),
+                end,
+                c.redo_lsn,
+            )
+            .map_err(|e| Error::InvalidOptions(e.to_string()))?,
+        );
+        let r2 = ring.clone();
+        let batcher = Batcher::new(options.batch(), move |lsn: Lsn| {
+            r2.force(lsn).map_err(|e| Arc::new(ring_error(e)))
+        });
+        Ok(Journal {
+            inner: Inner {
+                vfs,
+                dir,
+                options,
+                ring,
+                batcher,
+                device,
+                store,
+                control: Mutex::new(control),
+                poison: Mutex::new(None),
+                closed: Mutex::new(false),
+                recovery: report,
+                startup,
+                commits: StatCounter::new(),
+                already_durable: StatCounter::new(),
+                worker: Mutex::new(worker),
+                _lock: lock,
+            },
+        })
+    }
+
+    /// The journal directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The options it was opened with.
+    pub fn options(&self) -> &Options {
+        &self.inner.options
+    }
+
+    /// The filesystem it runs on (to open data files to register).
+    pub fn vfs(&self) -> &Arc<dyn Vfs> {
+        &self.inner.vfs
+    }
+
+    /// What recovery found when the journal was opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.inner.recovery
+    }
+
+    /// What the segment store found when the journal was opened.
+    pub fn startup_report(&self) -> &StartupReport {
+        &self.inner.startup
+    }
+
+    fn check(&self) -> Result<()> {
+        if let Some(e) = &*self.inner.poison.lock() {
+            return Err(Error::Poisoned(e.clone()));
+        }
+        if *self.inner.closed.lock() {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    /// Records `e` as the journal's first failure (if it is the first) and
+    /// returns the error every caller sees from now on.
+    fn poison(&self, e: Error) -> Error {
+        if let Error::Poisoned(_) = e {
+            return e;
+        }
+        let mut p = self.inner.poison.lock();
+        let first = p.get_or_insert_with(|| Arc::new(e)).clone();
+        Error::Poisoned(first)
+    }
+
+    /// Appends a record and returns its LSN. In memory only until
+    /// [`Journal::commit`] or [`Journal::force`].
+    pub fn append(&self, record: &[u8]) -> Result<Lsn> {
+        self.check()?;
+        let max = self.inner.options.max_record();
+        if record.len() > max {
+            return Err(Error::RecordTooLarge {
+                len: record.len(),
+                max,
+            });
+        }
+        self.inner
+            .ring
+            .append(record)
+            .map_err(|e| self.poison(ring_error(e)))
+    }
+
+    /// Returns once the record at `lsn` is durable, group-committed with
+    /// concurrent committers through jbd-batch.
+    pub fn commit(&self, lsn: Lsn) -> Result<()> {
+        self.check()?;
+        let head = self.appended_lsn();
+        if lsn >= head {
+            return Err(Error::LsnNotAppended { lsn, head });
+        }
+        if lsn < self.durable_lsn() {
+            self.inner.already_durable.incr();
+            self.inner.commits.incr();
+            return Ok(());
+        }
+        let handle = self.inner.batcher.start();
+        self.stop(handle, lsn)
+    }
+
+    fn stop(&self, handle: jbd_batch::Handle<Lsn, SharedError>, lsn: Lsn) -> Result<()> {
+        match handle.stop_sync(lsn) {
+            Ok(d) => {
+                if d == jbd_batch::WaitDecision::AlreadyCommitted {
+                    self.inner.already_durable.incr();
+                }
+                self.inner.commits.incr();
+                Ok(())
+            }
+            Err(e) => Err(self.poison((*e).clone())),
+        }
+    }
+
+    /// Appends a record and returns once it is durable. The committer holds
+    /// a batching handle across its append, so concurrent committers see it
+    /// and may join its group.
+    pub fn append_durable(&self, record: &[u8]) -> Result<Lsn> {
+        self.check()?;
+        let handle = self.inner.batcher.start();
+        let lsn = self.append(record)?;
+        self.stop(handle, lsn)?;
+        Ok(lsn)
+    }
+
+    /// Forces the log up to `lsn`: [`ForceMode::Written`] starts the write,
+    /// [`ForceMode::Durable`] returns when it is durable. No batching.
+    pub fn force(&self, lsn: Lsn, mode: ForceMode) -> Result<()> {
+        self.check()?;
+        let r = match mode {
+            ForceMode::Written => self.inner.ring.force_async(lsn),
+            ForceMode::Durable => self.inner.ring.force(lsn),
+        };
+        r.map_err(|e| match ring_error(e) {
+            e @ Error::LsnNotAppended { .. } => e,
+            e => self.poison(e),
+        })
+    }
+
+    /// Forces everything appended so far; returns the durable LSN.
+    pub fn force_all(&self) -> Result<Lsn> {
+        self.check()?;
+        self.inner
+            .ring
+            .force_all()
+            .map_err(|e| self.poison(ring_error(e)))
+    }
+
+    /// Every record below this LSN is durable.
+    pub fn durable_lsn(&self) -> Lsn {
+        self.inner.ring.durable_lsn()
+    }
+
+    /// The end of everything appended so far.
+    pub fn appended_lsn(&self) -> Lsn {
+        self.inner.ring.appended_lsn()
+    }
+
+    /// The log tail: recovery starts here.
+    pub fn redo_lsn(&self) -> Lsn {
+        self.inner.control.lock().current().redo_lsn
+    }
+
+    /// Registers a data file (opened read-only through the journal's
+    /// filesystem): it is fdatasynced before the first durable log write
+    /// after each checkpoint, so data pages written before a checkpoint are
+    /// stable before the log forgets the records that describe them.
+    pub fn register_data_file(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.check()?;
+        let f = self.inner.vfs.open(path.as_ref(), OpenOptions::read())?;
+        self.inner.device.register_data_file(f.into());
+        Ok(())
+    }
+
+    /// Moves the log tail to `redo`: records below it are no longer needed
+    /// once the data files are stable. The data-file flush starts at once
+    /// on another thread and is joined by the next durable log write, which
+    /// carries NEED_FLUSH (or here, if nothing is waiting to be written).
+    /// Then the new tail is written to the control file and segments wholly
+    /// below it are recycled.
+    pub fn checkpoint(&self, redo: Lsn) -> Result<CheckpointReport> {
+        self.check()?;
+        let mut control = self.inner.control.lock();
+        let current = control.current();
+        let head = self.appended_lsn();
+        if redo > head {
+            return Err(Error::LsnNotAppended { lsn: redo, head });
+        }
+        if redo < current.redo_lsn {
+            return Err(Error::LsnNotInLog {
+                lsn: redo,
+                tail: current.redo_lsn,
+            });
+        }
+        let ring = &self.inner.ring;
+        let device = &self.inner.device;
+        let result = (|| {
+            device.start_data_flush();
+            if ring.durable_lsn() < head {
+                ring.note_tail_moved(redo);
+                ring.force_all().map_err(ring_error)?;
+            }
+            // The forced write joined the flush; if there was nothing to
+            // write (or it raced), join it here.
+            device.finish_data_flush()?;
+            ring.note_tail_flushed(redo);
+            let scan = self.record_start(current.scan_lsn, redo)?;
+            control.write(Control {
+                redo_lsn: redo,
+                scan_lsn: scan,
+                ..current
+            })?;
+            let (redo_seg, _) = device.locate(scan);
+            let r = self.inner.store.recycle(redo_seg)?;
+            Ok(CheckpointReport {
+                redo_lsn: redo,
+                recycled: r.recycled,
+                removed: r.removed,
+            })
+        })();
+        result.map_err(|e| self.poison(e))
+    }
+
+    /// The start of the (durable) record holding `lsn`, found by following
+    /// records from `from`; the end of the log if `lsn` is at or past it.
+    fn record_start(&self, from: Lsn, lsn: Lsn) -> Result<Lsn> {
+        let o = &self.inner.options;
+        let mut reader = LogReader::new(
+            self.inner.vfs.clone(),
+            &self.inner.dir,
+            o.segment_size,
+            o.alignment,
+        );
+        let mut pos = from;
+        while let Some((_, end)) = reader.record(pos)? {
+            if lsn < end {
+                break;
+            }
+            pos = end;
+        }
+        Ok(pos)
+    }
+
+    /// Iterates over the entries with LSN at or after `lsn`, up to the
+    /// durable LSN, reading the segment files: `(lsn, bytes)` for replay.
+    pub fn read_from(&self, lsn: Lsn) -> Result<ReadIter> {
+        self.check()?;
+        let control = self.inner.control.lock().current();
+        let redo = control.redo_lsn;
+        if lsn < redo {
+            return Err(Error::LsnNotInLog { lsn, tail: redo });
+        }
+        let redo = control.scan_lsn;
+        let o = &self.inner.options;
+        Ok(ReadIter {
+            reader: LogReader::new(
+                self.inner.vfs.clone(),
+                &self.inner.dir,
+                o.segment_size,
+                o.alignment,
+            ),
+            pos: redo,
+            from: lsn,
+            end: self.durable_lsn(),
+            pending: Vec::new().into_iter(),
+            failed: false,
+        })
+    }
+
+    /// A snapshot of the counters.
+    pub fn metrics(&self) -> Metrics {
+        let b = self.inner.batcher.stats();
+        let r = self.inner.ring.stats();
+        let s = self.inner.store.stats();
+        let v = self.inner.vfs.counters();
+        let d = &self.inner.device.stats;
+        Metrics {
+            commits: self.inner.commits.get(),
+            groups: b.groups,
+            avg_group_size: b.avg_group_size(),
+            group_sizes: b.group_sizes,
+            commits_already_durable: self.inner.already_durable.get(),
+            log_syncs: d.log_syncs.get(),
+            dsync_writes: d.dsync_writes.get(),
+            data_preflushes: d.data_preflushes.get(),
+            dir_fsyncs: v.dir_fsyncs,
+            frontier_fallbacks: s.frontier_fallbacks,
+            device_syncs: v.syncs(),
+            bytes_written: r.bytes_written,
+            padding_bytes: r.padding_bytes,
+            log_writes: r.writes,
+            log_writes_fua: r.writes_fua,
+            log_writes_preflush: r.writes_preflush,
+            noiclog_waits: r.noiclog_waits,
+            batch_waits_skipped_lone: b.skipped_lone,
+            batch_waits_skipped_last_writer: b.skipped_last_writer,
+            batch_waits_taken: b.waits_taken,
+            batch_wait_ns: b.wait_ns,
+            avg_commit_ns: b.avg_commit_ns,
+            prealloc_stalls: s.stalls,
+            segments_created: s.created,
+            segments_recycled: s.recycled,
+            segments_removed: s.removed,
+            checkpoints: s.checkpoints,
+        }
+    }
+
+    /// The segment store (segments, frontier).
+    pub fn segments(&self) -> Vec<u64> {
+        self.inner.store.segments()
+    }
+
+    /// The durability frontier of the segment store.
+    pub fn frontier(&self) -> Option<u64> {
+        self.inner.store.frontier()
+    }
+
+    /// Forces everything appended, stops the preallocation worker, and
+    /// closes the journal (the directory lock is released on drop). Later
+    /// calls return [`Error::Closed`].
+    pub fn close(&self) -> Result<Lsn> {
+        self.check()?;
+        let end = self.force_all()?;
+        *self.inner.closed.lock() = true;
+        self.inner.worker.lock().take();
+        Ok(end)
+    }
+}
+
+fn ring_error(e: iclog::Error) -> Error {
+    match e {
+        iclog::Error::EntryTooLarge { len, max } => Error::RecordTooLarge { len, max },
+        iclog::Error::LsnBeyondHead { lsn, head } => Error::LsnNotAppended { lsn, head },
+        iclog::Error::Poisoned(d) => match d.inner().downcast_ref::<Error>() {
+            Some(e) => e.clone(),
+            None => Error::Io(Arc::new(journal_vfs::VfsError::new(
+                journal_vfs::Op::Write,
+                Path::new("<log device>"),
+                std::io::Error::other(d.to_string()),
+            ))),
+        },
+        other => Error::InvalidOptions(other.to_string()),
+    }
+}
+
+/// Iterator of [`Journal::read_from`]: `(lsn, bytes)` of each entry.
+pub struct ReadIter {
+    reader: LogReader,
+    pos: Lsn,
+    from: Lsn,
+    end: Lsn,
+    pending: std::vec::IntoIter<(Lsn, Vec<u8>)>,
+    failed: bool,
+}
+
+impl std::fmt::Debug for ReadIter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadIter")
+            .field("pos", &self.pos)
+            .field("end", &self.end)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Iterator for ReadIter {
+    type Item = Result<(Lsn, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(e) = self.pending.next() {
+                return Some(Ok(e));
+            }
+            if self.failed || self.pos >= self.end {
+                return None;
+            }
+            match self.reader.record(self.pos) {
+                Ok(Some((entries, next))) => {
+                    let from = self.from;
+                    self.pending = entries
+                        .into_iter()
+                        .filter(|(l, _)| *l >= from)
+                        .collect::<Vec<_>>()
+                        .into_iter();
+                    self.pos = next;
+                }
+                Ok(None) => {
+                    self.failed = true;
+                    let seg = self.reader.segment_of(self.pos);
+                    return Some(Err(Error::Corruption {
+                        lsn: self.pos,
+                        segment: seg,
+                        detail: "no valid record below the durable LSN".into(),
+                    }));
+                }
+                Err(e) => {
+                    self.failed = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! Options of [`crate::Journal::open`], with documented defaults.
+
+use crate::Error;
+use iclog::FlushPolicy;
+use jbd_batch::BatchPolicy;
+use journal_vfs::Prealloc;
+use segment_recycler::RecyclePolicy;
+use std::time::Duration;
+
+/// How a FUA write of the log is made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncMethod {
+    /// `pwrite` + `fdatasync` (default; PostgreSQL's `fdatasync`).
+    #[default]
+    Fdatasync,
+    /// `pwritev2(RWF_DSYNC)`: the write itself is durable (PostgreSQL's
+    /// `open_datasync`), falling back to `pwrite` + `fdatasync` where the
+    /// kernel refuses the flag.
+    Dsync,
+    /// `pwrite` + `fsync`.
+    Fsync,
+}
+
+/// How recovery treats a bad record (see the crate docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecoveryMode {
+    /// Default. A bad record at the head, with no valid current record
+    /// beyond the in-flight window after it, is a torn write: cut off and
+    /// reported. A bad record followed by valid current records beyond that
+    /// window is corruption: an error naming the LSN.
+    #[default]
+    TolerateTornTail,
+    /// Any bad (torn or corrupt) record is an error.
+    AbsoluteConsistency,
+    /// Corruption is skipped to the next valid current record and each
+    /// skipped range is reported. A torn tail is cut as in the default mode.
+    SkipCorrupt,
+}
+
+/// Everything [`crate::Journal::open`] can be told. `Options::default()`
+/// is a sensible production configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Create the directory and a new journal if there is none (default true).
+    pub create_if_missing: bool,
+    /// Bytes per segment file (default 16 MiB; power of two, 64 KiB–1 GiB).
+    /// Fixed when the journal is created.
+    pub segment_size: u64,
+    /// In-core log buffers (default 8; 2–8).
+    pub logbufs: usize,
+    /// Bytes per log buffer (default 256 KiB; 16 KiB–1 MiB; at most a
+    /// segment's data area).
+    pub logbsize: usize,
+    /// Record alignment (default 512; power of two, 1–4096). Fixed when the
+    /// journal is created.
+    pub alignment: u64,
+    /// How FUA log writes are made durable (default fdatasync).
+    pub sync_method: SyncMethod,
+    /// Commit batching policy (default adaptive).
+    pub batch_policy: BatchPolicy,
+    /// Lower bound of the adaptive batching window (default 0).
+    pub min_batch: Duration,
+    /// Upper bound of the adaptive batching window (default 15 ms; 0
+    /// disables batching waits).
+    pub max_batch: Duration,
+    /// When log writes carry PREFLUSH / FUA (default NEED flags, Linux 5.14).
+    pub flush_policy: FlushPolicy,
+    /// How checkpoints make recycled names durable (default batched).
+    pub recycle_policy: RecyclePolicy,
+    /// Zero-fill (default) or fallocate new segments.
+    pub prealloc: Prealloc,
+    /// Segments prepared ahead of the writer (default 2).
+    pub preallocate_ahead: u64,
+    /// Most segment files kept (default 64).
+    pub max_segments: u64,
+    /// How recovery treats bad records (default tolerate a torn tail).
+    pub recovery_mode: RecoveryMode,
+    /// Largest record accepted by `append` (default: the most a log buffer
+    /// holds, `logbsize - 52`).
+    pub max_record_size: Option<usize>,
+    /// Prepare segments ahead on a background thread (default true). When
+    /// false, segments are prepared at open and the writer creates the rest
+    /// itself (counted as stalls): for single-threaded embedders and loom.
+    pub background_preallocation: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            create_if_missing: true,
+            segment_size: 16 << 20,
+            logbufs: 8,
+            logbsize: 256 << 10,
+            alignment: 512,
+            sync_method: SyncMethod::Fdatasync,
+            batch_policy: BatchPolicy::Adaptive,
+            min_batch: Duration::ZERO,
+            max_batch: Duration::from_millis(15),
+            flush_policy: FlushPolicy::NeedFlags,
+            recycle_policy: RecyclePolicy::Batched,
+            prealloc: Prealloc::ZeroFill,
+            preallocate_ahead: 2,
+            max_segments: 64,
+            recovery_mode: RecoveryMode::TolerateTornTail,
+            max_record_size: None,
+            background_preallocation: true,
+        }
+    }
+}
+
+impl Options {
+    pub(crate) fn iclog(&self) -> iclog::Config {
+        iclog::Config {
+            logbufs: self.logbufs,
+            logbsize: self.logbsize,
+            alignment: self.alignment,
+            flush_policy: self.flush_policy,
+        }
+    }
+
+    pub(crate) fn store(&self) -> segment_recycler::StoreConfig {
+        segment_recycler::StoreConfig {
+            segment_size: self.segment_size,
+            prealloc: self.prealloc,
+            preallocate_ahead: self.preallocate_ahead,
+            max_segments: self.max_segments,
+            recycle_policy: self.recycle_policy,
+        }
+    }
+
+    pub(crate) fn batch(&self) -> jbd_batch::BatchConfig {
+        jbd_batch::BatchConfig {
+            policy: self.batch_policy,
+            min_batch: self.min_batch,
+            max_batch: self.max_batch,
+            ..jbd_batch::BatchConfig::default()
+        }
+    }
+
+    /// The largest record `append` accepts.
+    pub fn max_record(&self) -> usize {
+        self.max_record_size
+            .unwrap_or_else(|| self.iclog().max_entry_size())
+    }
+
+    /// Bytes that may be in flight (written, not yet durable) at a crash:
+    /// every buffer of the ring.
+    pub fn inflight_window(&self) -> u64 {
+        (self.logbufs * self.logbsize) as u64
+    }
+
+    /// Checks every option and their combinations.
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |m: String| Err(Error::InvalidOptions(m));
+        if let Err(e) = self.iclog().validate() {
+            return bad(e.to_string());
+        }
+        if let Err(e) = self.store().validate() {
+            return bad(e.to_string());
+        }
+        if self.logbsize as u64 > self.store().data_size() {
+            return bad(format!(
+                "logbsize {} exceeds the {} data bytes of a {}-byte segment",
+                self.logbsize,
+                self.store().data_size(),
+                self.segment_size
+            ));
+        }
+        if self.min_batch > self.max_batch {
+            return bad(format!(
+                "min_batch {:?} exceeds max_batch {:?}",
+                self.min_batch, self.max_batch
+            ));
+        }
+        let max = self.iclog().max_entry_size();
+        match self.max_record_size {
+            Some(0) => bad("max_record_size must be at least 1".into()),
+            Some(m) if m > max => bad(format!(
+                "max_record_size {m} exceeds what a {}-byte log buffer holds ({max})",
+                self.logbsize
+            )),
+            _ => Ok(()),
+        }
+    }
+}
