@@ -46,12 +46,13 @@
 //! for data: each log record carries its own LSN, and an LSN in segment `n`
 //! lies in `[n·D, (n+1)·D)` (`D` = data bytes per segment), so an old record
 //! read at a new position has the wrong LSN and ends the log there. The
-//! header carries the segment's number: at startup, a header with an
-//! *older* number than the name (a crash between a rename and its header
-//! rewrite) or an all-zero header marks a segment that holds no durable
-//! data; its header is rewritten and reported. A header with a *later*
-//! number, a bad magic or checksum, another journal's id, another segment
-//! size or a newer version is a typed error.
+//! header carries the segment's number: at startup, an all-zero header, or
+//! one whose number differs from the name's (a recycle cut short by a
+//! crash: the header rewrite was lost, or the rename was), marks a segment
+//! whose contents are stale — a segment is only recycled once it lies
+//! wholly below a tail that was made durable first — so its header is
+//! rewritten and reported. A bad magic or checksum, another journal's id,
+//! another segment size or a newer version is a typed error.
 //!
 //! # Startup
 //!

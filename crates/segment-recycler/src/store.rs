@@ -97,9 +97,9 @@ pub struct StartupReport {
     pub removed_temporaries: Vec<String>,
     /// Missing numbers between the lowest and highest segment.
     pub gaps: Vec<u64>,
-    /// Segments whose header was lost (zeros) or not yet rewritten after a
-    /// recycle (an older number): their contents are stale; their header
-    /// was rewritten.
+    /// Segments whose header was lost (zeros) or carries another number (a
+    /// recycle cut short by a crash): their contents are stale; their
+    /// header was rewritten.
     pub reinitialized: Vec<u64>,
 }
 
@@ -239,15 +239,12 @@ impl SegmentStore {
                             found: h.segment_size.get(),
                         });
                     }
-                    let hn = h.segment_no.get();
-                    if hn > n {
-                        return Err(Error::BadHeader {
-                            path: s.path.clone(),
-                            segment: n,
-                            reason: "header names a later segment than the file name",
-                        });
-                    }
-                    hn < n
+                    // A number other than the name's is a recycle cut short
+                    // by a crash: an older one, the header rewrite was lost;
+                    // a later one, the rename was lost. Either way the data
+                    // is stale (recycled segments lie wholly below a tail
+                    // that was made durable before the recycle began).
+                    h.segment_no.get() != n
                 }
                 HeaderCheck::Zeroes => true,
                 HeaderCheck::UnsupportedVersion(v) => {

@@ -1,0 +1,113 @@
+//! The fault matrix: EIO and ENOSPC injected at every I/O call site in
+//! turn. The error surfaces, the journal is poisoned (every later call
+//! fails with the first cause, no sync is retried), and after a crash and
+//! reopen no acknowledged commit is lost.
+#![cfg(not(loom))]
+
+use journal_core::{Error, Journal, Lsn, Options, SyncMethod};
+use journal_tests::{open_sim, payload, small_options, verify};
+use journal_vfs::{CrashPolicy, Fault, Op, SimVfs};
+
+fn options(op: Op) -> Options {
+    Options {
+        // RWF_DSYNC writes are the FUA call site; fdatasync the others.
+        sync_method: if op == Op::FuaWrite {
+            SyncMethod::Dsync
+        } else {
+            SyncMethod::Fdatasync
+        },
+        background_preallocation: false,
+        // Few enough files that checkpoints remove segments as well as
+        // recycle them (all removed at 3: two kept ahead plus the head).
+        max_segments: if op == Op::Remove { 3 } else { 4 },
+        logbufs: 2,
+        ..small_options()
+    }
+}
+
+/// Commits records and checkpoints until the first error; returns what was
+/// acknowledged and the error.
+fn workload(j: &Journal) -> (Vec<(Lsn, Vec<u8>)>, Option<Error>) {
+    let mut acked = Vec::new();
+    for seq in 0..240u32 {
+        let p = payload(7, seq, 40 + (seq as usize * 211) % 3000);
+        match j.append_durable(&p) {
+            Ok(l) => acked.push((l, p)),
+            Err(e) => return (acked, Some(e)),
+        }
+        if seq % 60 == 59 {
+            if let Err(e) = j.checkpoint(acked[acked.len() - 20].0) {
+                return (acked, Some(e));
+            }
+        }
+    }
+    (acked, None)
+}
+
+#[test]
+fn every_call_site_fails_cleanly_and_loses_nothing_acknowledged() {
+    let sites = [
+        Op::Write,
+        Op::FuaWrite,
+        Op::SyncData,
+        Op::Sync,
+        Op::SyncDir,
+        Op::Create,
+        Op::Rename,
+        Op::Preallocate,
+        Op::Remove,
+    ];
+    let mut cases = 0;
+    for op in sites {
+        // How often the workload makes this call when nothing fails.
+        let clean = SimVfs::new();
+        let j = open_sim(&clean, options(op)).unwrap();
+        let before = clean.calls(op);
+        let (_, err) = workload(&j);
+        assert!(err.is_none(), "{op:?}: the clean run failed: {err:?}");
+        let calls = clean.calls(op) - before;
+        assert!(
+            calls > 0,
+            "{op:?}: the workload never reaches this call site"
+        );
+        let mut nths: Vec<u64> = (1..=calls.min(6)).collect();
+        nths.push(calls);
+        nths.push(calls / 2 + 1);
+        nths.dedup();
+        for nth in nths {
+            for (errno, fault) in [(5, Fault::eio(op, nth)), (28, Fault::enospc(op, nth))] {
+                let ctx = format!("{op:?} call {nth}/{calls} errno {errno}");
+                let vfs = SimVfs::new();
+                let j = open_sim(&vfs, options(op)).unwrap();
+                vfs.inject(fault);
+                let (acked, err) = workload(&j);
+                let err = err.unwrap_or_else(|| panic!("{ctx}: the fault did not surface"));
+                assert!(matches!(err, Error::Poisoned(_)), "{ctx}: {err:?}");
+                assert_eq!(err.raw_os_error(), Some(errno), "{ctx}: {err}");
+                // Poisoned for good: every later call fails with the first cause.
+                for later in [
+                    j.append(b"x").map(|_| ()),
+                    j.append_durable(b"x").map(|_| ()),
+                    j.force_all().map(|_| ()),
+                    j.checkpoint(Lsn(0)).map(|_| ()),
+                ] {
+                    let e = later.expect_err(&ctx);
+                    assert!(matches!(e, Error::Poisoned(_)), "{ctx}: {e:?}");
+                    assert_eq!(e.raw_os_error(), Some(errno), "{ctx}");
+                }
+                drop(j);
+                for policy in [
+                    CrashPolicy::DropUnsynced,
+                    CrashPolicy::TornSectors { seed: nth },
+                ] {
+                    let image = vfs.crash(policy);
+                    let j = open_sim(&image, options(op))
+                        .unwrap_or_else(|e| panic!("{ctx} {policy:?}: reopen failed: {e}"));
+                    verify(&j, &acked, &ctx);
+                }
+                cases += 1;
+            }
+        }
+    }
+    assert!(cases >= sites.len() * 4);
+}
