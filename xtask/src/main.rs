@@ -8,6 +8,8 @@
 //! - `cargo xtask loom [CRATE...]`: the loom models, in release mode with
 //!   `--cfg loom`, in their own target directory (`target/loom`), with
 //!   `LOOM_MAX_PREEMPTIONS` 2 unless the environment says otherwise.
+//! - `cargo xtask crash --minutes N`: the crash-consistency campaign for N
+//!   minutes (release build); prints how many crash states it checked.
 
 use std::env;
 use std::io::{BufRead, BufReader};
@@ -26,6 +28,7 @@ const LOOM_CRATES: &[&str] = &[
     "iclog",
     "jbd-batch",
     "segment-recycler",
+    "journal-tests",
 ];
 
 fn cargo() -> Command {
@@ -133,8 +136,33 @@ fn loom(crates: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+fn crash(args: &[String]) -> Result<(), String> {
+    let minutes: f64 = match args {
+        [] => 1.0,
+        [flag, n] if flag == "--minutes" => n
+            .parse()
+            .map_err(|_| format!("--minutes wants a number, got {n}"))?,
+        _ => return Err(usage()),
+    };
+    run_tests(
+        "crash campaign",
+        cargo()
+            .args([
+                "test",
+                "--release",
+                "--package",
+                "journal-tests",
+                "--test",
+                "crash_campaign",
+                "--",
+                "--nocapture",
+            ])
+            .env("JOURNAL_CRASH_SECONDS", (minutes * 60.0).to_string()),
+    )
+}
+
 fn usage() -> String {
-    "usage: cargo xtask <ci | test | loom [CRATE...]>".into()
+    "usage: cargo xtask <ci | test | loom [CRATE...] | crash [--minutes N]>".into()
 }
 
 fn main() -> ExitCode {
@@ -146,11 +174,12 @@ fn main() -> ExitCode {
             .and_then(|_| loom(&[])),
         Some("test") => test(),
         Some("loom") => loom(&args[1..]),
+        Some("crash") => crash(&args[1..]),
         _ => Err(usage()),
     };
     if matches!(
         args.first().map(String::as_str),
-        Some("ci" | "test" | "loom")
+        Some("ci" | "test" | "loom" | "crash")
     ) {
         summary(&args[0]);
     }

@@ -477,6 +477,13 @@ impl Journal {
             end: self.durable_lsn(),
             pending: Vec::new().into_iter(),
             failed: false,
+            skipped: self
+                .inner
+                .recovery
+                .skipped
+                .iter()
+                .map(|s| (s.0, s.1))
+                .collect(),
         })
     }
 
@@ -564,6 +571,8 @@ pub struct ReadIter {
     end: Lsn,
     pending: std::vec::IntoIter<(Lsn, Vec<u8>)>,
     failed: bool,
+    /// Corrupt ranges recovery skipped ([`crate::RecoveryMode::SkipCorrupt`]).
+    skipped: Vec<(Lsn, Lsn)>,
 }
 
 impl std::fmt::Debug for ReadIter {
@@ -585,6 +594,10 @@ impl Iterator for ReadIter {
             }
             if self.failed || self.pos >= self.end {
                 return None;
+            }
+            if let Some(&(_, next)) = self.skipped.iter().find(|s| s.0 == self.pos) {
+                self.pos = next;
+                continue;
             }
             match self.reader.record(self.pos) {
                 Ok(Some((entries, next))) => {

@@ -1,0 +1,247 @@
+//! Bad input gets a clear, typed error and loses nothing.
+#![cfg(not(loom))]
+
+use journal_core::{Error, Journal, Lsn, Options, CONTROL_FILE};
+use journal_tests::{open_sim, payload, replay, sim_dir, small_options};
+use journal_vfs::{OpenOptions, SimVfs, TempDir, Vfs};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+#[test]
+fn a_record_over_the_maximum_is_refused_and_nothing_is_written() {
+    let vfs = SimVfs::new();
+    let opts = Options {
+        max_record_size: Some(1000),
+        ..small_options()
+    };
+    let j = open_sim(&vfs, opts).unwrap();
+    let before = j.appended_lsn();
+    match j.append(&[0u8; 1001]) {
+        Err(Error::RecordTooLarge {
+            len: 1001,
+            max: 1000,
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        j.append_durable(&[0u8; 5000]),
+        Err(Error::RecordTooLarge { .. })
+    ));
+    assert_eq!(j.appended_lsn(), before);
+    j.append_durable(&[1u8; 1000]).unwrap(); // not poisoned
+}
+
+#[test]
+fn a_directory_locked_by_another_journal_is_refused() {
+    let vfs = SimVfs::new();
+    let _j = open_sim(&vfs, small_options()).unwrap();
+    assert!(matches!(
+        open_sim(&vfs, small_options()),
+        Err(Error::Locked { .. })
+    ));
+}
+
+#[test]
+fn a_directory_locked_by_another_process_is_refused() {
+    let tmp = TempDir::new("locked").unwrap();
+    let dir = tmp.path().join("wal");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_journal-child"))
+        .arg(&dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    lines.next().unwrap().unwrap(); // the child has the journal open
+    let r = Journal::open(&dir, small_options());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    match r {
+        Err(Error::Locked { dir: d }) => assert_eq!(d, dir),
+        other => panic!("{other:?}"),
+    }
+    Journal::open(&dir, small_options()).unwrap(); // free again once it died
+}
+
+fn control_bytes(vfs: &SimVfs) -> Vec<u8> {
+    vfs.live_contents(&sim_dir().join(CONTROL_FILE)).unwrap()
+}
+
+fn write_control(vfs: &SimVfs, bytes: &[u8]) {
+    let f = vfs
+        .open(&sim_dir().join(CONTROL_FILE), OpenOptions::write())
+        .unwrap();
+    f.write_at(bytes, 0).unwrap();
+}
+
+#[test]
+fn a_newer_format_version_is_refused_and_nothing_is_modified() {
+    let vfs = SimVfs::new();
+    let j = open_sim(&vfs, small_options()).unwrap();
+    j.append_durable(&payload(1, 1, 100)).unwrap();
+    drop(j);
+    let mut c = control_bytes(&vfs);
+    for slot in [0usize, 512] {
+        if c[slot..slot + 4] == *b"JCTL" {
+            c[slot + 4..slot + 6].copy_from_slice(&2u16.to_le_bytes());
+            let crc = crc32c::crc32c(&c[slot..slot + 76]);
+            c[slot + 76..slot + 80].copy_from_slice(&crc.to_le_bytes());
+        }
+    }
+    write_control(&vfs, &c);
+    let seg = vfs
+        .live_contents(&sim_dir().join("0000000000000000.seg"))
+        .unwrap();
+    match open_sim(&vfs, small_options()) {
+        Err(Error::UnsupportedVersion { found: 2, .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(control_bytes(&vfs), c, "nothing modified");
+    assert_eq!(
+        vfs.live_contents(&sim_dir().join("0000000000000000.seg"))
+            .unwrap(),
+        seg
+    );
+}
+
+#[test]
+fn foreign_files_are_refused() {
+    // A control file that is not ours.
+    let vfs = SimVfs::new();
+    drop(open_sim(&vfs, small_options()).unwrap());
+    write_control(&vfs, &[0x42; 1024]);
+    assert!(matches!(
+        open_sim(&vfs, small_options()),
+        Err(Error::NotAJournal { .. })
+    ));
+    // Segment files without a control file.
+    let vfs = SimVfs::new();
+    open_sim(&vfs, small_options())
+        .unwrap()
+        .append_durable(b"x")
+        .unwrap();
+    vfs.remove_file(&sim_dir().join(CONTROL_FILE)).unwrap();
+    assert!(matches!(
+        open_sim(&vfs, small_options()),
+        Err(Error::NotAJournal { .. })
+    ));
+    // A segment of another journal.
+    let a = SimVfs::new();
+    let b = SimVfs::new();
+    open_sim(&a, small_options())
+        .unwrap()
+        .append_durable(b"x")
+        .unwrap();
+    open_sim(&b, small_options())
+        .unwrap()
+        .append_durable(b"x")
+        .unwrap();
+    let foreign = b
+        .live_contents(&sim_dir().join("0000000000000000.seg"))
+        .unwrap();
+    let f = a
+        .open(
+            &sim_dir().join("0000000000000000.seg"),
+            OpenOptions::write(),
+        )
+        .unwrap();
+    f.write_at(&foreign, 0).unwrap();
+    match open_sim(&a, small_options()) {
+        Err(Error::Segment(e)) => assert!(e.to_string().contains("another journal"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn invalid_options_are_typed_errors_and_create_nothing() {
+    let vfs = SimVfs::new();
+    let bad = [
+        Options {
+            logbufs: 1,
+            ..small_options()
+        },
+        Options {
+            alignment: 3,
+            ..small_options()
+        },
+        Options {
+            logbsize: 128 << 10,
+            ..small_options()
+        }, // > a 64 KiB segment's data
+        Options {
+            segment_size: 3 << 20,
+            ..small_options()
+        },
+        Options {
+            min_batch: std::time::Duration::from_secs(1),
+            ..small_options()
+        },
+        Options {
+            max_record_size: Some(1 << 20),
+            ..small_options()
+        },
+        Options {
+            preallocate_ahead: 0,
+            ..small_options()
+        },
+    ];
+    for o in bad {
+        match open_sim(&vfs, o) {
+            Err(Error::InvalidOptions(m)) => assert!(!m.is_empty()),
+            other => panic!("{o:?}: {other:?}"),
+        }
+    }
+    assert!(!vfs.exists(&sim_dir()).unwrap());
+    let missing = Options {
+        create_if_missing: false,
+        ..small_options()
+    };
+    assert!(matches!(
+        open_sim(&vfs, missing),
+        Err(Error::NotFound { .. })
+    ));
+}
+
+#[test]
+fn options_fixed_at_creation_must_match() {
+    let vfs = SimVfs::new();
+    drop(open_sim(&vfs, small_options()).unwrap());
+    let other = Options {
+        segment_size: 128 << 10,
+        ..small_options()
+    };
+    assert!(matches!(
+        open_sim(&vfs, other),
+        Err(Error::OptionMismatch {
+            option: "segment_size",
+            ..
+        })
+    ));
+    let other = Options {
+        alignment: 4096,
+        ..small_options()
+    };
+    assert!(matches!(
+        open_sim(&vfs, other),
+        Err(Error::OptionMismatch {
+            option: "alignment",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn bad_lsns_and_closed_journals() {
+    let vfs = SimVfs::new();
+    let j = open_sim(&vfs, small_options()).unwrap();
+    let l = j.append_durable(&payload(1, 0, 100)).unwrap();
+    assert!(matches!(
+        j.commit(Lsn(1 << 40)),
+        Err(Error::LsnNotAppended { .. })
+    ));
+    j.append_durable(&payload(1, 1, 100)).unwrap(); // not poisoned by bad input
+    j.checkpoint(Lsn(l.0 + 200)).unwrap();
+    assert!(matches!(j.read_from(l), Err(Error::LsnNotInLog { .. })));
+    assert_eq!(replay(&j).len(), 1);
+    j.close().unwrap();
+    assert!(matches!(j.append(b"x"), Err(Error::Closed)));
+}

@@ -1,0 +1,169 @@
+//! Recovery tells a torn tail from mid-log corruption, in each mode, and
+//! stale records from recycled segments end the log.
+#![cfg(not(loom))]
+
+use iclog::format::{encode_header, record_size, HEADER_SIZE};
+use iclog::IoFlags;
+use journal_core::{Error, LogEnd, Lsn, Options, RecoveryMode};
+use journal_tests::{open_sim, payload, replay, sim_dir, small_options};
+use journal_vfs::{OpenOptions, SimVfs, Vfs};
+use segment_recycler::{segment_name, DATA_OFFSET};
+
+const D: u64 = (64 << 10) - DATA_OFFSET;
+
+fn opts(mode: RecoveryMode) -> Options {
+    Options {
+        recovery_mode: mode,
+        ..small_options()
+    }
+}
+
+/// A journal with `n` committed records, one per log record; returns their
+/// LSNs.
+fn write(vfs: &SimVfs, n: u32) -> Vec<Lsn> {
+    let j = open_sim(vfs, small_options()).unwrap();
+    let lsns = (0..n)
+        .map(|s| j.append_durable(&payload(1, s, 700)).unwrap())
+        .collect();
+    j.close().unwrap();
+    lsns
+}
+
+/// Overwrites log bytes at `lsn` (a position in the log, not an entry).
+fn poke(vfs: &SimVfs, lsn: Lsn, bytes: &[u8]) {
+    let f = vfs
+        .open(
+            &sim_dir().join(segment_name(lsn.0 / D)),
+            OpenOptions::write(),
+        )
+        .unwrap();
+    f.write_at(bytes, DATA_OFFSET + lsn.0 % D).unwrap();
+    f.sync_data().unwrap();
+}
+
+fn record_of(entry: Lsn) -> Lsn {
+    Lsn(entry.0 - HEADER_SIZE as u64)
+}
+
+#[test]
+fn a_torn_record_at_the_head_is_cut_off_and_reported() {
+    let vfs = SimVfs::new();
+    let lsns = write(&vfs, 20);
+    let last = record_of(*lsns.last().unwrap());
+    poke(&vfs, Lsn(last.0 + 600), &[0xEE; 100]); // tear the last record's tail
+    let j = open_sim(&vfs, opts(RecoveryMode::TolerateTornTail)).unwrap();
+    match &j.recovery_report().end {
+        LogEnd::TornTail { lsn, detail } => {
+            assert_eq!(*lsn, last);
+            assert!(detail.contains("checksum"), "{detail}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(replay(&j).len(), 19);
+    // Appends continue where the torn record was, overwriting it safely.
+    let l = j.append_durable(&payload(2, 0, 100)).unwrap();
+    assert_eq!(record_of(l), last);
+    drop(j);
+    let j = open_sim(&vfs, opts(RecoveryMode::AbsoluteConsistency)).unwrap();
+    assert_eq!(replay(&j).len(), 20);
+    assert!(matches!(j.recovery_report().end, LogEnd::Clean { .. }));
+}
+
+#[test]
+fn absolute_consistency_refuses_a_torn_tail() {
+    let vfs = SimVfs::new();
+    let lsns = write(&vfs, 5);
+    let last = record_of(*lsns.last().unwrap());
+    poke(&vfs, Lsn(last.0 + 100), &[0xEE; 8]);
+    match open_sim(&vfs, opts(RecoveryMode::AbsoluteConsistency)) {
+        Err(Error::Corruption { lsn, .. }) => assert_eq!(lsn, last),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn mid_log_corruption_is_an_error_naming_the_lsn_or_skipped_and_reported() {
+    let vfs = SimVfs::new();
+    // Enough records that the corrupt one is far more than the in-flight
+    // window (4 × 16 KiB) before the end.
+    let lsns = write(&vfs, 400);
+    let bad = record_of(lsns[50]);
+    poke(&vfs, Lsn(bad.0 + 200), &[0x55; 16]);
+    for mode in [
+        RecoveryMode::TolerateTornTail,
+        RecoveryMode::AbsoluteConsistency,
+    ] {
+        match open_sim(&vfs, opts(mode)) {
+            Err(Error::Corruption {
+                lsn,
+                segment,
+                detail,
+            }) => {
+                assert_eq!(lsn, bad, "{mode:?}");
+                assert_eq!(segment, bad.0 / D);
+                assert!(detail.contains("checksum"), "{detail}");
+            }
+            other => panic!("{mode:?}: {other:?}"),
+        }
+    }
+    let j = open_sim(&vfs, opts(RecoveryMode::SkipCorrupt)).unwrap();
+    let r = j.recovery_report();
+    assert_eq!(r.skipped.len(), 1);
+    assert_eq!(r.skipped[0].0, bad);
+    assert_eq!(r.skipped[0].1, record_of(lsns[51]));
+    let got = replay(&j);
+    assert_eq!(got.len(), 399, "every record but the corrupt one");
+    assert!(got.iter().all(|(l, _)| *l != lsns[50]));
+}
+
+#[test]
+fn a_stale_record_from_a_recycled_file_ends_the_log() {
+    let vfs = SimVfs::new();
+    let lsns = write(&vfs, 10);
+    let end = open_sim(&vfs, small_options()).unwrap().durable_lsn();
+    // Bytes of the file's previous life: a valid record, one segment's
+    // worth of LSNs earlier, sitting exactly where the next record goes.
+    let stale_lsn = Lsn(end.0.saturating_sub(D).max(1) & !511);
+    let body = payload(9, 9, 300);
+    let mut payload_bytes = (body.len() as u32).to_le_bytes().to_vec();
+    payload_bytes.extend_from_slice(&body);
+    let mut rec = vec![0u8; record_size(payload_bytes.len(), 512) as usize];
+    rec[HEADER_SIZE..HEADER_SIZE + payload_bytes.len()].copy_from_slice(&payload_bytes);
+    encode_header(&mut rec, stale_lsn, Lsn(0), IoFlags::FUA, 1, &payload_bytes);
+    poke(&vfs, end, &rec);
+    let j = open_sim(&vfs, opts(RecoveryMode::AbsoluteConsistency)).unwrap();
+    match &j.recovery_report().end {
+        LogEnd::Clean { found } => assert!(found.contains("stale"), "{found}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(j.recovery_report().end_lsn, end);
+    assert_eq!(replay(&j).len(), lsns.len());
+}
+
+#[test]
+fn unacknowledged_in_flight_records_past_the_end_are_cleared() {
+    let vfs = SimVfs::new();
+    let lsns = write(&vfs, 8);
+    let end = open_sim(&vfs, small_options()).unwrap().durable_lsn();
+    // A valid record two records past the end, as if written by a later
+    // buffer whose predecessor never completed.
+    let ghost = Lsn(end.0 + 1024);
+    let body = payload(3, 3, 100);
+    let mut pb = (body.len() as u32).to_le_bytes().to_vec();
+    pb.extend_from_slice(&body);
+    let mut rec = vec![0u8; record_size(pb.len(), 512) as usize];
+    rec[HEADER_SIZE..HEADER_SIZE + pb.len()].copy_from_slice(&pb);
+    encode_header(&mut rec, ghost, Lsn(0), IoFlags::FUA, 1, &pb);
+    poke(&vfs, ghost, &rec);
+    let j = open_sim(&vfs, small_options()).unwrap();
+    assert_eq!(j.recovery_report().cleared, [ghost]);
+    // New records can now never chain into the ghost.
+    for s in 0..4 {
+        j.append_durable(&payload(4, s, 300)).unwrap();
+    }
+    drop(j);
+    let j = open_sim(&vfs, small_options()).unwrap();
+    let got = replay(&j);
+    assert_eq!(got.len(), lsns.len() + 4);
+    assert!(got.iter().all(|(_, b)| b != &body));
+}
