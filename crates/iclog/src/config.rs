@@ -107,7 +107,7 @@ impl Config {
         if !self.alignment.is_power_of_two() || self.alignment > MAX_ALIGNMENT {
             return Err(ConfigError::Alignment(self.alignment));
         }
-        if self.logbsize as u64 % self.alignment != 0 {
+        if !(self.logbsize as u64).is_multiple_of(self.alignment) {
             return Err(ConfigError::Misaligned {
                 logbsize: self.logbsize,
                 alignment: self.alignment,

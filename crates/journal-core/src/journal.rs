@@ -437,6 +437,10 @@ impl Journal {
     /// The start of the (durable) record holding `lsn`, found by following
     /// records from `from`; the end of the log if `lsn` is at or past it.
     fn record_start(&self, from: Lsn, lsn: Lsn) -> Result<Lsn> {
+        if lsn == self.durable_lsn() {
+            // The durable LSN is the end of a record: nothing to scan.
+            return Ok(lsn);
+        }
         let o = &self.inner.options;
         let mut reader = LogReader::new(
             self.inner.vfs.clone(),

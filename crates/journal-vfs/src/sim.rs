@@ -146,6 +146,7 @@ struct State {
     faults: Vec<(Op, u64, i32)>,
     calls: HashMap<Op, u64>,
     sync_latency: Duration,
+    write_latency: Duration,
 }
 
 impl State {
@@ -235,6 +236,12 @@ impl SimVfs {
         self.inner.state.lock().sync_latency = d;
     }
 
+    /// Makes every plain write take at least `d` (a slow device's write
+    /// path, as opposed to its flushes). Ignored under loom.
+    pub fn set_write_latency(&self, d: Duration) {
+        self.inner.state.lock().write_latency = d;
+    }
+
     /// The bytes a read of the whole file would return now, if it exists.
     pub fn live_contents(&self, path: &Path) -> Option<Vec<u8>> {
         let st = self.inner.state.lock();
@@ -299,17 +306,28 @@ impl SimVfs {
     }
 
     fn sync_latency(&self) {
-        #[cfg(not(loom))]
-        {
-            let d = self.inner.state.lock().sync_latency;
-            if !d.is_zero() {
-                // Deliberate: this models the device's own latency, it is
-                // not a wait for progress.
-                std::thread::sleep(d);
-            }
-        }
+        let d = self.inner.state.lock().sync_latency;
+        model_latency(d);
+    }
+
+    fn write_latency(&self) {
+        let d = self.inner.state.lock().write_latency;
+        model_latency(d);
     }
 }
+
+/// Spends `d` as a slow device would. Deliberate: this models the device's
+/// own latency; it is not a wait for progress (nothing here polls).
+fn model_latency(d: Duration) {
+    #[cfg(not(loom))]
+    if !d.is_zero() {
+        std::thread::sleep(d);
+    }
+    #[cfg(loom)]
+    let _ = d;
+}
+
+impl SimVfs {}
 
 /// The durable bytes of `inode` plus, per sector, a random prefix of the
 /// pending writes that touched it.
@@ -596,6 +614,7 @@ impl VfsFile for SimFile {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.vfs.write_latency();
         self.with_inode(Op::Write, true, |inode| {
             write_bytes(&mut inode.live, offset, buf);
             inode.pending.push((offset, buf.to_vec()));

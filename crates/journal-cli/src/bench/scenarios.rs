@@ -1,0 +1,471 @@
+//! One A/B scenario per seed. Each returns its results and ratios as JSON
+//! and prints a table.
+
+use super::json::Json;
+use super::{
+    bench_options, commit_load, err, fresh_journal, histogram, micros, options_json, table, Env,
+};
+use iclog::FlushPolicy;
+use jbd_batch::BatchPolicy;
+use journal_core::{ForceMode, Journal, Lsn, Options, SyncMethod};
+use journal_vfs::{SimVfs, Vfs};
+use segment_recycler::RecyclePolicy;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+/// Seed 000 (WiredTiger `__wt_log_flush`): a flusher forces the log while
+/// writers keep earlier buffers in flight on a slow device. Ours waits on
+/// the ring's condvar; the baseline is WiredTiger's old loop: sleep 1 ms,
+/// force a buffer switch, look again. The device is SimVfs with injected
+/// latency (slow syncs, slower plain writes), the "slow-sync host" of the
+/// seed.
+pub fn wt_flush_wait(env: &Env) -> Result<Json, String> {
+    let sync_latency = Duration::from_micros(if env.smoke { 300 } else { 1500 });
+    let write_latency = Duration::from_micros(if env.smoke { 100 } else { 400 });
+    let mut rows = Vec::new();
+    let mut variants = Vec::new();
+    let mut p50 = Vec::new();
+    for (name, condvar) in [("condvar-wait", true), ("sleep-poll-1ms", false)] {
+        env.progress(&format!("wt-flush-wait: {name}"));
+        let vfs = SimVfs::new();
+        vfs.set_sync_latency(sync_latency);
+        vfs.set_write_latency(write_latency);
+        let options = Options {
+            segment_size: 4 << 20,
+            logbsize: 32 << 10,
+            ..Options::default()
+        };
+        let v: Arc<dyn Vfs> = Arc::new(vfs.clone());
+        let j = Arc::new(Journal::open_with(v, "/wt", options).map_err(err)?);
+        let stop = Arc::new(AtomicBool::new(false));
+        // Writers append without committing (transaction_sync off): buffers
+        // fill and are written as they switch.
+        let writers: Vec<_> = (0..4)
+            .map(|_| {
+                let (j, stop) = (j.clone(), stop.clone());
+                std::thread::spawn(move || -> journal_core::Result<()> {
+                    let rec = [0x77u8; 256];
+                    while !stop.load(Ordering::Relaxed) {
+                        j.append(&rec)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        let (mut wait_h, mut force_h) = (histogram(), histogram());
+        let deadline = Instant::now() + Duration::from_secs_f64(env.seconds.max(0.2) * 2.0);
+        let mut flushes = 0u64;
+        let mut flushed = Lsn(0);
+        while Instant::now() < deadline {
+            // Like MongoDB's JournalFlusher: flush as soon as something was
+            // written since the last flush (the bench driver yields until
+            // then; the journal itself never polls).
+            let head = j.appended_lsn();
+            if head <= flushed || j.durable_lsn() >= head {
+                std::thread::yield_now();
+                continue;
+            }
+            flushed = head;
+            let lsn = Lsn(head.0 - 1);
+            let t0 = Instant::now();
+            j.force(lsn, ForceMode::Written).map_err(err)?;
+            let t1 = Instant::now();
+            if condvar {
+                j.force(lsn, ForceMode::Durable).map_err(err)?;
+            } else {
+                // WiredTiger before the fix, deliberately: sleep 1 ms and
+                // force out the active buffer on every iteration.
+                while j.durable_lsn() <= lsn {
+                    std::thread::sleep(Duration::from_millis(1));
+                    let now = j.appended_lsn();
+                    if now.0 > 0 {
+                        j.force(Lsn(now.0 - 1), ForceMode::Written).map_err(err)?;
+                    }
+                }
+            }
+            let t2 = Instant::now();
+            wait_h.record(micros(t2 - t1)).ok();
+            force_h.record(micros(t2 - t0)).ok();
+            flushes += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+        for w in writers {
+            w.join().expect("writer panicked").map_err(err)?;
+        }
+        let m = j.metrics();
+        let (w50, f50) = (
+            wait_h.value_at_quantile(0.5),
+            force_h.value_at_quantile(0.5),
+        );
+        p50.push((w50 as f64, f50 as f64));
+        rows.push(vec![
+            name.to_string(),
+            flushes.to_string(),
+            w50.to_string(),
+            f50.to_string(),
+            m.log_writes.to_string(),
+        ]);
+        variants.push(
+            Json::obj()
+                .with("variant", name)
+                .with("flushes", flushes)
+                .with("wait_loop_p50_us", w50)
+                .with("force_p50_us", f50)
+                .with("log_writes", m.log_writes),
+        );
+    }
+    println!(
+        "wt-flush-wait (seed 000): flusher vs 4 writers, syncs {} µs, writes {} µs",
+        sync_latency.as_micros(),
+        write_latency.as_micros()
+    );
+    table(
+        &[
+            "variant",
+            "flushes",
+            "wait p50 µs",
+            "force p50 µs",
+            "log writes",
+        ],
+        &rows,
+    );
+    let wait_ratio = ratio(p50[1].0, p50[0].0);
+    let force_ratio = ratio(p50[1].1, p50[0].1);
+    println!("ratio sleep-poll / condvar: wait loop {wait_ratio:.2}x, force {force_ratio:.2}x (seed: ~1.5 ms -> ~0.31 ms)");
+    Ok(Json::obj()
+        .with("scenario", "wt-flush-wait")
+        .with("sync_latency_us", sync_latency.as_micros() as u64)
+        .with("write_latency_us", write_latency.as_micros() as u64)
+        .with("results", variants)
+        .with(
+            "ratios",
+            Json::obj()
+                .with("wait_loop_p50_sleep_poll_over_condvar", wait_ratio)
+                .with("force_p50_sleep_poll_over_condvar", force_ratio),
+        ))
+}
+
+/// Seed 004 (jbd 2005, jbd2 2009): one synchronous writer, then eight,
+/// under each batching policy, on the real disk.
+pub fn jbd_lone_writer(env: &Env) -> Result<Json, String> {
+    let policies = [
+        ("Adaptive", BatchPolicy::Adaptive),
+        ("LastSyncWriter", BatchPolicy::LastSyncWriter),
+        (
+            "FixedSleep(1ms)",
+            BatchPolicy::FixedSleep(Duration::from_millis(1)),
+        ),
+        ("None", BatchPolicy::None),
+    ];
+    let mut rows = Vec::new();
+    let mut results = Vec::new();
+    let mut rate = std::collections::HashMap::new();
+    for threads in [1usize, 8] {
+        for (name, policy) in policies {
+            env.progress(&format!("jbd-lone-writer: {threads} thread(s), {name}"));
+            let options = Options {
+                batch_policy: policy,
+                ..bench_options(env)
+            };
+            let (j, dir) = fresh_journal(env, "jbd", options).map_err(err)?;
+            let rec = Arc::new(vec![0x42u8; 512]);
+            let load = commit_load(&j, threads, env.seconds, move |j, _, _| {
+                j.append_durable(&rec).map(|_| ())
+            })
+            .map_err(err)?;
+            drop(j);
+            env.discard(&dir);
+            rate.insert((threads, name), load.rate());
+            rows.push(vec![
+                threads.to_string(),
+                name.to_string(),
+                format!("{:.0}", load.rate()),
+                load.q(0.5).to_string(),
+                format!("{:.2}", load.avg_group()),
+                load.waits_taken.to_string(),
+            ]);
+            results.push(
+                Json::obj()
+                    .with("threads", threads)
+                    .with("policy", name)
+                    .with("commits_per_s", load.rate())
+                    .with("p50_us", load.q(0.5))
+                    .with("avg_group_size", load.avg_group())
+                    .with("batch_waits_taken", load.waits_taken),
+            );
+        }
+    }
+    println!("jbd-lone-writer (seed 004): synchronous 512-byte commits");
+    table(
+        &["threads", "policy", "commits/s", "p50 µs", "group", "waits"],
+        &rows,
+    );
+    let lone = ratio(rate[&(1, "Adaptive")], rate[&(1, "FixedSleep(1ms)")]);
+    let many = ratio(rate[&(8, "Adaptive")], rate[&(8, "FixedSleep(1ms)")]);
+    println!("Adaptive / FixedSleep(1ms): 1 thread {lone:.2}x, 8 threads {many:.2}x (seed: lone O_SYNC writer 4-5x, many unchanged)");
+    Ok(Json::obj()
+        .with("scenario", "jbd-lone-writer")
+        .with("options", options_json(&bench_options(env)))
+        .with("results", results)
+        .with(
+            "ratios",
+            Json::obj()
+                .with("lone_adaptive_over_fixed_sleep", lone)
+                .with("eight_adaptive_over_fixed_sleep", many)
+                .with(
+                    "lone_adaptive_over_last_sync_writer",
+                    ratio(rate[&(1, "Adaptive")], rate[&(1, "LastSyncWriter")]),
+                ),
+        ))
+}
+
+/// Seed 002 (PostgreSQL segment recycling): checkpoints that each recycle
+/// 44 segments on the real disk, batched vs per-segment durable rename.
+pub fn pg_recycle(env: &Env) -> Result<Json, String> {
+    let per_round = if env.smoke { 6 } else { 44u64 };
+    let rounds = if env.smoke { 2 } else { 11 };
+    let segment_size: u64 = if env.smoke { 256 << 10 } else { 1 << 20 };
+    let mut rows = Vec::new();
+    let mut results = Vec::new();
+    let mut medians = Vec::new();
+    for (name, policy) in [
+        (
+            "PerSegmentDurableRename",
+            RecyclePolicy::PerSegmentDurableRename,
+        ),
+        ("Batched", RecyclePolicy::Batched),
+    ] {
+        let options = Options {
+            segment_size,
+            logbsize: 64 << 10,
+            recycle_policy: policy,
+            max_segments: per_round * 2 + 8,
+            ..Options::default()
+        };
+        let (j, dir) = fresh_journal(env, "pg", options).map_err(err)?;
+        let data = segment_size - segment_recycler::DATA_OFFSET;
+        let rec = vec![0x11u8; 60 << 10];
+        let mut times = Vec::new();
+        let mut dir_fsyncs = 0;
+        let mut recycled = 0;
+        for round in 0..rounds {
+            env.progress(&format!("pg-recycle: {name}, round {}/{rounds}", round + 1));
+            let target = j.appended_lsn().0 + per_round * data;
+            while j.appended_lsn().0 < target {
+                j.append(&rec).map_err(err)?;
+            }
+            let end = j.force_all().map_err(err)?;
+            let before = j.vfs().counters();
+            let t = Instant::now();
+            let r = j.checkpoint(end).map_err(err)?;
+            let took = t.elapsed();
+            // The first round only creates segments: there is nothing to
+            // recycle yet.
+            if round > 0 {
+                times.push(took);
+                dir_fsyncs += j.vfs().counters().since(&before).dir_fsyncs;
+                recycled += r.recycled.len() as u64;
+            }
+        }
+        drop(j);
+        env.discard(&dir);
+        times.sort();
+        let median = times[times.len() / 2];
+        medians.push(median.as_secs_f64());
+        let n = times.len() as u64;
+        rows.push(vec![
+            name.to_string(),
+            format!("{:.2}", median.as_secs_f64() * 1e3),
+            format!("{:.1}", recycled as f64 / n as f64),
+            format!("{:.1}", dir_fsyncs as f64 / n as f64),
+        ]);
+        results.push(
+            Json::obj()
+                .with("policy", name)
+                .with("median_checkpoint_ms", median.as_secs_f64() * 1e3)
+                .with("rounds", n)
+                .with("recycled_per_checkpoint", recycled as f64 / n as f64)
+                .with("dir_fsyncs_per_checkpoint", dir_fsyncs as f64 / n as f64),
+        );
+    }
+    println!(
+        "pg-recycle (seed 002): checkpoints recycling {per_round} segments of {segment_size} bytes"
+    );
+    table(&["policy", "median ms", "recycled", "dir fsyncs"], &rows);
+    let r = ratio(medians[0], medians[1]);
+    println!("per-segment / batched median checkpoint time: {r:.2}x (seed: 138.6 ms -> 27.3 ms)");
+    Ok(Json::obj()
+        .with("scenario", "pg-recycle")
+        .with("segments_per_checkpoint", per_round)
+        .with("segment_size", segment_size)
+        .with("results", results)
+        .with("ratios", Json::obj().with("per_segment_over_batched", r)))
+}
+
+/// Seed 003 (XFS NEED_FLUSH / NEED_FUA): writers commit transactions that
+/// span several buffers; 32 KiB vs 256 KiB buffers, NEED flags vs
+/// PREFLUSH|FUA on every write.
+pub fn xfs_flush_flags(env: &Env) -> Result<Json, String> {
+    let mut rows = Vec::new();
+    let mut results = Vec::new();
+    let mut rate = std::collections::HashMap::new();
+    let writers = if env.smoke { 2 } else { 8 };
+    for logbsize in [32usize << 10, 256 << 10] {
+        for (fname, policy) in [
+            ("NeedFlags", FlushPolicy::NeedFlags),
+            ("EveryWrite", FlushPolicy::EveryWrite),
+        ] {
+            env.progress(&format!(
+                "xfs-flush-flags: logbsize {} KiB, {fname}",
+                logbsize >> 10
+            ));
+            let options = Options {
+                logbsize,
+                flush_policy: policy,
+                ..bench_options(env)
+            };
+            let (j, dir) = fresh_journal(env, "xfs", options).map_err(err)?;
+            // A transaction: four 12 KiB entries, committed at the last.
+            let entry = Arc::new(vec![0x33u8; 12 << 10]);
+            let load = commit_load(&j, writers, env.seconds, move |j, _, _| {
+                let mut last = Lsn(0);
+                for _ in 0..4 {
+                    last = j.append(&entry)?;
+                }
+                j.commit(last)
+            })
+            .map_err(err)?;
+            let m = j.metrics();
+            drop(j);
+            env.discard(&dir);
+            rate.insert((logbsize, fname), load.rate());
+            rows.push(vec![
+                format!("{}", logbsize >> 10),
+                fname.to_string(),
+                format!("{:.0}", load.rate()),
+                format!("{:.3}", load.syncs_per_commit()),
+                m.log_writes_preflush.to_string(),
+                m.noiclog_waits.to_string(),
+            ]);
+            results.push(
+                Json::obj()
+                    .with("logbsize", logbsize)
+                    .with("flush_policy", fname)
+                    .with("commits_per_s", load.rate())
+                    .with("syncs_per_commit", load.syncs_per_commit())
+                    .with("p50_us", load.q(0.5))
+                    .with("preflush_writes", m.log_writes_preflush)
+                    .with("noiclog_waits", m.noiclog_waits),
+            );
+        }
+    }
+    println!("xfs-flush-flags (seed 003): {writers} writers, 48 KiB transactions");
+    table(
+        &[
+            "logbsize KiB",
+            "policy",
+            "commits/s",
+            "syncs/commit",
+            "preflush writes",
+            "noiclog",
+        ],
+        &rows,
+    );
+    let r32 = ratio(
+        rate[&(32 << 10, "NeedFlags")],
+        rate[&(32 << 10, "EveryWrite")],
+    );
+    let r256 = ratio(
+        rate[&(256 << 10, "NeedFlags")],
+        rate[&(256 << 10, "EveryWrite")],
+    );
+    let gap = ratio(
+        rate[&(32 << 10, "NeedFlags")],
+        rate[&(256 << 10, "NeedFlags")],
+    );
+    println!("NeedFlags / EveryWrite: 32 KiB {r32:.2}x, 256 KiB {r256:.2}x; 32 KiB / 256 KiB with NeedFlags {gap:.2} (seed: 32 KiB 152,851 -> 221,533, 256 KiB 228,286)");
+    Ok(Json::obj()
+        .with("scenario", "xfs-flush-flags")
+        .with("writers", writers)
+        .with("results", results)
+        .with(
+            "ratios",
+            Json::obj()
+                .with("need_flags_over_every_write_32k", r32)
+                .with("need_flags_over_every_write_256k", r256)
+                .with("need_flags_32k_over_256k", gap),
+        ))
+}
+
+/// Seed 001 (alignment): records rounded to 1, 512 and 4096 bytes, written
+/// with RWF_DSYNC; sync latency and commits/s.
+pub fn alignment(env: &Env) -> Result<Json, String> {
+    let mut rows = Vec::new();
+    let mut results = Vec::new();
+    let mut rates = Vec::new();
+    for align in [1u64, 512, 4096] {
+        env.progress(&format!("alignment: {align}"));
+        let options = Options {
+            alignment: align,
+            sync_method: SyncMethod::Dsync,
+            ..bench_options(env)
+        };
+        let (j, dir) = fresh_journal(env, "align", options).map_err(err)?;
+        let rec = Arc::new(vec![0x66u8; 300]);
+        let load = commit_load(&j, 1, env.seconds, move |j, _, _| {
+            j.append_durable(&rec).map(|_| ())
+        })
+        .map_err(err)?;
+        let m = j.metrics();
+        drop(j);
+        env.discard(&dir);
+        rates.push(load.rate());
+        rows.push(vec![
+            align.to_string(),
+            format!("{:.0}", load.rate()),
+            load.q(0.5).to_string(),
+            load.q(0.99).to_string(),
+            m.padding_bytes.to_string(),
+        ]);
+        results.push(
+            Json::obj()
+                .with("alignment", align)
+                .with("commits_per_s", load.rate())
+                .with("sync_p50_us", load.q(0.5))
+                .with("sync_p99_us", load.q(0.99))
+                .with("padding_bytes", m.padding_bytes),
+        );
+    }
+    println!("alignment (seed 001): one client, 300-byte records, RWF_DSYNC writes");
+    table(
+        &[
+            "alignment",
+            "commits/s",
+            "p50 µs",
+            "p99 µs",
+            "padding bytes",
+        ],
+        &rows,
+    );
+    let r512 = ratio(rates[1], rates[0]);
+    let r4096 = ratio(rates[2], rates[0]);
+    println!("commits/s relative to alignment 1: 512 -> {r512:.2}x, 4096 -> {r4096:.2}x");
+    Ok(Json::obj()
+        .with("scenario", "alignment")
+        .with("results", results)
+        .with(
+            "ratios",
+            Json::obj()
+                .with("align_512_over_1", r512)
+                .with("align_4096_over_1", r4096),
+        ))
+}

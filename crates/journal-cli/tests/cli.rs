@@ -1,0 +1,293 @@
+//! The `journal` command on small journals: dump, verify, stat on clean,
+//! torn and corrupted journals; every error path; the bench in smoke mode.
+//! No timing assertions anywhere.
+
+use journal_core::{Journal, Lsn, Options};
+use journal_vfs::TempDir;
+use segment_recycler::{segment_name, DATA_OFFSET};
+use std::path::Path;
+use std::process::{Command, Output};
+
+const SEG: u64 = 64 << 10;
+
+fn options() -> Options {
+    Options {
+        segment_size: SEG,
+        logbufs: 4,
+        logbsize: 16 << 10,
+        ..Options::default()
+    }
+}
+
+fn journal(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_journal"))
+        .args(args)
+        .output()
+        .expect("run journal")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A journal with `n` committed records; returns their LSNs.
+fn make(dir: &Path, n: u32) -> Vec<Lsn> {
+    let j = Journal::open(dir, options()).unwrap();
+    let lsns = (0..n)
+        .map(|i| {
+            j.append_durable(format!("record {i:04} {}", "x".repeat(600)).as_bytes())
+                .unwrap()
+        })
+        .collect();
+    j.close().unwrap();
+    lsns
+}
+
+/// Overwrites bytes of the log at `lsn`.
+fn poke(dir: &Path, lsn: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let data = SEG - DATA_OFFSET;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join(segment_name(lsn / data)))
+        .unwrap();
+    f.write_all_at(bytes, DATA_OFFSET + lsn % data).unwrap();
+}
+
+/// Every file's name and bytes, to prove a command modified nothing.
+fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn clean_journal_dump_verify_stat() {
+    let tmp = TempDir::new("cli-clean").unwrap();
+    let dir = tmp.path().join("wal");
+    let lsns = make(&dir, 30);
+    let before = snapshot(&dir);
+    let d = dir.to_str().unwrap();
+
+    let out = journal(&["dump", d, "--entries"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert_eq!(
+        s.lines().filter(|l| l.starts_with("lsn=")).count(),
+        30,
+        "{s}"
+    );
+    assert!(s.contains("flags=FUA") && s.contains("crc=ok"), "{s}");
+    assert!(s.contains(&format!("entry lsn={}", lsns[3])), "{s}");
+    assert!(s.contains("end at lsn="), "{s}");
+
+    let out = journal(&["dump", d, "--from", &lsns[10].0.to_string(), "--limit", "5"]);
+    assert_eq!(
+        text(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("lsn="))
+            .count(),
+        5
+    );
+
+    let out = journal(&["verify", d]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("30 records"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(text(&out.stderr).is_empty());
+
+    let out = journal(&["stat", d]);
+    assert!(out.status.success());
+    let s = text(&out.stdout);
+    for field in [
+        "segments:",
+        "frontier:",
+        "checkpoint:",
+        "last valid LSN:",
+        "recyclable:",
+        "preallocated:",
+    ] {
+        assert!(s.contains(field), "{field} missing in {s}");
+    }
+    assert_eq!(snapshot(&dir), before, "inspection modified the journal");
+}
+
+#[test]
+fn torn_tail_is_a_warning_and_corruption_an_error() {
+    let tmp = TempDir::new("cli-torn").unwrap();
+    let dir = tmp.path().join("wal");
+    let lsns = make(&dir, 200);
+    let d = dir.to_str().unwrap();
+    // Tear the last record.
+    let last = lsns.last().unwrap().0 - 48;
+    poke(&dir, last + 300, &[0xEE; 64]);
+    let out = journal(&["verify", d]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stderr).contains("warning: torn tail at LSN"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = journal(&["dump", d]);
+    assert!(
+        text(&out.stdout).contains("crc=bad"),
+        "{}",
+        text(&out.stdout)
+    );
+    // Corrupt a record far from the head.
+    let mid = lsns[20].0 - 48;
+    poke(&dir, mid + 100, &[0x55; 8]);
+    let out = journal(&["verify", d]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!("corruption at LSN {}", Lsn(mid))),
+        "{err}"
+    );
+}
+
+#[test]
+fn error_paths_print_one_line_and_modify_nothing() {
+    let tmp = TempDir::new("cli-errors").unwrap();
+    let missing = tmp.path().join("missing");
+    for cmd in ["dump", "verify", "stat"] {
+        let out = journal(&[cmd, missing.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{cmd}");
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("no such directory"), "{err}");
+        assert!(!missing.exists());
+    }
+    // A directory that is not a journal.
+    let plain = tmp.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    std::fs::write(plain.join("notes.txt"), b"hello").unwrap();
+    for cmd in ["dump", "verify", "stat"] {
+        let out = journal(&[cmd, plain.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2));
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("not a journal"), "{err}");
+    }
+    assert_eq!(
+        snapshot(&plain),
+        vec![("notes.txt".to_string(), b"hello".to_vec())]
+    );
+    // A newer format version.
+    let dir = tmp.path().join("wal");
+    make(&dir, 3);
+    let mut c = std::fs::read(dir.join("control")).unwrap();
+    for slot in [0usize, 512] {
+        if &c[slot..slot + 4] == b"JCTL" {
+            c[slot + 4..slot + 6].copy_from_slice(&9u16.to_le_bytes());
+            let crc = crc32c(&c[slot..slot + 76]);
+            c[slot + 76..slot + 80].copy_from_slice(&crc.to_le_bytes());
+        }
+    }
+    std::fs::write(dir.join("control"), &c).unwrap();
+    let before = snapshot(&dir);
+    for cmd in ["dump", "verify", "stat"] {
+        let out = journal(&[cmd, dir.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2));
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("version 9"), "{err}");
+    }
+    assert_eq!(snapshot(&dir), before);
+    // Usage errors.
+    assert_eq!(journal(&[]).status.code(), Some(2));
+    assert_eq!(journal(&["frobnicate"]).status.code(), Some(2));
+    assert_eq!(
+        journal(&["dump", dir.to_str().unwrap(), "--bogus", "1"])
+            .status
+            .code(),
+        Some(2)
+    );
+}
+
+/// CRC32C (Castagnoli), bitwise: enough for a test fixture.
+fn crc32c(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= b as u32;
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82F6_3B78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+#[test]
+fn bench_smoke_runs_every_scenario_and_writes_json_and_svg() {
+    let tmp = TempDir::new("cli-bench").unwrap();
+    let json = tmp.path().join("bench.json");
+    let svg = tmp.path().join("bench.svg");
+    let out = journal(&[
+        "bench",
+        "--smoke",
+        "--scenario",
+        "all",
+        "--clients",
+        "1,2",
+        "--dir",
+        tmp.path().to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let j = std::fs::read_to_string(&json).unwrap();
+    for name in [
+        "group-commit",
+        "wt-flush-wait",
+        "jbd-lone-writer",
+        "pg-recycle",
+        "xfs-flush-flags",
+        "alignment",
+    ] {
+        assert!(
+            j.contains(&format!("\"scenario\": \"{name}\"")),
+            "{name} missing"
+        );
+    }
+    for field in [
+        "commits_per_s",
+        "p50_us",
+        "p99_us",
+        "avg_group_size",
+        "syncs_per_commit",
+        "\"limit\"",
+        "efficiency",
+        "ratios",
+    ] {
+        assert!(j.contains(field), "{field} missing");
+    }
+    assert_eq!(j.matches("\"ratios\"").count(), 5);
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    let table = text(&out.stdout);
+    assert!(
+        table.contains("efficiency") && table.contains("commits/s"),
+        "{table}"
+    );
+    // Bad arguments are refused.
+    let out = journal(&["bench", "--scenario", "nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("unknown scenario"));
+}
