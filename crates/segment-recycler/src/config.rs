@@ -6,8 +6,8 @@ use std::fmt;
 /// How a checkpoint makes its renames durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RecyclePolicy {
-    /// Rename the whole batch, rewrite and fdatasync each header, then one
-    /// directory fsync, then advance the durability frontier. Writers that
+    /// Rename the whole batch and rewrite each header (no per-file sync),
+    /// then one directory fsync, then advance the durability frontier. Writers that
     /// reach a recycled segment above the frontier make its name durable
     /// themselves (the write-path check).
     #[default]

@@ -25,8 +25,10 @@
 //! After a checkpoint, segments wholly below the redo position are renamed
 //! to future numbers and their header rewritten (up to `max_segments` files
 //! in all; the rest are removed). [`RecyclePolicy::Batched`] renames the
-//! whole batch, fdatasyncs each rewritten header, then fsyncs the directory
-//! once and advances the **durability frontier**: the highest segment
+//! whole batch and rewrites each header (no per-file sync: a lost header
+//! rewrite is detected and repaired at open, and records carry their own
+//! LSNs), then fsyncs the directory once and advances the **durability
+//! frontier**: the highest segment
 //! number at or below which every segment's name is known durable.
 //! [`RecyclePolicy::PerSegmentDurableRename`] pays fsync, rename, fsync and a
 //! directory fsync per segment (PostgreSQL's `durable_rename`), for A/B runs.

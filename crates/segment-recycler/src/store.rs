@@ -609,7 +609,11 @@ impl SegmentStore {
             vfs.sync_dir(&self.inner.dir)
                 .map_err(Error::io(Some(new)))?;
         } else {
-            file.sync_data().map_err(Error::io(Some(new)))?;
+            // No fdatasync for the header: if it is lost, open finds a
+            // number other than the name's and rewrites it; the records
+            // written into the segment later carry their own LSNs, which is
+            // what recovery trusts. The first fdatasync of a log write into
+            // the segment makes the header durable along the way.
             pending.unsynced.push(new);
         }
         let mut st = self.inner.state.lock();
