@@ -412,13 +412,19 @@ where
         (st, decision)
     }
 
-    /// Returns once `pos` is committed, leading the commit if nobody is.
-    fn commit_through<'a>(&'a self, mut st: MutexGuard<'a, State<P, E>>, pos: P) -> Result<(), E> {
-        let stats = &self.inner.stats;
-        if !Self::covered(&st, pos) {
+    /// Registers a synchronous stop at `pos` for the next group, before any
+    /// batching wait: whoever leads next commits it too, even while this
+    /// thread is still waiting for joiners (its wait then ends by commit).
+    fn register(st: &mut State<P, E>, pos: P) {
+        if !Self::covered(st, pos) {
             st.pending = Some(st.pending.map_or(pos, |p| p.max(pos)));
             st.pending_members += 1;
         }
+    }
+
+    /// Returns once `pos` is committed, leading the commit if nobody is.
+    fn commit_through<'a>(&'a self, mut st: MutexGuard<'a, State<P, E>>, pos: P) -> Result<(), E> {
+        let stats = &self.inner.stats;
         loop {
             if Self::covered(&st, pos) {
                 return Ok(());
@@ -505,6 +511,7 @@ where
         b.close_handle(&mut st);
         self.open = false;
         b.inner.cv.notify_all();
+        Batcher::register(&mut st, pos);
         let (st, decision) = b.batch_wait(st, pos);
         b.commit_through(st, pos)?;
         Ok(decision)

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! journal bench [--scenario NAME|all] [--seconds S] [--clients 1,4,16,64]
-//!               [--record-size B] [--dir DIR] [--json FILE] [--plot FILE.svg] [--smoke]
+//!               [--record-size B] [--batch-policy P] [--dir DIR] [--json FILE]
+//!               [--plot FILE.svg] [--smoke]
 //! journal dump DIR [--from LSN] [--limit N] [--entries]
 //! journal verify DIR
 //! journal stat DIR
@@ -18,7 +19,8 @@ use std::process::ExitCode;
 const USAGE: &str = "\
 usage:
   journal bench [--scenario NAME|all] [--seconds S] [--clients 1,4,16,64]
-                [--record-size BYTES] [--dir DIR] [--json FILE] [--plot FILE.svg] [--smoke]
+                [--record-size BYTES] [--batch-policy adaptive|last-sync-writer|fixed-sleep-1ms|none]
+                [--dir DIR] [--json FILE] [--plot FILE.svg] [--smoke]
       scenarios: group-commit (default), wt-flush-wait, jbd-lone-writer,
                  pg-recycle, xfs-flush-flags, alignment, all
   journal dump DIR [--from LSN] [--limit N] [--entries]

@@ -15,7 +15,23 @@ pub fn run(env: &Env, args: &Args) -> Result<Json, String> {
     if clients.contains(&0) || size == 0 {
         return Err("--clients and --record-size must be positive".into());
     }
-    let options = bench_options(env);
+    let batch_policy = match args.value("batch-policy").unwrap_or("adaptive") {
+        "adaptive" => jbd_batch::BatchPolicy::Adaptive,
+        "last-sync-writer" => jbd_batch::BatchPolicy::LastSyncWriter,
+        "fixed-sleep-1ms" => {
+            jbd_batch::BatchPolicy::FixedSleep(std::time::Duration::from_millis(1))
+        }
+        "none" => jbd_batch::BatchPolicy::None,
+        other => {
+            return Err(format!(
+                "--batch-policy {other:?}: one of adaptive, last-sync-writer, fixed-sleep-1ms, none"
+            ))
+        }
+    };
+    let options = journal_core::Options {
+        batch_policy,
+        ..bench_options(env)
+    };
     let payload = std::sync::Arc::new(vec![0xC3u8; size]);
     let mut points = Vec::new();
     let mut rows = Vec::new();

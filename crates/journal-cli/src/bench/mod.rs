@@ -274,6 +274,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         "plot",
         "smoke",
         "quiet",
+        "batch-policy",
     ])?;
     let smoke = args.flag("smoke");
     let scenario = args.value("scenario").unwrap_or("group-commit");
