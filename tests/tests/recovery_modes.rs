@@ -41,6 +41,16 @@ fn poke(vfs: &SimVfs, lsn: Lsn, bytes: &[u8]) {
     f.sync_data().unwrap();
 }
 
+/// A complete, valid log record at `lsn` holding one entry.
+fn craft_record(lsn: Lsn, body: &[u8]) -> Vec<u8> {
+    let mut framed = (body.len() as u32).to_le_bytes().to_vec();
+    framed.extend_from_slice(body);
+    let mut rec = vec![0u8; record_size(framed.len(), 512) as usize];
+    rec[HEADER_SIZE..HEADER_SIZE + framed.len()].copy_from_slice(&framed);
+    encode_header(&mut rec, lsn, Lsn(0), IoFlags::FUA, 1, &framed);
+    rec
+}
+
 fn record_of(entry: Lsn) -> Lsn {
     Lsn(entry.0 - HEADER_SIZE as u64)
 }
@@ -124,13 +134,7 @@ fn a_stale_record_from_a_recycled_file_ends_the_log() {
     // Bytes of the file's previous life: a valid record, one segment's
     // worth of LSNs earlier, sitting exactly where the next record goes.
     let stale_lsn = Lsn(end.0.saturating_sub(D).max(1) & !511);
-    let body = payload(9, 9, 300);
-    let mut payload_bytes = (body.len() as u32).to_le_bytes().to_vec();
-    payload_bytes.extend_from_slice(&body);
-    let mut rec = vec![0u8; record_size(payload_bytes.len(), 512) as usize];
-    rec[HEADER_SIZE..HEADER_SIZE + payload_bytes.len()].copy_from_slice(&payload_bytes);
-    encode_header(&mut rec, stale_lsn, Lsn(0), IoFlags::FUA, 1, &payload_bytes);
-    poke(&vfs, end, &rec);
+    poke(&vfs, end, &craft_record(stale_lsn, &payload(9, 9, 300)));
     let j = open_sim(&vfs, opts(RecoveryMode::AbsoluteConsistency)).unwrap();
     match &j.recovery_report().end {
         LogEnd::Clean { found } => assert!(found.contains("stale"), "{found}"),
@@ -149,12 +153,7 @@ fn unacknowledged_in_flight_records_past_the_end_are_cleared() {
     // buffer whose predecessor never completed.
     let ghost = Lsn(end.0 + 1024);
     let body = payload(3, 3, 100);
-    let mut pb = (body.len() as u32).to_le_bytes().to_vec();
-    pb.extend_from_slice(&body);
-    let mut rec = vec![0u8; record_size(pb.len(), 512) as usize];
-    rec[HEADER_SIZE..HEADER_SIZE + pb.len()].copy_from_slice(&pb);
-    encode_header(&mut rec, ghost, Lsn(0), IoFlags::FUA, 1, &pb);
-    poke(&vfs, ghost, &rec);
+    poke(&vfs, ghost, &craft_record(ghost, &body));
     let j = open_sim(&vfs, small_options()).unwrap();
     assert_eq!(j.recovery_report().cleared, [ghost]);
     // New records can now never chain into the ghost.

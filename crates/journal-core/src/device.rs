@@ -152,8 +152,11 @@ impl Device {
             if Some(seg) == skip {
                 continue;
             }
-            let f = self.store.file(seg).map_err(derr)?;
-            self.sync_file(&f).map_err(derr)?;
+            // A segment recycled or removed since holds only records below
+            // the checkpoint: nothing there needs flushing any more.
+            if let Some(f) = self.store.existing(seg) {
+                self.sync_file(&f).map_err(derr)?;
+            }
         }
         let mut u = self.unsynced.lock();
         for (seg, generation) in snapshot {
