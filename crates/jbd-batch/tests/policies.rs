@@ -97,7 +97,11 @@ fn a_complete_group_ends_the_wait_early() {
     let t = std::thread::spawn(move || h1.stop_sync(10));
     // Wait until the first committer is in its batching wait, then stop the
     // last open handle: the group is complete and the wait ends at once.
+    // (The batcher signals nothing for "a thread started waiting": poll its
+    // counter, bounded.)
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while b.stats().waits_taken == 0 {
+        assert!(std::time::Instant::now() < deadline, "the first committer never waited");
         std::thread::yield_now();
     }
     h2.stop_async();
