@@ -101,7 +101,10 @@ fn a_complete_group_ends_the_wait_early() {
     // counter, bounded.)
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while b.stats().waits_taken == 0 {
-        assert!(std::time::Instant::now() < deadline, "the first committer never waited");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first committer never waited"
+        );
         std::thread::yield_now();
     }
     h2.stop_async();

@@ -19,8 +19,7 @@
 
 use crate::SyncMethod;
 use iclog::{DeviceError, IoFlags, LogDevice, Lsn};
-use journal_sync::thread::JoinHandle;
-use journal_sync::{Mutex, StatCounter};
+use journal_sync::{Condvar, Mutex, StatCounter};
 use journal_vfs::{VfsError, VfsFile};
 use segment_recycler::{SegmentStore, DATA_OFFSET};
 use std::collections::BTreeMap;
@@ -43,9 +42,27 @@ pub(crate) struct DeviceStats {
     pub splits: StatCounter,
 }
 
-/// A data-file flush started early on another thread (by a checkpoint),
-/// joined before the log write that needs it.
-pub(crate) type PendingFlush = JoinHandle<Result<(), Arc<VfsError>>>;
+/// A data-file flush started early on another thread (by a checkpoint).
+/// Both the log write that carries the following PREFLUSH and the
+/// checkpoint itself wait for it: whoever comes first, neither goes on
+/// before the data files are stable.
+pub(crate) struct DataFlush {
+    result: Mutex<Option<Result<(), Arc<VfsError>>>>,
+    done: Condvar,
+}
+
+impl DataFlush {
+    /// Waits until the flush has finished; returns its result.
+    pub(crate) fn wait(&self) -> Result<(), Arc<VfsError>> {
+        let mut r = self.result.lock();
+        loop {
+            if let Some(result) = &*r {
+                return result.clone();
+            }
+            r = self.done.wait(r);
+        }
+    }
+}
 
 pub(crate) struct Device {
     store: SegmentStore,
@@ -57,7 +74,8 @@ pub(crate) struct Device {
     /// Files the user registered: flushed before the log write that follows
     /// a tail move.
     data_files: Mutex<Vec<File>>,
-    pending_data_flush: Mutex<Option<PendingFlush>>,
+    /// The flush the next PREFLUSH write must wait for, if any.
+    pending_data_flush: Mutex<Option<Arc<DataFlush>>>,
     /// The highest segment the writer has entered (to wake the preallocator
     /// once per segment).
     head: Mutex<u64>,
@@ -92,47 +110,35 @@ impl Device {
         self.data_files.lock().push(f);
     }
 
-    /// Starts flushing the registered data files on another thread.
-    pub(crate) fn start_data_flush(&self) {
+    /// Starts flushing the registered data files on another thread; the
+    /// next PREFLUSH log write waits for it, and so does the caller, with
+    /// [`DataFlush::wait`] on the returned flush.
+    pub(crate) fn start_data_flush(&self) -> Option<Arc<DataFlush>> {
         let files: Vec<File> = self.data_files.lock().clone();
         if files.is_empty() {
-            return;
+            return None;
         }
-        let handle = journal_sync::thread::spawn(move || {
+        let flush = Arc::new(DataFlush {
+            result: Mutex::new(None),
+            done: Condvar::new(),
+        });
+        self.stats.data_preflushes.add(files.len() as u64);
+        let f2 = flush.clone();
+        // The thread runs to completion on its own; nobody joins it, both
+        // waiters wait on the flush's condvar.
+        drop(journal_sync::thread::spawn(move || {
+            let mut result = Ok(());
             for f in files {
-                f.sync_data().map_err(Arc::new)?;
+                if let Err(e) = f.sync_data() {
+                    result = Err(Arc::new(e));
+                    break;
+                }
             }
-            Ok(())
-        });
-        let mut slot = self.pending_data_flush.lock();
-        if let Some(old) = slot.replace(handle) {
-            // An earlier flush not yet joined: its files are flushed again
-            // by the new one, but its result must not be lost.
-            drop(slot);
-            self.join_flush(old).ok();
-        }
-    }
-
-    fn join_flush(&self, h: PendingFlush) -> Result<(), Arc<VfsError>> {
-        let n = self.data_files.lock().len() as u64;
-        let r = h.join().unwrap_or_else(|_| {
-            Err(Arc::new(VfsError::new(
-                journal_vfs::Op::SyncData,
-                std::path::Path::new("<data files>"),
-                std::io::Error::other("data flush thread panicked"),
-            )))
-        });
-        self.stats.data_preflushes.add(n);
-        r
-    }
-
-    /// Joins a data flush started by a checkpoint, if one is pending.
-    pub(crate) fn finish_data_flush(&self) -> Result<(), crate::Error> {
-        let pending = self.pending_data_flush.lock().take();
-        match pending {
-            Some(h) => self.join_flush(h).map_err(crate::Error::Io),
-            None => Ok(()),
-        }
+            *f2.result.lock() = Some(result);
+            f2.done.notify_all();
+        }));
+        *self.pending_data_flush.lock() = Some(flush.clone());
+        Some(flush)
     }
 
     fn sync_file(&self, f: &File) -> Result<(), VfsError> {
@@ -208,7 +214,7 @@ impl LogDevice for Device {
         };
         if flags.contains(IoFlags::PREFLUSH) {
             let pending = self.pending_data_flush.lock().take();
-            let data = pending.map(|h| self.join_flush(h));
+            let data = pending.map(|f| f.wait());
             let skip = pieces.first().map(|p| p.0).filter(|&s| folds_into_write(s));
             let log = self.flush_log(skip);
             if let Some(r) = data {

@@ -408,14 +408,16 @@ impl Journal {
         let ring = &self.inner.ring;
         let device = &self.inner.device;
         let result = (|| {
-            device.start_data_flush();
+            let flush = device.start_data_flush();
             if ring.durable_lsn() < head {
                 ring.note_tail_moved(redo);
                 ring.force_all().map_err(ring_error)?;
             }
-            // The forced write joined the flush; if there was nothing to
-            // write (or it raced), join it here.
-            device.finish_data_flush()?;
+            // The forced write waited for the flush before writing; whether
+            // or not there was one, the checkpoint waits for it too.
+            if let Some(f) = flush {
+                f.wait().map_err(Error::Io)?;
+            }
             ring.note_tail_flushed(redo);
             let scan = self.record_start(current.scan_lsn, redo)?;
             control.write(Control {
