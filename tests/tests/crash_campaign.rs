@@ -8,9 +8,12 @@
 //! that was appended; data written before a completed checkpoint survived;
 //! recovery never fails or panics; the journal accepts writes afterwards.
 //!
-//! Seeded and reproducible: a failure prints its seed; rerun one seed with
-//! `JOURNAL_CRASH_SEED=N`. `JOURNAL_CRASH_SECONDS` sets the time budget
-//! (default 30 s here; `cargo xtask crash --minutes N` runs longer).
+//! Seeded: the seed fixes the options, every thread's workload, the crash
+//! points and the crash policies; the interleaving of the writer threads is
+//! the scheduler's. A failure prints its seed; `JOURNAL_CRASH_SEED=N` reruns
+//! that seed `JOURNAL_CRASH_REPEAT` times (default 20) to meet the same
+//! interleaving again. `JOURNAL_CRASH_SECONDS` sets the time budget (default
+//! 30 s here; `cargo xtask crash --minutes N` runs longer).
 #![cfg(not(loom))]
 
 use iclog::FlushPolicy;
@@ -202,8 +205,12 @@ fn run_seed(seed: u64) -> u64 {
 fn crash_consistency_campaign() {
     if let Ok(s) = std::env::var("JOURNAL_CRASH_SEED") {
         let seed: u64 = s.parse().expect("JOURNAL_CRASH_SEED is a number");
-        let n = run_seed(seed);
-        println!("crash campaign: seed {seed}: {n} crash states checked");
+        let repeat: u32 = std::env::var("JOURNAL_CRASH_REPEAT")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(20);
+        let n: u64 = (0..repeat).map(|_| run_seed(seed)).sum();
+        println!("crash campaign: seed {seed} x{repeat}: {n} crash states checked");
         return;
     }
     let budget: f64 = std::env::var("JOURNAL_CRASH_SECONDS")

@@ -89,3 +89,6 @@ pub use journal::{CheckpointReport, ForceMode, Journal, ReadIter};
 pub use metrics::Metrics;
 pub use options::{Options, RecoveryMode, SyncMethod};
 pub use recovery::{LogEnd, RecoveryReport};
+
+// The journal is shared between threads by `Arc`.
+static_assertions::assert_impl_all!(Journal: Send, Sync);
