@@ -37,19 +37,18 @@ pub fn run(env: &Env, args: &Args) -> Result<Json, String> {
     let mut rows = Vec::new();
     let mut series = (Vec::new(), Vec::new());
     for (i, &c) in clients.iter().enumerate() {
-        env.progress(&format!(
-            "group-commit: device probe for {c} clients ({}/{})",
-            i + 1,
-            clients.len()
-        ));
+        env.progress_bar(
+            i,
+            clients.len(),
+            &format!("group-commit: device probe for {c} clients"),
+        );
         let samples = if env.smoke { 20 } else { 200 };
         let dev = device_latency(env, c * size, options.alignment, samples).map_err(err)?;
-        env.progress(&format!(
-            "group-commit: {c} clients, {} s ({}/{})",
-            env.seconds,
-            i + 1,
-            clients.len()
-        ));
+        env.progress_bar(
+            i,
+            clients.len(),
+            &format!("group-commit: {c} clients, {} s", env.seconds),
+        );
         let (j, dir) = fresh_journal(env, &format!("gc-{c}"), options).map_err(err)?;
         let p = payload.clone();
         let load = commit_load(&j, c, env.seconds, move |j, _, _| {

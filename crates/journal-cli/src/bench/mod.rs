@@ -67,6 +67,18 @@ impl Env {
     pub fn progress(&self, msg: &str) {
         self.progress.say(msg);
     }
+
+    /// Reports progress with a bar: `done` of `total` steps finished.
+    pub fn progress_bar(&self, done: usize, total: usize, msg: &str) {
+        const WIDTH: usize = 20;
+        let filled = WIDTH * done.min(total) / total.max(1);
+        let bar = format!(
+            "[{}{}] {done}/{total}",
+            "#".repeat(filled),
+            ".".repeat(WIDTH - filled)
+        );
+        self.progress.say(&format!("{bar} {msg}"));
+    }
 }
 
 struct Progress {

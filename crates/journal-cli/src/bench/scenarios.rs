@@ -34,8 +34,11 @@ pub fn wt_flush_wait(env: &Env) -> Result<Json, String> {
     let mut rows = Vec::new();
     let mut variants = Vec::new();
     let mut p50 = Vec::new();
-    for (name, condvar) in [("condvar-wait", true), ("sleep-poll-1ms", false)] {
-        env.progress(&format!("wt-flush-wait: {name}"));
+    for (i, (name, condvar)) in [("condvar-wait", true), ("sleep-poll-1ms", false)]
+        .into_iter()
+        .enumerate()
+    {
+        env.progress_bar(i, 2, &format!("wt-flush-wait: {name}"));
         let vfs = SimVfs::new();
         vfs.set_sync_latency(sync_latency);
         vfs.set_write_latency(write_latency);
@@ -258,7 +261,7 @@ pub fn pg_recycle(env: &Env) -> Result<Json, String> {
         let mut dir_fsyncs = 0;
         let mut recycled = 0;
         for round in 0..rounds {
-            env.progress(&format!("pg-recycle: {name}, round {}/{rounds}", round + 1));
+            env.progress_bar(round, rounds, &format!("pg-recycle: {name}"));
             let target = j.appended_lsn().0 + per_round * data;
             while j.appended_lsn().0 < target {
                 j.append(&rec).map_err(err)?;
@@ -412,8 +415,8 @@ pub fn alignment(env: &Env) -> Result<Json, String> {
     let mut rows = Vec::new();
     let mut results = Vec::new();
     let mut rates = Vec::new();
-    for align in [1u64, 512, 4096] {
-        env.progress(&format!("alignment: {align}"));
+    for (i, align) in [1u64, 512, 4096].into_iter().enumerate() {
+        env.progress_bar(i, 3, &format!("alignment: {align}"));
         let options = Options {
             alignment: align,
             sync_method: SyncMethod::Dsync,
