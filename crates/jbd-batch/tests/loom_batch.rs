@@ -89,3 +89,26 @@ fn the_timer_event_ends_a_wait() {
         drop(keeps_open);
     });
 }
+
+/// Three committers, one of them waiting for joiners while the others
+/// stop: every stop returns covered, by one leader at a time.
+#[test]
+fn three_committers_all_covered() {
+    model(|| {
+        let (b, dev) = batcher(BatchPolicy::Adaptive, false);
+        let hs: Vec<_> = (1..=2u64)
+            .map(|p| {
+                let (b, dev) = (b.clone(), dev.clone());
+                thread::spawn(move || {
+                    b.start().stop_sync(p).unwrap();
+                    assert!(dev.lock().durable >= Some(p));
+                })
+            })
+            .collect();
+        b.start().stop_sync(3).unwrap();
+        assert!(dev.lock().durable >= Some(3));
+        for h in hs {
+            h.join().unwrap();
+        }
+    });
+}
