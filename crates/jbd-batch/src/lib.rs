@@ -200,6 +200,12 @@ struct State<P, E> {
     /// The timer event: the running transaction's batching window has
     /// elapsed. Cleared when a leader closes the transaction.
     window_elapsed: bool,
+    /// Threads in a batching wait (so handle changes wake only them, and
+    /// only when there are any).
+    batch_waiters: u32,
+    /// The id of the group the next leader will commit; stops registered
+    /// now belong to it.
+    next_group: u64,
 }
 
 type CommitFn<P, E> = dyn Fn(P) -> Result<(), E> + Send + Sync;
@@ -208,7 +214,14 @@ struct Inner<P, E> {
     config: BatchConfig,
     commit: Box<CommitFn<P, E>>,
     state: Mutex<State<P, E>>,
-    cv: Condvar,
+    /// Batching waits: signalled when handles open or close, the timer
+    /// fires, or a commit completes.
+    batch_cv: Condvar,
+    /// Commit waits, one condvar per group parity: the completion of group
+    /// `g` wakes its members (`groups[g % 2]`) and one member of group
+    /// `g + 1` to lead it — not every waiter, most of which would only go
+    /// back to sleep.
+    groups: [Condvar; 2],
     stats: Stats,
 }
 
@@ -261,8 +274,11 @@ where
                     last_sync_writer: None,
                     avg_commit_ns: 0,
                     window_elapsed: false,
+                    batch_waiters: 0,
+                    next_group: 0,
                 }),
-                cv: Condvar::new(),
+                batch_cv: Condvar::new(),
+                groups: [Condvar::new(), Condvar::new()],
                 stats: Stats::default(),
             }),
         }
@@ -281,8 +297,11 @@ where
         if st.txn_start.is_none() {
             st.txn_start = Some(Stopwatch::start());
         }
+        let wake = st.batch_waiters > 0;
         drop(st);
-        self.inner.cv.notify_all();
+        if wake {
+            self.inner.batch_cv.notify_all();
+        }
         Handle {
             batcher: self.clone(),
             open: true,
@@ -305,7 +324,7 @@ where
     /// models call it from a "timer" thread, since loom's clock never moves.
     pub fn fire_timer(&self) {
         self.inner.state.lock().window_elapsed = true;
-        self.inner.cv.notify_all();
+        self.inner.batch_cv.notify_all();
     }
 
     /// A snapshot of the counters.
@@ -402,8 +421,10 @@ where
                 stats.waits_ended_by_timer.incr();
                 break WaitDecision::EndedByTimer;
             }
-            let (g, expired) = self.inner.cv.wait_deadline(st, &deadline);
+            st.batch_waiters += 1;
+            let (g, expired) = self.inner.batch_cv.wait_deadline(st, &deadline);
             st = g;
+            st.batch_waiters -= 1;
             if expired {
                 st.window_elapsed = true; // the timer event, fired by the clock
             }
@@ -415,29 +436,48 @@ where
     /// Registers a synchronous stop at `pos` for the next group, before any
     /// batching wait: whoever leads next commits it too, even while this
     /// thread is still waiting for joiners (its wait then ends by commit).
-    fn register(st: &mut State<P, E>, pos: P) {
-        if !Self::covered(st, pos) {
-            st.pending = Some(st.pending.map_or(pos, |p| p.max(pos)));
-            st.pending_members += 1;
+    /// Returns the id of the group it joined (none if already covered).
+    fn register(st: &mut State<P, E>, pos: P) -> Option<u64> {
+        if Self::covered(st, pos) {
+            return None;
         }
+        st.pending = Some(st.pending.map_or(pos, |p| p.max(pos)));
+        st.pending_members += 1;
+        Some(st.next_group)
     }
 
     /// Returns once `pos` is committed, leading the commit if nobody is.
-    fn commit_through<'a>(&'a self, mut st: MutexGuard<'a, State<P, E>>, pos: P) -> Result<(), E> {
+    fn commit_through<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State<P, E>>,
+        pos: P,
+        group: Option<u64>,
+    ) -> Result<(), E> {
         let stats = &self.inner.stats;
         loop {
-            if Self::covered(&st, pos) {
-                return Ok(());
-            }
-            if let Some((target, e)) = &st.failed {
-                if pos <= *target {
-                    return Err(e.clone());
+            let outcome = if Self::covered(&st, pos) {
+                Some(Ok(()))
+            } else {
+                match &st.failed {
+                    Some((target, e)) if pos <= *target => Some(Err(e.clone())),
+                    _ => None,
                 }
+            };
+            if let Some(outcome) = outcome {
+                // This thread may have been the one woken to lead the next
+                // group, yet be covered already (its position arrived out of
+                // order): pass that wakeup on, or nobody would lead.
+                if !st.committing && st.pending.is_some() {
+                    self.inner.groups[(st.next_group % 2) as usize].notify_one();
+                }
+                return outcome;
             }
             if !st.committing {
                 // Become the leader of everything stopped so far.
                 let target = st.pending.take().expect("an uncovered stop is pending");
                 let members = std::mem::take(&mut st.pending_members);
+                let this_group = st.next_group;
+                st.next_group += 1;
                 st.committing = true;
                 // The leader closes the running transaction: a new one starts.
                 st.txn_start = if st.updates > 0 {
@@ -464,10 +504,17 @@ where
                     Ok(()) => st.committed = Some(st.committed.map_or(target, |c| c.max(target))),
                     Err(e) => st.failed = Some((target, e)),
                 }
-                self.inner.cv.notify_all();
+                // Wake this group's members, one member of the next group
+                // to lead it, and any batching waiter this commit covered.
+                self.inner.groups[(this_group % 2) as usize].notify_all();
+                self.inner.groups[((this_group + 1) % 2) as usize].notify_one();
+                if st.batch_waiters > 0 {
+                    self.inner.batch_cv.notify_all();
+                }
                 continue;
             }
-            st = self.inner.cv.wait(st);
+            let g = group.expect("an uncovered stop joined a group");
+            st = self.inner.groups[(g % 2) as usize].wait(st);
         }
     }
 }
@@ -510,10 +557,12 @@ where
         let mut st = b.inner.state.lock();
         b.close_handle(&mut st);
         self.open = false;
-        b.inner.cv.notify_all();
-        Batcher::register(&mut st, pos);
+        if st.batch_waiters > 0 {
+            b.inner.batch_cv.notify_all();
+        }
+        let group = Batcher::register(&mut st, pos);
         let (st, decision) = b.batch_wait(st, pos);
-        b.commit_through(st, pos)?;
+        b.commit_through(st, pos, group)?;
         Ok(decision)
     }
 
@@ -526,8 +575,11 @@ where
         if std::mem::take(&mut self.open) {
             let mut st = self.batcher.inner.state.lock();
             self.batcher.close_handle(&mut st);
+            let wake = st.batch_waiters > 0;
             drop(st);
-            self.batcher.inner.cv.notify_all();
+            if wake {
+                self.batcher.inner.batch_cv.notify_all();
+            }
         }
     }
 }
