@@ -47,7 +47,7 @@ fn open(args: &Args) -> Result<(PathBuf, Arc<dyn Vfs>, Control, LogReader), Fail
             .ok_or_else(|| fail("missing journal directory"))?,
     );
     let vfs: Arc<dyn Vfs> = Arc::new(OsVfs::new());
-    if !dir.is_dir() {
+    if !vfs.exists(&dir).unwrap_or(false) {
         return Err(fail(format!("{}: no such directory", dir.display())));
     }
     let control = match read_control(&*vfs, &dir) {

@@ -123,6 +123,8 @@ pub trait Vfs: Send + Sync + fmt::Debug {
     fn rename(&self, from: &Path, to: &Path) -> Result<()>;
     /// Removes a file's name. Durable only after [`Vfs::sync_dir`].
     fn remove_file(&self, path: &Path) -> Result<()>;
+    /// Removes an empty directory.
+    fn remove_dir(&self, path: &Path) -> Result<()>;
     /// Names of the entries of a directory (files and subdirectories), in no
     /// particular order.
     fn read_dir(&self, dir: &Path) -> Result<Vec<String>>;

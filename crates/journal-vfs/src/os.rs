@@ -139,6 +139,10 @@ impl Vfs for OsVfs {
         Ok(())
     }
 
+    fn remove_dir(&self, path: &Path) -> Result<()> {
+        std::fs::remove_dir(path).map_err(err(Op::Remove, path))
+    }
+
     fn read_dir(&self, dir: &Path) -> Result<Vec<String>> {
         let mut names = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(err(Op::ReadDir, dir))? {

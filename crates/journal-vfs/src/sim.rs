@@ -480,6 +480,28 @@ impl Vfs for SimVfs {
         Ok(())
     }
 
+    fn remove_dir(&self, path: &Path) -> Result<()> {
+        let mut st = self.inner.state.lock();
+        st.call(Op::Remove, path)?;
+        if !st.dirs.contains(path) {
+            return Err(VfsError::new(
+                Op::Remove,
+                path,
+                io_err(io::ErrorKind::NotFound),
+            ));
+        }
+        let child = |p: &Path| p.parent() == Some(path);
+        if st.live.keys().any(|p| child(p)) || st.dirs.iter().any(|p| child(p)) {
+            return Err(VfsError::new(
+                Op::Remove,
+                path,
+                io::Error::from_raw_os_error(libc::ENOTEMPTY),
+            ));
+        }
+        st.dirs.remove(path);
+        Ok(())
+    }
+
     fn read_dir(&self, dir: &Path) -> Result<Vec<String>> {
         let mut st = self.inner.state.lock();
         st.call(Op::ReadDir, dir)?;

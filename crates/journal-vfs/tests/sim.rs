@@ -246,6 +246,10 @@ fn read_dir_lists_live_names_and_lock_excludes_a_second_holder() {
     let mut names = vfs.read_dir(&dir).unwrap();
     names.sort();
     assert_eq!(names, ["a", "b", "sub"]);
+    assert!(vfs.remove_dir(&dir).is_err(), "not empty");
+    vfs.create_dir_all(&dir.join("empty")).unwrap();
+    vfs.remove_dir(&dir.join("empty")).unwrap();
+    assert!(!vfs.exists(&dir.join("empty")).unwrap());
     let l = vfs.lock_dir(&dir).unwrap();
     assert!(vfs.lock_dir(&dir).is_err());
     drop(l);

@@ -60,7 +60,7 @@ impl Env {
                 let _ = vfs.remove_file(&dir.join(n));
             }
         }
-        let _ = std::fs::remove_dir(dir);
+        let _ = vfs.remove_dir(dir);
     }
 
     /// Reports progress on stderr.
