@@ -517,6 +517,7 @@ impl Journal {
             log_writes: r.writes,
             log_writes_fua: r.writes_fua,
             log_writes_preflush: r.writes_preflush,
+            log_bare_flushes: r.bare_flushes,
             noiclog_waits: r.noiclog_waits,
             batch_waits_skipped_lone: b.skipped_lone,
             batch_waits_skipped_last_writer: b.skipped_last_writer,

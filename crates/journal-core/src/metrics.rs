@@ -39,6 +39,9 @@ pub struct Metrics {
     pub log_writes_fua: u64,
     /// Of those, with PREFLUSH.
     pub log_writes_preflush: u64,
+    /// Cache flushes issued with no write: a force found its record already
+    /// written without FUA.
+    pub log_bare_flushes: u64,
     /// Appends that found no free log buffer and waited.
     pub noiclog_waits: u64,
     /// Batching waits skipped: no other committer could join.

@@ -357,6 +357,8 @@ pub fn xfs_flush_flags(env: &Env) -> Result<Json, String> {
                 format!("{:.0}", load.rate()),
                 format!("{:.3}", load.syncs_per_commit()),
                 m.log_writes_preflush.to_string(),
+                m.log_bare_flushes.to_string(),
+                m.groups.to_string(),
                 m.noiclog_waits.to_string(),
             ]);
             results.push(
@@ -367,6 +369,8 @@ pub fn xfs_flush_flags(env: &Env) -> Result<Json, String> {
                     .with("syncs_per_commit", load.syncs_per_commit())
                     .with("p50_us", load.q(0.5))
                     .with("preflush_writes", m.log_writes_preflush)
+                    .with("bare_flushes", m.log_bare_flushes)
+                    .with("groups", m.groups)
                     .with("noiclog_waits", m.noiclog_waits),
             );
         }
@@ -379,6 +383,8 @@ pub fn xfs_flush_flags(env: &Env) -> Result<Json, String> {
             "commits/s",
             "syncs/commit",
             "preflush writes",
+            "bare flushes",
+            "groups",
             "noiclog",
         ],
         &rows,
