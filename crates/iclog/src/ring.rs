@@ -102,6 +102,11 @@ struct RingState {
     /// A bare flush (no write) is in flight.
     flushing: bool,
     poisoned: Option<DeviceError>,
+    /// Threads waiting on `progress` / on `space`: notifications are only
+    /// sent when someone listens (a notify is a syscall even with nobody
+    /// waiting).
+    progress_waiters: u32,
+    space_waiters: u32,
 }
 
 impl RingState {
@@ -232,6 +237,8 @@ impl Ring {
                     tail_moved: false,
                     flushing: false,
                     poisoned: None,
+                    progress_waiters: 0,
+                    space_waiters: 0,
                 }),
                 data,
                 space: Condvar::new(),
@@ -378,6 +385,32 @@ impl Ring {
         }
     }
 
+    // ---- waiting and waking -------------------------------------------------
+
+    fn wait_progress<'a>(&'a self, mut st: MutexGuard<'a, RingState>) -> MutexGuard<'a, RingState> {
+        st.progress_waiters += 1;
+        let mut st = self.inner.progress.wait(st);
+        st.progress_waiters -= 1;
+        st
+    }
+
+    fn wait_space<'a>(&'a self, mut st: MutexGuard<'a, RingState>) -> MutexGuard<'a, RingState> {
+        st.space_waiters += 1;
+        let mut st = self.inner.space.wait(st);
+        st.space_waiters -= 1;
+        st
+    }
+
+    /// Wakes whoever waits for progress (and for space, if `space`).
+    fn wake(&self, st: &RingState, space: bool) {
+        if st.progress_waiters > 0 {
+            self.inner.progress.notify_all();
+        }
+        if space && st.space_waiters > 0 {
+            self.inner.space.notify_all();
+        }
+    }
+
     // ---- reservation and release -------------------------------------
 
     /// Reserves `total` framed bytes; returns (buffer, payload offset, LSN).
@@ -393,7 +426,7 @@ impl Ring {
                     waited = true;
                     self.inner.stats.noiclog_waits.incr();
                 }
-                st = self.inner.space.wait(st);
+                st = self.wait_space(st);
                 continue;
             }
             let next = st.next_lsn;
@@ -481,7 +514,7 @@ impl Ring {
             if !blocked {
                 break flags;
             }
-            st = self.inner.progress.wait(st);
+            st = self.wait_progress(st);
         };
         if st.tail_moved && flags.contains(IoFlags::PREFLUSH | IoFlags::FUA) {
             st.tail_moved = false;
@@ -530,8 +563,7 @@ impl Ring {
                 }
             }
         }
-        self.inner.progress.notify_all();
-        self.inner.space.notify_all();
+        self.wake(&st, true);
         st.poison()?;
         Ok(st)
     }
@@ -585,7 +617,7 @@ impl Ring {
                     if !wait {
                         return Ok(());
                     }
-                    st = self.inner.progress.wait(st);
+                    st = self.wait_progress(st);
                     continue;
                 }
                 st.flushing = true;
@@ -603,7 +635,7 @@ impl Ring {
                         }
                     }
                 }
-                self.inner.progress.notify_all();
+                self.wake(&st, false);
                 continue;
             }
             let Some(i) = (0..st.slots.len()).find(|&j| {
@@ -627,13 +659,13 @@ impl Ring {
                     if !wait {
                         return Ok(());
                     }
-                    st = self.inner.progress.wait(st);
+                    st = self.wait_progress(st);
                 }
                 BufState::Syncing | BufState::DoneSync => {
                     if !wait {
                         return Ok(());
                     }
-                    st = self.inner.progress.wait(st);
+                    st = self.wait_progress(st);
                 }
             }
         }

@@ -206,6 +206,8 @@ struct State<P, E> {
     /// The id of the group the next leader will commit; stops registered
     /// now belong to it.
     next_group: u64,
+    /// Threads waiting on each group-parity condvar.
+    group_waiters: [u32; 2],
 }
 
 type CommitFn<P, E> = dyn Fn(P) -> Result<(), E> + Send + Sync;
@@ -276,6 +278,7 @@ where
                     window_elapsed: false,
                     batch_waiters: 0,
                     next_group: 0,
+                    group_waiters: [0, 0],
                 }),
                 batch_cv: Condvar::new(),
                 groups: [Condvar::new(), Condvar::new()],
@@ -467,8 +470,9 @@ where
                 // This thread may have been the one woken to lead the next
                 // group, yet be covered already (its position arrived out of
                 // order): pass that wakeup on, or nobody would lead.
-                if !st.committing && st.pending.is_some() {
-                    self.inner.groups[(st.next_group % 2) as usize].notify_one();
+                let next = (st.next_group % 2) as usize;
+                if !st.committing && st.pending.is_some() && st.group_waiters[next] > 0 {
+                    self.inner.groups[next].notify_one();
                 }
                 return outcome;
             }
@@ -506,15 +510,22 @@ where
                 }
                 // Wake this group's members, one member of the next group
                 // to lead it, and any batching waiter this commit covered.
-                self.inner.groups[(this_group % 2) as usize].notify_all();
-                self.inner.groups[((this_group + 1) % 2) as usize].notify_one();
+                let (this, next) = ((this_group % 2) as usize, ((this_group + 1) % 2) as usize);
+                if st.group_waiters[this] > 0 {
+                    self.inner.groups[this].notify_all();
+                }
+                if st.group_waiters[next] > 0 {
+                    self.inner.groups[next].notify_one();
+                }
                 if st.batch_waiters > 0 {
                     self.inner.batch_cv.notify_all();
                 }
                 continue;
             }
-            let g = group.expect("an uncovered stop joined a group");
-            st = self.inner.groups[(g % 2) as usize].wait(st);
+            let g = (group.expect("an uncovered stop joined a group") % 2) as usize;
+            st.group_waiters[g] += 1;
+            st = self.inner.groups[g].wait(st);
+            st.group_waiters[g] -= 1;
         }
     }
 }
