@@ -3,7 +3,7 @@
 
 use journal_core::{Journal, Lsn, Options};
 use journal_vfs::{SimVfs, SplitMix64, Vfs};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Options sized for tests: 64 KiB segments, 4 × 16 KiB buffers, so a few
@@ -94,9 +94,4 @@ pub fn verify(j: &Journal, acked: &[(Lsn, Vec<u8>)], context: &str) {
             ),
         }
     }
-}
-
-/// Whether `dir` exists on the real filesystem (for the kill -9 scenario).
-pub fn exists(dir: &Path) -> bool {
-    dir.exists()
 }

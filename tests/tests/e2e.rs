@@ -47,6 +47,10 @@ fn os_vfs_write_reopen_replay() {
     let m = j.metrics();
     assert!(m.segments_recycled > 0, "{m:?}");
     assert!(m.checkpoints >= 4);
+    assert!(
+        m.split_records > 0,
+        "records crossed segment boundaries: {m:?}"
+    );
     drop(j);
     let j = Journal::open(&dir, small_options()).unwrap();
     assert!(j.recovery_report().records > 0);

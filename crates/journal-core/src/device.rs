@@ -36,8 +36,6 @@ pub(crate) struct DeviceStats {
     pub dsync_writes: StatCounter,
     /// fdatasync calls on registered data files (tail moves).
     pub data_preflushes: StatCounter,
-    /// Record writes (halves of split records count twice).
-    pub writes: StatCounter,
     /// Records split across two segments.
     pub splits: StatCounter,
 }
@@ -223,7 +221,6 @@ impl LogDevice for Device {
             log?;
         }
         for ((seg, off, chunk), f) in pieces.iter().zip(&files) {
-            self.stats.writes.incr();
             if fua && self.sync_method == SyncMethod::Dsync {
                 f.write_at_fua(chunk, *off).map_err(derr)?;
                 self.stats.dsync_writes.incr();

@@ -514,6 +514,7 @@ impl Journal {
             device_syncs: v.syncs(),
             bytes_written: r.bytes_written,
             padding_bytes: r.padding_bytes,
+            split_records: d.splits.get(),
             log_writes: r.writes,
             log_writes_fua: r.writes_fua,
             log_writes_preflush: r.writes_preflush,

@@ -33,6 +33,8 @@ pub struct Metrics {
     pub bytes_written: u64,
     /// Padding bytes among them.
     pub padding_bytes: u64,
+    /// Records that crossed a segment boundary (written in two halves).
+    pub split_records: u64,
     /// Log record writes.
     pub log_writes: u64,
     /// Of those, with FUA.

@@ -196,6 +196,10 @@ fn io_err(kind: io::ErrorKind) -> io::Error {
     io::Error::from(kind)
 }
 
+fn not_found(op: Op, path: &Path) -> VfsError {
+    VfsError::new(op, path, io_err(io::ErrorKind::NotFound))
+}
+
 fn write_bytes(buf: &mut Vec<u8>, offset: u64, data: &[u8]) {
     let end = offset as usize + data.len();
     if buf.len() < end {
@@ -384,11 +388,7 @@ impl Vfs for SimVfs {
             None if create => {
                 st.call(Op::Create, path)?;
                 if !st.parent_exists(path) || st.dirs.contains(path) {
-                    return Err(VfsError::new(
-                        Op::Create,
-                        path,
-                        io_err(io::ErrorKind::NotFound),
-                    ));
+                    return Err(not_found(Op::Create, path));
                 }
                 let ino = st.next_ino;
                 st.next_ino += 1;
@@ -403,11 +403,7 @@ impl Vfs for SimVfs {
             }
             None => {
                 st.call(Op::Open, path)?;
-                return Err(VfsError::new(
-                    Op::Open,
-                    path,
-                    io_err(io::ErrorKind::NotFound),
-                ));
+                return Err(not_found(Op::Open, path));
             }
         };
         Ok(Box::new(SimFile {
@@ -441,18 +437,10 @@ impl Vfs for SimVfs {
         let mut st = self.inner.state.lock();
         st.call(Op::Rename, from)?;
         if !st.parent_exists(to) || st.dirs.contains(to) {
-            return Err(VfsError::new(
-                Op::Rename,
-                to,
-                io_err(io::ErrorKind::NotFound),
-            ));
+            return Err(not_found(Op::Rename, to));
         }
         let Some(ino) = st.live.remove(from) else {
-            return Err(VfsError::new(
-                Op::Rename,
-                from,
-                io_err(io::ErrorKind::NotFound),
-            ));
+            return Err(not_found(Op::Rename, from));
         };
         st.live.insert(to.to_path_buf(), ino);
         st.pending_ns.push(NsOp::Rename {
@@ -467,11 +455,7 @@ impl Vfs for SimVfs {
         let mut st = self.inner.state.lock();
         st.call(Op::Remove, path)?;
         if st.live.remove(path).is_none() {
-            return Err(VfsError::new(
-                Op::Remove,
-                path,
-                io_err(io::ErrorKind::NotFound),
-            ));
+            return Err(not_found(Op::Remove, path));
         }
         st.pending_ns.push(NsOp::Unlink {
             path: path.to_path_buf(),
@@ -484,11 +468,7 @@ impl Vfs for SimVfs {
         let mut st = self.inner.state.lock();
         st.call(Op::Remove, path)?;
         if !st.dirs.contains(path) {
-            return Err(VfsError::new(
-                Op::Remove,
-                path,
-                io_err(io::ErrorKind::NotFound),
-            ));
+            return Err(not_found(Op::Remove, path));
         }
         let child = |p: &Path| p.parent() == Some(path);
         if st.live.keys().any(|p| child(p)) || st.dirs.iter().any(|p| child(p)) {
@@ -506,11 +486,7 @@ impl Vfs for SimVfs {
         let mut st = self.inner.state.lock();
         st.call(Op::ReadDir, dir)?;
         if !st.dirs.contains(dir) {
-            return Err(VfsError::new(
-                Op::ReadDir,
-                dir,
-                io_err(io::ErrorKind::NotFound),
-            ));
+            return Err(not_found(Op::ReadDir, dir));
         }
         let in_dir = |p: &&PathBuf| p.parent() == Some(dir);
         let name = |p: &PathBuf| p.file_name().unwrap().to_string_lossy().into_owned();
@@ -524,11 +500,7 @@ impl Vfs for SimVfs {
         let mut st = self.inner.state.lock();
         st.call(Op::SyncDir, dir)?;
         if !st.dirs.contains(dir) {
-            return Err(VfsError::new(
-                Op::SyncDir,
-                dir,
-                io_err(io::ErrorKind::NotFound),
-            ));
+            return Err(not_found(Op::SyncDir, dir));
         }
         let pending = std::mem::take(&mut st.pending_ns);
         let mut rest = Vec::with_capacity(pending.len());
@@ -553,11 +525,7 @@ impl Vfs for SimVfs {
         let mut st = self.inner.state.lock();
         st.call(Op::Lock, dir)?;
         if !st.dirs.contains(dir) {
-            return Err(VfsError::new(
-                Op::Lock,
-                dir,
-                io_err(io::ErrorKind::NotFound),
-            ));
+            return Err(not_found(Op::Lock, dir));
         }
         if !st.locks.insert(dir.to_path_buf()) {
             return Err(VfsError::new(
