@@ -48,7 +48,7 @@
 //! }
 //! assert!(g.timer_fired);
 //! ```
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 mod mutex;
 mod time;
@@ -81,46 +81,6 @@ pub mod thread {
     pub use std::thread::{current, spawn, yield_now, JoinHandle, ThreadId};
 }
 
-/// Spin-loop hint, from std or loom (under loom it yields to other threads).
-pub mod hint {
-    #[cfg(loom)]
-    pub use loom::hint::spin_loop;
-    #[cfg(not(loom))]
-    pub use std::hint::spin_loop;
-}
-
-/// An `UnsafeCell` with loom's access-tracking API (`with` / `with_mut`).
-pub mod cell {
-    #[cfg(loom)]
-    pub use loom::cell::UnsafeCell;
-
-    /// `std::cell::UnsafeCell` behind loom's `with` / `with_mut` API, so the
-    /// same code compiles under both.
-    #[cfg(not(loom))]
-    #[derive(Debug, Default)]
-    pub struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
-
-    #[cfg(not(loom))]
-    impl<T> UnsafeCell<T> {
-        /// Wraps `value`.
-        pub const fn new(value: T) -> Self {
-            Self(std::cell::UnsafeCell::new(value))
-        }
-        /// Calls `f` with a shared raw pointer to the contents.
-        pub fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
-            f(self.0.get())
-        }
-        /// Calls `f` with a mutable raw pointer to the contents.
-        pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
-            f(self.0.get())
-        }
-        /// Consumes the cell, returning the contents.
-        pub fn into_inner(self) -> T {
-            self.0.into_inner()
-        }
-    }
-}
-
 /// Runs `f` as a loom model (every interleaving, bounded by
 /// `LOOM_MAX_PREEMPTIONS`), or simply calls it once outside loom.
 ///
@@ -141,10 +101,6 @@ where
     #[cfg(not(loom))]
     f();
 }
-
-/// `true` in a `--cfg loom` build. Lets tests skip work loom cannot model
-/// (real time, real files) without sprinkling `cfg` attributes.
-pub const LOOM: bool = cfg!(loom);
 
 /// A statistics counter: a relaxed `u64` that orders nothing.
 ///
@@ -167,10 +123,6 @@ impl StatCounter {
     /// Adds one.
     pub fn incr(&self) {
         self.add(1);
-    }
-    /// Stores `n` if it is larger than the current value.
-    pub fn max(&self, n: u64) {
-        self.0.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
     }
     /// The current value.
     pub fn get(&self) -> u64 {

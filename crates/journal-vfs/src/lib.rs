@@ -3,7 +3,7 @@
 //! No other crate touches the filesystem: everything goes through the [`Vfs`]
 //! and [`VfsFile`] traits defined here. Two backends implement them:
 //!
-//! - [`OsVfs`]: the real thing, on `std`, nix and libc. Its FUA write is
+//! - [`OsVfs`]: the real thing, on `std` and rustix. Its FUA write is
 //!   `pwritev2(RWF_DSYNC)`, falling back once and for all to
 //!   `pwrite` + `fdatasync` when the kernel or filesystem refuses the flag.
 //! - [`SimVfs`]: an in-memory filesystem with a volatile cache, the crash
@@ -27,21 +27,19 @@
 //!   to the file durable.
 //! - A create, rename or remove is durable only after [`Vfs::sync_dir`] on the
 //!   directory holding the name.
-#![deny(unsafe_op_in_unsafe_fn)]
+#![forbid(unsafe_code)]
 
 mod counters;
 mod error;
 mod os;
 mod rng;
 mod sim;
-mod tempdir;
 
 pub use counters::{CounterSnapshot, Counters};
 pub use error::{Op, VfsError};
 pub use os::{FuaMode, OsVfs, OsVfsOptions};
 pub use rng::SplitMix64;
 pub use sim::{CrashPolicy, Fault, SimVfs};
-pub use tempdir::TempDir;
 
 use std::fmt;
 use std::path::Path;

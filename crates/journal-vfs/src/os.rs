@@ -1,14 +1,15 @@
-//! The real filesystem, on std, nix and libc.
+//! The real filesystem, on std and rustix (no `unsafe`: rustix wraps the raw
+//! calls).
 
 use crate::{
     CounterSnapshot, Counters, DirLock, Op, OpenOptions, Prealloc, Result, Vfs, VfsError, VfsFile,
 };
 use journal_sync::atomic::{AtomicU8, Ordering};
 use journal_sync::Arc;
+use rustix::fs::{FallocateFlags, FlockOperation, OFlags};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 /// Options of [`OsVfs`].
@@ -101,15 +102,16 @@ impl Vfs for OsVfs {
         } else if create {
             o.create(true);
         }
-        let mut flags = libc::O_CLOEXEC;
+        // std opens with O_CLOEXEC already.
+        let mut flags = OFlags::empty();
         if opts.dsync {
-            flags |= libc::O_DSYNC;
+            flags |= OFlags::DSYNC;
         }
         #[cfg(target_os = "linux")]
         if opts.direct {
-            flags |= libc::O_DIRECT;
+            flags |= OFlags::DIRECT;
         }
-        o.custom_flags(flags).mode(0o644);
+        o.custom_flags(flags.bits() as i32).mode(0o644);
         let existed = create && path.exists();
         let op = if create { Op::Create } else { Op::Open };
         let file = o.open(path).map_err(err(op, path))?;
@@ -164,7 +166,6 @@ impl Vfs for OsVfs {
     }
 
     fn lock_dir(&self, dir: &Path) -> Result<DirLock> {
-        use nix::fcntl::{Flock, FlockArg};
         let lock_path = dir.join("LOCK");
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -172,17 +173,13 @@ impl Vfs for OsVfs {
             .create(true)
             .truncate(false)
             .mode(0o644)
-            .custom_flags(libc::O_CLOEXEC)
             .open(&lock_path)
             .map_err(err(Op::Lock, &lock_path))?;
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(held) => Ok(DirLock::new(Box::new(held))),
-            Err((_, errno)) => Err(VfsError::new(
-                Op::Lock,
-                dir,
-                io::Error::from_raw_os_error(errno as i32),
-            )),
-        }
+        // The lock lives as long as the open file: closing it (dropping the
+        // `DirLock`) releases it.
+        rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive)
+            .map_err(|e| VfsError::new(Op::Lock, dir, e.into()))?;
+        Ok(DirLock::new(Box::new(file)))
     }
 
     fn counters(&self) -> CounterSnapshot {
@@ -204,38 +201,22 @@ impl OsFile {
     /// the flag (nothing was written).
     #[cfg(target_os = "linux")]
     fn pwrite_dsync(&self, buf: &[u8], offset: u64) -> io::Result<bool> {
+        use rustix::io::{pwritev2, Errno, ReadWriteFlags};
         let mut done = 0usize;
         while done < buf.len() {
-            let rest = &buf[done..];
-            let iov = libc::iovec {
-                iov_base: rest.as_ptr() as *mut libc::c_void,
-                iov_len: rest.len(),
-            };
-            // SAFETY: `iov` points into `rest`, a live, initialised slice
-            // borrowed for the duration of the call; the kernel only reads
-            // `iov_len` bytes from it. The fd is owned by `self.file` and
-            // stays open for the call. `iovcnt` is 1, matching one iovec.
-            let n = unsafe {
-                libc::pwritev2(
-                    self.file.as_raw_fd(),
-                    &iov,
-                    1,
-                    (offset + done as u64) as libc::off_t,
-                    libc::RWF_DSYNC,
-                )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                match e.raw_os_error() {
-                    Some(libc::EINTR) => continue,
-                    Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) if done == 0 => return Ok(false),
-                    _ => return Err(e),
-                }
+            let iov = [io::IoSlice::new(&buf[done..])];
+            match pwritev2(
+                &self.file,
+                &iov,
+                offset + done as u64,
+                ReadWriteFlags::DSYNC,
+            ) {
+                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(n) => done += n,
+                Err(Errno::INTR) => continue,
+                Err(Errno::OPNOTSUPP | Errno::NOSYS) if done == 0 => return Ok(false),
+                Err(e) => return Err(e.into()),
             }
-            if n == 0 {
-                return Err(io::Error::from(io::ErrorKind::WriteZero));
-            }
-            done += n as usize;
         }
         Ok(true)
     }
@@ -330,19 +311,8 @@ impl VfsFile for OsFile {
             Prealloc::Fallocate => {
                 #[cfg(target_os = "linux")]
                 {
-                    nix::fcntl::fallocate(
-                        &self.file,
-                        nix::fcntl::FallocateFlags::empty(),
-                        offset as libc::off_t,
-                        len as libc::off_t,
-                    )
-                    .map_err(|e| {
-                        VfsError::new(
-                            Op::Preallocate,
-                            &self.path,
-                            io::Error::from_raw_os_error(e as i32),
-                        )
-                    })
+                    rustix::fs::fallocate(&self.file, FallocateFlags::empty(), offset, len)
+                        .map_err(|e| VfsError::new(Op::Preallocate, &self.path, e.into()))
                 }
                 #[cfg(not(target_os = "linux"))]
                 {

@@ -40,6 +40,7 @@ use crate::{
     VfsError, VfsFile,
 };
 use journal_sync::{Arc, Mutex};
+use rustix::io::Errno;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -79,7 +80,7 @@ impl Fault {
         Self {
             op,
             nth,
-            errno: libc::EIO,
+            errno: Errno::IO.raw_os_error(),
         }
     }
     /// The `nth` call of `op` fails with ENOSPC.
@@ -87,7 +88,7 @@ impl Fault {
         Self {
             op,
             nth,
-            errno: libc::ENOSPC,
+            errno: Errno::NOSPC.raw_os_error(),
         }
     }
 }
@@ -331,8 +332,6 @@ fn model_latency(d: Duration) {
     let _ = d;
 }
 
-impl SimVfs {}
-
 /// The durable bytes of `inode` plus, per sector, a random prefix of the
 /// pending writes that touched it.
 fn torn_image(inode: &Inode, rng: &mut SplitMix64) -> Vec<u8> {
@@ -475,7 +474,7 @@ impl Vfs for SimVfs {
             return Err(VfsError::new(
                 Op::Remove,
                 path,
-                io::Error::from_raw_os_error(libc::ENOTEMPTY),
+                io::Error::from_raw_os_error(Errno::NOTEMPTY.raw_os_error()),
             ));
         }
         st.dirs.remove(path);
@@ -531,7 +530,7 @@ impl Vfs for SimVfs {
             return Err(VfsError::new(
                 Op::Lock,
                 dir,
-                io::Error::from_raw_os_error(libc::EWOULDBLOCK),
+                io::Error::from_raw_os_error(Errno::WOULDBLOCK.raw_os_error()),
             ));
         }
         Ok(DirLock::new(Box::new(SimLock {
@@ -574,7 +573,7 @@ impl SimFile {
             return Err(VfsError::new(
                 op,
                 &self.path,
-                io::Error::from_raw_os_error(libc::EBADF),
+                io::Error::from_raw_os_error(Errno::BADF.raw_os_error()),
             ));
         }
         let inode = st.inodes.get_mut(&self.ino).expect("inode of an open file");

@@ -1,11 +1,11 @@
 //! OsVfs against a temporary directory of the local disk.
 #![cfg(not(loom))]
 
-use journal_vfs::{FuaMode, OpenOptions, OsVfs, OsVfsOptions, Prealloc, TempDir, Vfs};
+use journal_vfs::{FuaMode, OpenOptions, OsVfs, OsVfsOptions, Prealloc, Vfs};
 
 #[test]
 fn every_operation_round_trips() {
-    let tmp = TempDir::new("vfs-os").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
     let vfs = OsVfs::new();
     let dir = tmp.path().join("j");
     vfs.create_dir_all(&dir).unwrap();
@@ -50,7 +50,7 @@ fn every_operation_round_trips() {
 }
 
 fn fua_round_trip(vfs: &OsVfs) {
-    let tmp = TempDir::new("vfs-fua").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
     let p = tmp.path().join("f");
     let f = vfs.open(&p, OpenOptions::create()).unwrap();
     let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
@@ -86,7 +86,7 @@ fn fua_fallback_is_pwrite_plus_fdatasync() {
 
 #[test]
 fn dsync_and_direct_opens_work_where_the_os_has_them() {
-    let tmp = TempDir::new("vfs-flags").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
     let vfs = OsVfs::new();
     let f = vfs
         .open(
@@ -114,7 +114,7 @@ fn dsync_and_direct_opens_work_where_the_os_has_them() {
 
 #[test]
 fn directory_lock_refuses_a_second_holder() {
-    let tmp = TempDir::new("vfs-lock").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
     let vfs = OsVfs::new();
     let held = vfs.lock_dir(tmp.path()).unwrap();
     let err = vfs.lock_dir(tmp.path()).unwrap_err();
