@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 struct Discard;
 impl LogDevice for Discard {
+    type Error = DeviceError;
     fn write(&self, _: Lsn, _: &[u8], _: IoFlags) -> Result<(), DeviceError> {
         Ok(())
     }
@@ -19,8 +20,7 @@ impl LogDevice for Discard {
 }
 
 fn run(threads: usize, per_thread: usize, size: usize) -> Duration {
-    let ring =
-        Arc::new(Ring::new(Config::default(), Box::new(Discard), Lsn::ZERO, Lsn::ZERO).unwrap());
+    let ring = Arc::new(Ring::new(Config::default(), Discard, Lsn::ZERO, Lsn::ZERO).unwrap());
     let payload = vec![0xA5u8; size];
     let start = Instant::now();
     let hs: Vec<_> = (0..threads)

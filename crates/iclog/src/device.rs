@@ -17,7 +17,8 @@ bitflags::bitflags! {
     }
 }
 
-/// An error reported by a [`LogDevice`]. Cheap to clone: the same error is
+/// A type-erased device error, for devices that have no error type of their
+/// own (test and benchmark devices). Cheap to clone: the same error is
 /// handed to every waiter once the ring is poisoned.
 #[derive(Clone)]
 pub struct DeviceError(StdArc<dyn std::error::Error + Send + Sync>);
@@ -57,16 +58,21 @@ impl std::error::Error for DeviceError {
 /// Calls come from the thread that submits a buffer, outside every ring
 /// lock, and several may be in flight at once for different records: their
 /// completions may arrive in any order.
-pub trait LogDevice: Send + Sync {
+pub trait LogDevice: Send + Sync + 'static {
+    /// What a failed write or flush reports. It reaches every caller of a
+    /// poisoned ring unchanged ([`crate::Error::Poisoned`]), so the device's
+    /// owner gets its own error type back, not an erased one.
+    type Error: std::error::Error + Clone + Send + Sync + 'static;
+
     /// Writes the complete record `bytes` (header, entries, padding) at
     /// `lsn`, honouring `flags`: with [`IoFlags::PREFLUSH`], first make every
     /// write that completed before this call durable; with [`IoFlags::FUA`],
     /// return only once `bytes` are durable. Returns when the write is
     /// complete.
-    fn write(&self, lsn: Lsn, bytes: &[u8], flags: IoFlags) -> Result<(), DeviceError>;
+    fn write(&self, lsn: Lsn, bytes: &[u8], flags: IoFlags) -> Result<(), Self::Error>;
 
     /// Makes every write that completed before this call durable (a cache
     /// flush with no write attached). Used when a force finds its record
     /// already written without FUA.
-    fn flush(&self) -> Result<(), DeviceError>;
+    fn flush(&self) -> Result<(), Self::Error>;
 }

@@ -3,10 +3,11 @@
 use crate::{DeviceError, Lsn};
 use std::fmt;
 
-/// A failed ring operation.
+/// A failed ring operation. `E` is the device's error type
+/// ([`crate::LogDevice::Error`]).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
-pub enum Error {
+pub enum Error<E = DeviceError> {
     /// The entry is larger than a buffer can hold; nothing was written.
     EntryTooLarge {
         /// Its size.
@@ -23,10 +24,10 @@ pub enum Error {
     },
     /// A device write or flush failed: the ring is poisoned, nothing more is
     /// written, and every caller gets this error (the first one).
-    Poisoned(DeviceError),
+    Poisoned(E),
 }
 
-impl fmt::Display for Error {
+impl<E: fmt::Display> fmt::Display for Error<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::EntryTooLarge { len, max } => {
@@ -40,7 +41,7 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {
+impl<E: std::error::Error + 'static> std::error::Error for Error<E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Poisoned(e) => Some(e),

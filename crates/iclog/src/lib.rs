@@ -66,6 +66,7 @@
 //! #[derive(Clone, Default)]
 //! struct Mem(Arc<Mutex<Vec<(Lsn, usize, IoFlags)>>>);
 //! impl LogDevice for Mem {
+//!     type Error = DeviceError;
 //!     fn write(&self, lsn: Lsn, bytes: &[u8], flags: IoFlags) -> Result<(), DeviceError> {
 //!         self.0.lock().unwrap().push((lsn, bytes.len(), flags));
 //!         Ok(())
@@ -74,7 +75,7 @@
 //! }
 //!
 //! let dev = Mem::default();
-//! let ring = Ring::new(Config::default(), Box::new(dev.clone()), Lsn::ZERO, Lsn::ZERO).unwrap();
+//! let ring = Ring::new(Config::default(), dev.clone(), Lsn::ZERO, Lsn::ZERO).unwrap();
 //! let lsn = ring.append(b"hello").unwrap();
 //! ring.force(lsn).unwrap();
 //! assert!(ring.durable_lsn() > lsn);

@@ -1,7 +1,7 @@
 //! The ring of in-core log buffers and its state machine.
 
 use crate::format::{self, ENTRY_HEADER_SIZE, HEADER_SIZE};
-use crate::{Config, DeviceError, Error, FlushPolicy, IoFlags, LogDevice, Lsn};
+use crate::{Config, Error, FlushPolicy, IoFlags, LogDevice, Lsn};
 use journal_sync::{Arc, Condvar, Mutex, MutexGuard, StatCounter};
 
 /// The state of one buffer (XFS `ic_state`).
@@ -81,7 +81,7 @@ impl Slot {
 }
 
 #[derive(Debug)]
-struct RingState {
+struct RingState<E> {
     slots: Vec<Slot>,
     /// The buffer that takes writes (when ACTIVE).
     head: usize,
@@ -101,7 +101,7 @@ struct RingState {
     tail_moved: bool,
     /// A bare flush (no write) is in flight.
     flushing: bool,
-    poisoned: Option<DeviceError>,
+    poisoned: Option<E>,
     /// Threads waiting on `progress` / on `space`: notifications are only
     /// sent when someone listens (a notify is a syscall even with nobody
     /// waiting).
@@ -109,8 +109,8 @@ struct RingState {
     space_waiters: u32,
 }
 
-impl RingState {
-    fn poison(&self) -> Result<(), Error> {
+impl<E: Clone> RingState<E> {
+    fn poison(&self) -> Result<(), Error<E>> {
         match &self.poisoned {
             Some(e) => Err(Error::Poisoned(e.clone())),
             None => Ok(()),
@@ -176,10 +176,10 @@ pub struct RingStats {
     pub padding_bytes: u64,
 }
 
-struct Inner {
+struct Inner<D: LogDevice> {
     config: Config,
-    device: Box<dyn LogDevice>,
-    state: Mutex<RingState>,
+    device: D,
+    state: Mutex<RingState<D::Error>>,
     /// Record bytes of each buffer. Writers copy their entries here holding
     /// only this buffer's lock, never the ring lock; reservations never
     /// overlap, so the lock is only ever contended by writers of the same
@@ -194,11 +194,11 @@ struct Inner {
 
 /// An XFS-style ring of in-core log buffers. Shared between threads by
 /// reference (it is `Sync`); see the crate docs for the protocol.
-pub struct Ring {
-    inner: Arc<Inner>,
+pub struct Ring<D: LogDevice> {
+    inner: Arc<Inner<D>>,
 }
 
-impl std::fmt::Debug for Ring {
+impl<D: LogDevice> std::fmt::Debug for Ring<D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ring")
             .field("config", &self.inner.config)
@@ -206,22 +206,22 @@ impl std::fmt::Debug for Ring {
     }
 }
 
-impl Ring {
+impl<D: LogDevice> Ring<D> {
     /// A ring writing to `device`, whose first record will start at `start`
     /// (the end of the log after recovery; aligned) with `tail` as the log
     /// tail. Everything below `start` is taken to be durable.
     pub fn new(
         config: Config,
-        device: Box<dyn LogDevice>,
+        device: D,
         start: Lsn,
         tail: Lsn,
-    ) -> Result<Ring, crate::ConfigError> {
+    ) -> Result<Self, crate::ConfigError> {
         config.validate()?;
         let slots = (0..config.logbufs).map(|_| Slot::new()).collect();
         let data = (0..config.logbufs)
             .map(|_| Mutex::new(vec![0u8; config.logbsize]))
             .collect();
-        Ok(Ring {
+        Ok(Self {
             inner: Arc::new(Inner {
                 config,
                 device,
@@ -253,6 +253,13 @@ impl Ring {
         &self.inner.config
     }
 
+    /// The device the ring writes to (for its owner's statistics and
+    /// registrations; writing to it behind the ring's back breaks the
+    /// ring's ordering).
+    pub fn device(&self) -> &D {
+        &self.inner.device
+    }
+
     /// Appends one entry and returns its LSN. The entry is in memory only:
     /// [`Ring::force`] makes it durable.
     ///
@@ -260,7 +267,7 @@ impl Ring {
     /// no buffer is ACTIVE, waiting for one: a "noiclog" wait), copies the
     /// entry without the ring lock, and releases the reservation; the last
     /// writer to release a switched-out buffer writes it.
-    pub fn append(&self, payload: &[u8]) -> Result<Lsn, Error> {
+    pub fn append(&self, payload: &[u8]) -> Result<Lsn, Error<D::Error>> {
         let max = self.inner.config.max_entry_size();
         if payload.len() > max {
             return Err(Error::EntryTooLarge {
@@ -289,7 +296,7 @@ impl Ring {
     /// Pushes the buffer holding `lsn` out of ACTIVE with NEED_FUA, waits
     /// for it; if the record was already written without FUA, issues a cache
     /// flush instead.
-    pub fn force(&self, lsn: Lsn) -> Result<(), Error> {
+    pub fn force(&self, lsn: Lsn) -> Result<(), Error<D::Error>> {
         self.force_inner(lsn, true)
     }
 
@@ -298,12 +305,12 @@ impl Ring {
     /// a reference, written by this thread before returning (the device
     /// interface is synchronous). Earlier records' completions are not
     /// waited for.
-    pub fn force_async(&self, lsn: Lsn) -> Result<(), Error> {
+    pub fn force_async(&self, lsn: Lsn) -> Result<(), Error<D::Error>> {
         self.force_inner(lsn, false)
     }
 
     /// Forces everything appended so far and returns the durable LSN.
-    pub fn force_all(&self) -> Result<Lsn, Error> {
+    pub fn force_all(&self) -> Result<Lsn, Error<D::Error>> {
         let end = self.inner.state.lock().appended_end();
         if end > self.durable_lsn() {
             self.force(Lsn(end.0 - 1))?;
@@ -352,7 +359,7 @@ impl Ring {
     }
 
     /// The first device error, if the ring is poisoned.
-    pub fn poisoned(&self) -> Option<DeviceError> {
+    pub fn poisoned(&self) -> Option<D::Error> {
         self.inner.state.lock().poisoned.clone()
     }
 
@@ -387,14 +394,20 @@ impl Ring {
 
     // ---- waiting and waking -------------------------------------------------
 
-    fn wait_progress<'a>(&'a self, mut st: MutexGuard<'a, RingState>) -> MutexGuard<'a, RingState> {
+    fn wait_progress<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, RingState<D::Error>>,
+    ) -> MutexGuard<'a, RingState<D::Error>> {
         st.progress_waiters += 1;
         let mut st = self.inner.progress.wait(st);
         st.progress_waiters -= 1;
         st
     }
 
-    fn wait_space<'a>(&'a self, mut st: MutexGuard<'a, RingState>) -> MutexGuard<'a, RingState> {
+    fn wait_space<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, RingState<D::Error>>,
+    ) -> MutexGuard<'a, RingState<D::Error>> {
         st.space_waiters += 1;
         let mut st = self.inner.space.wait(st);
         st.space_waiters -= 1;
@@ -402,7 +415,7 @@ impl Ring {
     }
 
     /// Wakes whoever waits for progress (and for space, if `space`).
-    fn wake(&self, st: &RingState, space: bool) {
+    fn wake(&self, st: &RingState<D::Error>, space: bool) {
         if st.progress_waiters > 0 {
             self.inner.progress.notify_all();
         }
@@ -414,7 +427,7 @@ impl Ring {
     // ---- reservation and release -------------------------------------
 
     /// Reserves `total` framed bytes; returns (buffer, payload offset, LSN).
-    fn reserve(&self, total: usize) -> Result<(usize, usize, Lsn), Error> {
+    fn reserve(&self, total: usize) -> Result<(usize, usize, Lsn), Error<D::Error>> {
         let cap = self.inner.config.max_payload();
         let mut st = self.inner.state.lock();
         let mut waited = false;
@@ -450,7 +463,7 @@ impl Ring {
     }
 
     /// Drops a reservation; the last one out of a WANT_SYNC buffer writes it.
-    fn release(&self, idx: usize) -> Result<(), Error> {
+    fn release(&self, idx: usize) -> Result<(), Error<D::Error>> {
         let mut st = self.inner.state.lock();
         let slot = &mut st.slots[idx];
         slot.refs -= 1;
@@ -462,7 +475,7 @@ impl Ring {
 
     /// ACTIVE → WANT_SYNC for the head buffer; the next buffer becomes the
     /// head. Returns whether the caller must submit it (no references).
-    fn switch(&self, st: &mut RingState) -> bool {
+    fn switch(&self, st: &mut RingState<D::Error>) -> bool {
         let h = st.head;
         let align = self.inner.config.alignment;
         let slot = &mut st.slots[h];
@@ -481,7 +494,7 @@ impl Ring {
 
     /// Whether a write of buffer `i` must be preceded by a cache flush:
     /// bytes below it were written without FUA and are not yet durable.
-    fn earlier_not_covered(&self, st: &RingState, i: usize) -> bool {
+    fn earlier_not_covered(&self, st: &RingState<D::Error>, i: usize) -> bool {
         st.stable_lsn < st.written_lsn || st.before(i).any(|j| !st.slots[j].fua())
     }
 
@@ -489,9 +502,9 @@ impl Ring {
     /// lock, then processes completions. Returns the relocked state.
     fn submit<'a>(
         &'a self,
-        mut st: MutexGuard<'a, RingState>,
+        mut st: MutexGuard<'a, RingState<D::Error>>,
         i: usize,
-    ) -> Result<MutexGuard<'a, RingState>, Error> {
+    ) -> Result<MutexGuard<'a, RingState<D::Error>>, Error<D::Error>> {
         let cfg = &self.inner.config;
         let flags = loop {
             st.poison()?;
@@ -570,7 +583,7 @@ impl Ring {
 
     /// DONE_SYNC → (callbacks) → DIRTY → ACTIVE, strictly in LSN order: a
     /// buffer whose write finished early waits for every lower one.
-    fn process_completions(&self, st: &mut RingState) {
+    fn process_completions(&self, st: &mut RingState<D::Error>) {
         let align = self.inner.config.alignment;
         let n = st.slots.len();
         loop {
@@ -599,7 +612,7 @@ impl Ring {
 
     // ---- forces ---------------------------------------------------------
 
-    fn force_inner(&self, lsn: Lsn, wait: bool) -> Result<(), Error> {
+    fn force_inner(&self, lsn: Lsn, wait: bool) -> Result<(), Error<D::Error>> {
         let align = self.inner.config.alignment;
         let mut st = self.inner.state.lock();
         loop {
@@ -673,7 +686,7 @@ impl Ring {
 
     /// Sets NEED_FUA on buffer `i` and stamps the tail into it (the first
     /// FUA release stamps it; it is never overwritten).
-    fn mark_forced(&self, st: &mut RingState, i: usize) {
+    fn mark_forced(&self, st: &mut RingState<D::Error>, i: usize) {
         let tail = st.tail_lsn;
         let slot = &mut st.slots[i];
         slot.need |= IoFlags::FUA;

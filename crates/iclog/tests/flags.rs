@@ -19,9 +19,9 @@ fn small() -> Config {
     }
 }
 
-fn ring(cfg: Config) -> (Ring, MemDevice) {
+fn ring(cfg: Config) -> (Ring<MemDevice>, MemDevice) {
     let dev = MemDevice::default();
-    let r = Ring::new(cfg, Box::new(dev.clone()), Lsn::ZERO, Lsn::ZERO).unwrap();
+    let r = Ring::new(cfg, dev.clone(), Lsn::ZERO, Lsn::ZERO).unwrap();
     (r, dev)
 }
 
@@ -340,7 +340,7 @@ fn invalid_configs_are_typed_errors() {
     ));
     assert!(Ring::new(
         Config { logbufs: 0, ..d },
-        Box::new(MemDevice::default()),
+        MemDevice::default(),
         Lsn(0),
         Lsn(0)
     )

@@ -15,9 +15,9 @@ fn cfg(logbufs: usize) -> Config {
     }
 }
 
-fn ring(c: Config) -> (Arc<Ring>, MemDevice) {
+fn ring(c: Config) -> (Arc<Ring<MemDevice>>, MemDevice) {
     let dev = MemDevice::default();
-    let r = Ring::new(c, Box::new(dev.clone()), Lsn::ZERO, Lsn::ZERO).unwrap();
+    let r = Ring::new(c, dev.clone(), Lsn::ZERO, Lsn::ZERO).unwrap();
     (Arc::new(r), dev)
 }
 

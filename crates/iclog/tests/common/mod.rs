@@ -95,6 +95,7 @@ impl MemDevice {
 }
 
 impl LogDevice for MemDevice {
+    type Error = DeviceError;
     fn write(&self, lsn: Lsn, bytes: &[u8], flags: IoFlags) -> Result<(), DeviceError> {
         let (m, cv) = &*self.state;
         let mut st = m.lock();
