@@ -77,6 +77,6 @@ pub use header::{
 };
 pub use name::{parse_name, segment_name, tmp_name, NameKind};
 pub use store::{
-    data_offset, scan, PendingRecycle, RecycleReport, ScanReport, ScannedSegment, SegmentStore,
-    StartupReport, StoreStats, Worker,
+    scan, PendingRecycle, RecycleReport, ScanReport, ScannedSegment, SegmentStore, StartupReport,
+    StoreStats, Worker,
 };

@@ -1,7 +1,7 @@
 //! The segment store: creation, preallocation, recycling, the durability
 //! frontier and the write-path check.
 
-use crate::header::{HeaderCheck, JournalId, SegmentHeader, DATA_OFFSET, SEGMENT_HEADER_SIZE};
+use crate::header::{HeaderCheck, JournalId, SegmentHeader, SEGMENT_HEADER_SIZE};
 use crate::name::{parse_name, segment_name, tmp_name, NameKind};
 use crate::{Error, RecyclePolicy, StoreConfig};
 use journal_sync::{Arc, Condvar, Mutex, MutexGuard, StatCounter};
@@ -33,7 +33,7 @@ struct State {
     shutdown: bool,
     /// The last error of the background worker (it retries when the head
     /// moves; the writer's own inline creation reports errors directly).
-    worker_error: Option<String>,
+    worker_error: Option<std::sync::Arc<Error>>,
 }
 
 impl State {
@@ -337,8 +337,9 @@ impl SegmentStore {
         self.inner.state.lock().head
     }
 
-    /// The last error of the background worker, if any.
-    pub fn worker_error(&self) -> Option<String> {
+    /// The last error of the background preallocation worker, if it has
+    /// not succeeded since (it retries when the head moves).
+    pub fn worker_error(&self) -> Option<std::sync::Arc<Error>> {
         self.inner.state.lock().worker_error.clone()
     }
 
@@ -687,7 +688,7 @@ impl SegmentStore {
             if let Err(e) = result {
                 // Retried when the head moves; the writer's inline creation
                 // reports the error to the committer if it persists.
-                st.worker_error = Some(e.to_string());
+                st.worker_error = Some(std::sync::Arc::new(e));
             }
         }
     }
@@ -765,9 +766,4 @@ impl Drop for Worker {
             let _ = h.join();
         }
     }
-}
-
-/// Where log data starts in every segment.
-pub const fn data_offset() -> u64 {
-    DATA_OFFSET
 }
