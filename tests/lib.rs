@@ -1,8 +1,8 @@
 //! Shared helpers of the integration scenarios: small journal options,
 //! self-describing record payloads, and a model of what was acknowledged.
 
+use journal_core::vfs::{SimVfs, SplitMix64, Vfs};
 use journal_core::{Journal, Lsn, Options};
-use journal_vfs::{SimVfs, SplitMix64, Vfs};
 use std::path::PathBuf;
 use std::sync::Arc;
 

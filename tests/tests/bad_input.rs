@@ -1,9 +1,9 @@
 //! Bad input gets a clear, typed error and loses nothing.
 #![cfg(not(loom))]
 
+use journal_core::vfs::{OpenOptions, SimVfs, Vfs};
 use journal_core::{Error, Journal, Lsn, Options, CONTROL_FILE};
 use journal_tests::{open_sim, payload, replay, sim_dir, small_options};
-use journal_vfs::{OpenOptions, SimVfs, TempDir, Vfs};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
@@ -43,7 +43,7 @@ fn a_directory_locked_by_another_journal_is_refused() {
 
 #[test]
 fn a_directory_locked_by_another_process_is_refused() {
-    let tmp = TempDir::new("locked").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("wal");
     let mut child = Command::new(env!("CARGO_BIN_EXE_journal-child"))
         .arg(&dir)

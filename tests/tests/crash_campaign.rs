@@ -16,12 +16,12 @@
 //! 30 s here; `cargo xtask crash --minutes N` runs longer).
 #![cfg(not(loom))]
 
-use iclog::FlushPolicy;
-use jbd_batch::BatchPolicy;
+use journal_core::vfs::{CrashPolicy, OpenOptions, SimVfs, SplitMix64, Vfs};
+use journal_core::BatchPolicy;
+use journal_core::FlushPolicy;
+use journal_core::RecyclePolicy;
 use journal_core::{Lsn, Options, SyncMethod};
 use journal_tests::{open_sim, payload, small_options, verify};
-use journal_vfs::{CrashPolicy, OpenOptions, SimVfs, SplitMix64, Vfs};
-use segment_recycler::RecyclePolicy;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};

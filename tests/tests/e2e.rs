@@ -2,9 +2,9 @@
 //! segments with checkpoints and recycling, reopen, replay byte for byte.
 #![cfg(not(loom))]
 
+use journal_core::vfs::{SimVfs, Vfs};
 use journal_core::{Journal, Lsn, Options};
 use journal_tests::{open_sim, payload, replay, sim_dir, small_options};
-use journal_vfs::{SimVfs, TempDir, Vfs};
 
 fn workload(j: &Journal) -> Vec<(Lsn, Vec<u8>)> {
     let mut acked = Vec::new();
@@ -40,7 +40,7 @@ fn check_reopen(j: &Journal, acked: &[(Lsn, Vec<u8>)]) {
 
 #[test]
 fn os_vfs_write_reopen_replay() {
-    let tmp = TempDir::new("e2e").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("wal");
     let j = Journal::open(&dir, small_options()).unwrap();
     let acked = workload(&j);
@@ -73,7 +73,7 @@ fn sim_vfs_write_reopen_replay_for_every_sync_method() {
         let acked = workload(&j);
         drop(j);
         // A power cut after a clean close loses nothing.
-        let vfs = vfs.crash(journal_vfs::CrashPolicy::DropUnsynced);
+        let vfs = vfs.crash(journal_core::vfs::CrashPolicy::DropUnsynced);
         let j = open_sim(&vfs, opts).unwrap();
         check_reopen(&j, &acked);
         assert!(vfs.exists(&sim_dir().join("control")).unwrap());
@@ -108,7 +108,7 @@ fn concurrent_committers_share_groups() {
     j.close().unwrap();
     drop(j);
     let j = open_sim(
-        &vfs.crash(journal_vfs::CrashPolicy::DropUnsynced),
+        &vfs.crash(journal_core::vfs::CrashPolicy::DropUnsynced),
         small_options(),
     )
     .unwrap();

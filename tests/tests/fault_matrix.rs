@@ -4,9 +4,9 @@
 //! reopen no acknowledged commit is lost.
 #![cfg(not(loom))]
 
+use journal_core::vfs::{CrashPolicy, Fault, Op, SimVfs};
 use journal_core::{Error, Journal, Lsn, Options, SyncMethod};
 use journal_tests::{open_sim, payload, small_options, verify};
-use journal_vfs::{CrashPolicy, Fault, Op, SimVfs};
 
 fn options(op: Op) -> Options {
     Options {

@@ -3,15 +3,15 @@
 //! journal, and finds every acknowledged record.
 #![cfg(not(loom))]
 
+use journal_core::vfs::SplitMix64;
 use journal_core::{Journal, Lsn};
 use journal_tests::{payload, small_options, verify};
-use journal_vfs::{SplitMix64, TempDir};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 #[test]
 fn every_acknowledged_record_survives_kill_9() {
-    let tmp = TempDir::new("kill9").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("wal");
     let mut rng = SplitMix64::new(0x9);
     let mut acked: Vec<(Lsn, Vec<u8>)> = Vec::new();

@@ -2,11 +2,11 @@
 //! and the device over SimVfs. A commit returns only after its record is
 //! durable in the SimVfs image.
 
-use journal_core::{Lsn, Options};
+use journal_core::format::{segment_name, ENTRY_HEADER_SIZE};
+use journal_core::vfs::SimVfs;
+use journal_core::{Geometry, Lsn, Options};
 use journal_sync::{model, thread, Arc};
 use journal_tests::{open_sim, sim_dir};
-use journal_vfs::SimVfs;
-use segment_recycler::{segment_name, DATA_OFFSET};
 
 fn options() -> Options {
     Options {
@@ -22,9 +22,9 @@ fn options() -> Options {
 
 /// The entry at `lsn` as a crash (dropping every unsynced write) would leave it.
 fn durable_entry(vfs: &SimVfs, lsn: Lsn, len: usize) -> Option<Vec<u8>> {
-    let data = (64 << 10) - DATA_OFFSET;
-    let seg = lsn.0 / data;
-    let off = (DATA_OFFSET + lsn.0 % data) as usize + 4;
+    let o = options();
+    let (seg, off) = Geometry::new(o.segment_size, o.alignment).locate(lsn);
+    let off = off as usize + ENTRY_HEADER_SIZE;
     let bytes = vfs.durable_contents(&sim_dir().join(segment_name(seg)))?;
     bytes.get(off..off + len).map(|b| b.to_vec())
 }

@@ -2,14 +2,18 @@
 //! stale records from recycled segments end the log.
 #![cfg(not(loom))]
 
-use iclog::format::{encode_header, record_size, HEADER_SIZE};
-use iclog::IoFlags;
-use journal_core::{Error, LogEnd, Lsn, Options, RecoveryMode};
+use journal_core::format::segment_name;
+use journal_core::format::IoFlags;
+use journal_core::format::{encode_header, record_size, HEADER_SIZE};
+use journal_core::vfs::{OpenOptions, SimVfs, Vfs};
+use journal_core::{Damage, Error, Geometry, LogEnd, Lsn, Options, RecoveryMode};
 use journal_tests::{open_sim, payload, replay, sim_dir, small_options};
-use journal_vfs::{OpenOptions, SimVfs, Vfs};
-use segment_recycler::{segment_name, DATA_OFFSET};
 
-const D: u64 = (64 << 10) - DATA_OFFSET;
+/// The layout of the journals these tests write.
+fn geometry() -> Geometry {
+    let o = small_options();
+    Geometry::new(o.segment_size, o.alignment)
+}
 
 fn opts(mode: RecoveryMode) -> Options {
     Options {
@@ -31,13 +35,11 @@ fn write(vfs: &SimVfs, n: u32) -> Vec<Lsn> {
 
 /// Overwrites log bytes at `lsn` (a position in the log, not an entry).
 fn poke(vfs: &SimVfs, lsn: Lsn, bytes: &[u8]) {
+    let (seg, off) = geometry().locate(lsn);
     let f = vfs
-        .open(
-            &sim_dir().join(segment_name(lsn.0 / D)),
-            OpenOptions::write(),
-        )
+        .open(&sim_dir().join(segment_name(seg)), OpenOptions::write())
         .unwrap();
-    f.write_at(bytes, DATA_OFFSET + lsn.0 % D).unwrap();
+    f.write_at(bytes, off).unwrap();
     f.sync_data().unwrap();
 }
 
@@ -63,9 +65,9 @@ fn a_torn_record_at_the_head_is_cut_off_and_reported() {
     poke(&vfs, Lsn(last.0 + 600), &[0xEE; 100]); // tear the last record's tail
     let j = open_sim(&vfs, opts(RecoveryMode::TolerateTornTail)).unwrap();
     match &j.recovery_report().end {
-        LogEnd::TornTail { lsn, detail } => {
+        LogEnd::TornTail { lsn, found } => {
             assert_eq!(*lsn, last);
-            assert!(detail.contains("checksum"), "{detail}");
+            assert!(matches!(found, Damage::CrcMismatch { .. }), "{found}");
         }
         other => panic!("{other:?}"),
     }
@@ -107,11 +109,11 @@ fn mid_log_corruption_is_an_error_naming_the_lsn_or_skipped_and_reported() {
             Err(Error::Corruption {
                 lsn,
                 segment,
-                detail,
+                found,
             }) => {
                 assert_eq!(lsn, bad, "{mode:?}");
-                assert_eq!(segment, bad.0 / D);
-                assert!(detail.contains("checksum"), "{detail}");
+                assert_eq!(segment, geometry().segment_of(bad));
+                assert!(matches!(found, Damage::CrcMismatch { .. }), "{found}");
             }
             other => panic!("{mode:?}: {other:?}"),
         }
@@ -119,8 +121,9 @@ fn mid_log_corruption_is_an_error_naming_the_lsn_or_skipped_and_reported() {
     let j = open_sim(&vfs, opts(RecoveryMode::SkipCorrupt)).unwrap();
     let r = j.recovery_report();
     assert_eq!(r.skipped.len(), 1);
-    assert_eq!(r.skipped[0].0, bad);
-    assert_eq!(r.skipped[0].1, record_of(lsns[51]));
+    assert_eq!(r.skipped[0].from, bad);
+    assert_eq!(r.skipped[0].to, record_of(lsns[51]));
+    assert!(matches!(r.skipped[0].found, Damage::CrcMismatch { .. }));
     let got = replay(&j);
     assert_eq!(got.len(), 399, "every record but the corrupt one");
     assert!(got.iter().all(|(l, _)| *l != lsns[50]));
@@ -133,11 +136,13 @@ fn a_stale_record_from_a_recycled_file_ends_the_log() {
     let end = open_sim(&vfs, small_options()).unwrap().durable_lsn();
     // Bytes of the file's previous life: a valid record, one segment's
     // worth of LSNs earlier, sitting exactly where the next record goes.
-    let stale_lsn = Lsn(end.0.saturating_sub(D).max(1) & !511);
+    let stale_lsn = Lsn(end.0.saturating_sub(geometry().data_size()).max(1) & !511);
     poke(&vfs, end, &craft_record(stale_lsn, &payload(9, 9, 300)));
     let j = open_sim(&vfs, opts(RecoveryMode::AbsoluteConsistency)).unwrap();
     match &j.recovery_report().end {
-        LogEnd::Clean { found } => assert!(found.contains("stale"), "{found}"),
+        LogEnd::Clean { found } => {
+            assert_eq!(*found, Damage::StaleLsn { found: stale_lsn }, "{found}")
+        }
         other => panic!("{other:?}"),
     }
     assert_eq!(j.recovery_report().end_lsn, end);

@@ -145,7 +145,7 @@ pub fn read_control(vfs: &dyn Vfs, dir: &Path) -> Result<Option<Control>> {
         (Some(c), None) | (None, Some(c)) => Ok(Some(c)),
         (None, None) => Err(Error::NotAJournal {
             path,
-            reason: "control file has no valid slot".into(),
+            reason: "control file has no valid slot",
         }),
     }
 }

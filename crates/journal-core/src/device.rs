@@ -17,11 +17,11 @@
 //!   ([`SyncMethod::Fsync`]).
 //! - Neither: `pwrite`; the segment is remembered as needing a flush.
 
-use crate::SyncMethod;
-use iclog::{DeviceError, IoFlags, LogDevice, Lsn};
+use crate::{Error, Geometry, SyncMethod};
+use iclog::{IoFlags, LogDevice, Lsn};
 use journal_sync::{Condvar, Mutex, StatCounter};
 use journal_vfs::{VfsError, VfsFile};
-use segment_recycler::{SegmentStore, DATA_OFFSET};
+use segment_recycler::SegmentStore;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -64,7 +64,7 @@ impl DataFlush {
 
 pub(crate) struct Device {
     store: SegmentStore,
-    data_size: u64,
+    geometry: Geometry,
     sync_method: SyncMethod,
     /// Segments with completed writes not yet durable, with a generation
     /// bumped by every such write (so a flush only clears what it covered).
@@ -80,16 +80,16 @@ pub(crate) struct Device {
     pub(crate) stats: DeviceStats,
 }
 
-fn derr(e: impl Into<crate::Error>) -> DeviceError {
-    DeviceError::new(e.into())
-}
-
 impl Device {
-    pub(crate) fn new(store: SegmentStore, sync_method: SyncMethod, head: u64) -> Self {
-        let data_size = store.config().data_size();
+    pub(crate) fn new(
+        store: SegmentStore,
+        geometry: Geometry,
+        sync_method: SyncMethod,
+        head: u64,
+    ) -> Self {
         Self {
             store,
-            data_size,
+            geometry,
             sync_method,
             unsynced: Mutex::new(BTreeMap::new()),
             data_files: Mutex::new(Vec::new()),
@@ -97,11 +97,6 @@ impl Device {
             head: Mutex::new(head),
             stats: DeviceStats::default(),
         }
-    }
-
-    /// Segment and file offset of `lsn`.
-    pub(crate) fn locate(&self, lsn: Lsn) -> (u64, u64) {
-        (lsn.0 / self.data_size, DATA_OFFSET + lsn.0 % self.data_size)
     }
 
     pub(crate) fn register_data_file(&self, f: File) {
@@ -149,7 +144,7 @@ impl Device {
 
     /// fdatasyncs every segment with completed unsynced writes, except
     /// `skip` (which the caller will sync with its own write).
-    fn flush_log(&self, skip: Option<u64>) -> Result<(), DeviceError> {
+    fn flush_log(&self, skip: Option<u64>) -> Result<(), Error> {
         let snapshot: Vec<(u64, u64)> =
             self.unsynced.lock().iter().map(|(&k, &v)| (k, v)).collect();
         for &(seg, _) in &snapshot {
@@ -159,7 +154,7 @@ impl Device {
             // A segment recycled or removed since holds only records below
             // the checkpoint: nothing there needs flushing any more.
             if let Some(f) = self.store.existing(seg) {
-                self.sync_file(&f).map_err(derr)?;
+                self.sync_file(&f)?;
             }
         }
         let mut u = self.unsynced.lock();
@@ -177,7 +172,7 @@ impl Device {
 
     /// The segment `seg`, ready for writing: created if needed, name made
     /// durable, preallocator told where the head is.
-    fn segment_for_write(&self, seg: u64) -> Result<File, DeviceError> {
+    fn segment_for_write(&self, seg: u64) -> Result<File, Error> {
         {
             let mut head = self.head.lock();
             if seg > *head {
@@ -185,78 +180,84 @@ impl Device {
                 self.store.set_head(seg);
             }
         }
-        let f = self.store.file(seg).map_err(derr)?;
-        self.store.make_name_durable(seg).map_err(derr)?;
+        let f = self.store.file(seg)?;
+        self.store.make_name_durable(seg)?;
         Ok(f)
     }
 }
 
 impl LogDevice for Device {
-    fn write(&self, lsn: Lsn, bytes: &[u8], flags: IoFlags) -> Result<(), DeviceError> {
-        let (seg, off) = self.locate(lsn);
-        let room = (self.data_size - lsn.0 % self.data_size) as usize;
-        let mut pieces: Vec<(u64, u64, &[u8])> = vec![(seg, off, &bytes[..bytes.len().min(room)])];
-        if bytes.len() > room {
-            pieces.push((seg + 1, DATA_OFFSET, &bytes[room..]));
+    type Error = Error;
+
+    fn write(&self, lsn: Lsn, bytes: &[u8], flags: IoFlags) -> Result<(), Error> {
+        // At most two pieces: a record is never larger than a segment's
+        // data area (the options guarantee it), so it crosses at most one
+        // boundary. No allocation on the write path.
+        let (seg, off) = self.geometry.locate(lsn);
+        let room = self.geometry.room_in_segment(lsn) as usize;
+        let (first, rest) = bytes.split_at(bytes.len().min(room));
+        let first = (seg, off, first, self.segment_for_write(seg)?);
+        let second = if rest.is_empty() {
+            None
+        } else {
             self.stats.splits.incr();
-        }
-        let files = pieces
-            .iter()
-            .map(|p| self.segment_for_write(p.0))
-            .collect::<Result<Vec<_>, _>>()?;
-        let fua = flags.contains(IoFlags::FUA);
-        // When the only unsynced segment is the one the (single) FUA write
-        // syncs anyway, PREFLUSH + FUA is one pwrite + one fdatasync.
-        let folds_into_write = |s: u64| {
-            fua && pieces.len() == 1 && self.sync_method != SyncMethod::Dsync && s == pieces[0].0
+            let (next, next_off) = self.geometry.locate(self.geometry.segment_start(seg + 1));
+            Some((next, next_off, rest, self.segment_for_write(next)?))
         };
+        let fua = flags.contains(IoFlags::FUA);
         if flags.contains(IoFlags::PREFLUSH) {
+            // When the only unsynced segment is the one the (single) FUA
+            // write syncs anyway, PREFLUSH + FUA is one pwrite + one
+            // fdatasync.
+            let folds_into_write = fua && second.is_none() && self.sync_method != SyncMethod::Dsync;
             let pending = self.pending_data_flush.lock().take();
             let data = pending.map(|f| f.wait());
-            let skip = pieces.first().map(|p| p.0).filter(|&s| folds_into_write(s));
-            let log = self.flush_log(skip);
+            let log = self.flush_log(folds_into_write.then_some(seg));
             if let Some(r) = data {
-                r.map_err(|e| DeviceError::new(crate::Error::Io(e)))?;
+                r.map_err(Error::Io)?;
             }
             log?;
         }
-        for ((seg, off, chunk), f) in pieces.iter().zip(&files) {
-            if fua && self.sync_method == SyncMethod::Dsync {
-                f.write_at_fua(chunk, *off).map_err(derr)?;
-                self.stats.dsync_writes.incr();
-                continue;
-            }
-            let generation = self.unsynced.lock().get(seg).copied();
-            f.write_at(chunk, *off).map_err(derr)?;
-            if fua {
-                self.sync_file(f).map_err(derr)?;
-                // The sync covered every write to it completed before it
-                // began; a write completing meanwhile bumped the generation.
-                let mut u = self.unsynced.lock();
-                if generation.is_some() && u.get(seg).copied() == generation {
-                    u.remove(seg);
-                }
-            } else {
-                self.mark_unsynced(*seg);
-            }
+        for (seg, off, chunk, f) in std::iter::once(first).chain(second) {
+            self.write_piece(seg, off, chunk, &f, fua)?;
         }
         Ok(())
     }
 
-    fn flush(&self) -> Result<(), DeviceError> {
+    fn flush(&self) -> Result<(), Error> {
         self.flush_log(None)
     }
 }
 
-/// iclog owns its device as a `Box<dyn LogDevice>`; the journal keeps an
-/// `Arc` to the same device for registration and statistics.
-pub(crate) struct SharedDevice(pub(crate) Arc<Device>);
-
-impl LogDevice for SharedDevice {
-    fn write(&self, lsn: Lsn, bytes: &[u8], flags: IoFlags) -> Result<(), DeviceError> {
-        self.0.write(lsn, bytes, flags)
-    }
-    fn flush(&self) -> Result<(), DeviceError> {
-        self.0.flush()
+impl Device {
+    /// Writes one piece of a record into segment `seg`, durable on return
+    /// when `fua`.
+    fn write_piece(
+        &self,
+        seg: u64,
+        off: u64,
+        chunk: &[u8],
+        f: &File,
+        fua: bool,
+    ) -> Result<(), Error> {
+        if fua && self.sync_method == SyncMethod::Dsync {
+            f.write_at_fua(chunk, off)?;
+            self.stats.dsync_writes.incr();
+            return Ok(());
+        }
+        let generation = self.unsynced.lock().get(&seg).copied();
+        f.write_at(chunk, off)?;
+        if fua {
+            self.sync_file(f)?;
+            // The sync covered every write to it completed before it
+            // began; a write completing meanwhile bumped the generation.
+            let mut u = self.unsynced.lock();
+            if generation.is_some() && u.get(&seg).copied() == generation {
+                u.remove(&seg);
+            }
+        } else {
+            self.mark_unsynced(seg);
+        }
+        Ok(())
     }
 }

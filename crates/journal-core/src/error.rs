@@ -1,5 +1,6 @@
 //! The journal's errors: typed, with context, `#[non_exhaustive]`.
 
+use crate::Damage;
 use iclog::Lsn;
 use journal_vfs::VfsError;
 use std::fmt;
@@ -42,7 +43,7 @@ pub enum Error {
         /// The offending file or directory.
         path: PathBuf,
         /// Why.
-        reason: String,
+        reason: &'static str,
     },
     /// A file written by a newer (or unknown) format version.
     UnsupportedVersion {
@@ -51,15 +52,17 @@ pub enum Error {
         /// The version found.
         found: u16,
     },
-    /// Recovery found a bad record followed by valid current records:
-    /// corruption in the middle of the log, not a torn tail.
+    /// A bad record where the log must go on: followed by valid current
+    /// records (corruption in the middle of the log, not a torn tail), any
+    /// bad record under [`crate::RecoveryMode::AbsoluteConsistency`], or no
+    /// valid record below the durable LSN while reading.
     Corruption {
         /// Where the bad record is.
         lsn: Lsn,
         /// The segment holding it.
         segment: u64,
-        /// What the parser found.
-        detail: String,
+        /// What was found there.
+        found: Damage,
     },
     /// Invalid options.
     InvalidOptions(String),
@@ -133,11 +136,9 @@ impl fmt::Display for Error {
             Error::RecordTooLarge { len, max } => {
                 write!(f, "record of {len} bytes exceeds the maximum of {max}")
             }
-            Error::Locked { dir } => write!(
-                f,
-                "{} is locked by another open journal",
-                dir.display()
-            ),
+            Error::Locked { dir } => {
+                write!(f, "{} is locked by another open journal", dir.display())
+            }
             Error::NotFound { dir } => write!(f, "{}: no such journal directory", dir.display()),
             Error::NotAJournal { path, reason } => {
                 write!(f, "{}: not a journal: {reason}", path.display())
@@ -150,11 +151,8 @@ impl fmt::Display for Error {
             Error::Corruption {
                 lsn,
                 segment,
-                detail,
-            } => write!(
-                f,
-                "corrupt record at LSN {lsn} (segment {segment}) followed by valid records: {detail}"
-            ),
+                found,
+            } => write!(f, "corrupt log at LSN {lsn} (segment {segment}): {found}"),
             Error::InvalidOptions(m) => write!(f, "invalid options: {m}"),
             Error::OptionMismatch {
                 option,

@@ -1,12 +1,13 @@
 //! The Journal facade.
 
 use crate::control::{read_control, Control, ControlFile};
-use crate::device::{Device, SharedDevice};
+use crate::device::Device;
 use crate::reader::LogReader;
-use crate::recovery::{self, RecoveryReport};
-use crate::{Error, Metrics, Options, Result};
+use crate::recovery::{self, RecoveryReport, SkippedRange};
+use crate::{Error, Geometry, Metrics, Options, Result};
 use iclog::{Lsn, Ring};
 use jbd_batch::Batcher;
+use journal_sync::atomic::{AtomicBool, Ordering};
 use journal_sync::{Mutex, StatCounter};
 use journal_vfs::{DirLock, OpenOptions, OsVfs, Vfs};
 use segment_recycler::{JournalId, SegmentStore, StartupReport, Worker};
@@ -40,13 +41,16 @@ struct Inner {
     vfs: Arc<dyn Vfs>,
     dir: PathBuf,
     options: Options,
-    ring: Arc<Ring>,
+    geometry: Geometry,
+    ring: Arc<Ring<Device>>,
     batcher: Batcher<Lsn, SharedError>,
-    device: Arc<Device>,
     store: SegmentStore,
     control: Mutex<ControlFile>,
+    /// Set once, with `poison` filled, by the first failure: every call
+    /// checks this flag (one load) and only then takes the lock.
+    poisoned: AtomicBool,
     poison: Mutex<Option<Arc<Error>>>,
-    closed: Mutex<bool>,
+    closed: AtomicBool,
     recovery: RecoveryReport,
     startup: StartupReport,
     commits: StatCounter,
@@ -88,6 +92,10 @@ impl Journal {
     }
 
     /// Like [`Journal::open`], on any filesystem (a `SimVfs` in tests).
+    ///
+    /// Opening is four steps: make sure the directory exists and lock it;
+    /// read (or create) the control file; open the segment store and
+    /// recover the log; start the ring, the batcher and the preallocator.
     pub fn open_with(
         vfs: Arc<dyn Vfs>,
         dir: impl AsRef<Path>,
@@ -95,101 +103,14 @@ impl Journal {
     ) -> Result<Journal> {
         options.validate()?;
         let dir = dir.as_ref().to_path_buf();
-        if !vfs.exists(&dir)? {
-            if !options.create_if_missing {
-                return Err(Error::NotFound { dir });
-            }
-            vfs.create_dir_all(&dir)?;
-            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-                vfs.sync_dir(parent)?;
-            }
-        }
-        let lock = vfs.lock_dir(&dir).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::WouldBlock {
-                Error::Locked { dir: dir.clone() }
-            } else {
-                e.into()
-            }
-        })?;
-
-        let control = match read_control(&*vfs, &dir)? {
-            Some(c) => {
-                if c.segment_size != options.segment_size {
-                    return Err(Error::OptionMismatch {
-                        option: "segment_size",
-                        on_disk: c.segment_size,
-                        given: options.segment_size,
-                    });
-                }
-                if c.alignment != options.alignment {
-                    return Err(Error::OptionMismatch {
-                        option: "alignment",
-                        on_disk: c.alignment,
-                        given: options.alignment,
-                    });
-                }
-                ControlFile::open(&*vfs, &dir, c)?
-            }
-            None => {
-                if !options.create_if_missing {
-                    return Err(Error::NotAJournal {
-                        path: dir.clone(),
-                        reason: "no control file".into(),
-                    });
-                }
-                let found = segment_recycler::scan(&*vfs, &dir)?;
-                if let Some(s) = found.segments.first() {
-                    return Err(Error::NotAJournal {
-                        path: s.path.clone(),
-                        reason: "segment files without a control file".into(),
-                    });
-                }
-                let first = Control {
-                    seq: 0,
-                    journal_id: new_journal_id(),
-                    segment_size: options.segment_size,
-                    redo_lsn: Lsn(0),
-                    scan_lsn: Lsn(0),
-                    alignment: options.alignment,
-                    inflight_window: options.inflight_window(),
-                };
-                ControlFile::create(&*vfs, &dir, first)?
-            }
-        };
-        let mut control = control;
+        let lock = lock_dir(&*vfs, &dir, &options)?;
+        let mut control = open_control(&*vfs, &dir, &options)?;
         let c = control.current();
+        let geometry = Geometry::new(c.segment_size, c.alignment);
         let (store, startup) =
             SegmentStore::open(vfs.clone(), &dir, options.store(), c.journal_id)?;
-
-        // Recovery.
-        let window = c.inflight_window.max(options.inflight_window());
-        let mut reader = LogReader::new(vfs.clone(), &dir, options.segment_size, options.alignment);
-        let mut report = recovery::scan(&mut reader, c.scan_lsn, options.recovery_mode, window)?;
-        let leftovers = recovery::in_flight_leftovers(&mut reader, report.end_lsn, window)?;
-        let device = Arc::new(Device::new(store.clone(), options.sync_method, 0));
-        let mut touched = std::collections::BTreeSet::new();
-        for lsn in &leftovers {
-            let (seg, off) = device.locate(*lsn);
-            if let Some(f) = store.existing(seg) {
-                f.write_at(&[0u8; iclog::format::HEADER_SIZE], off)?;
-                touched.insert(seg);
-            }
-        }
-        for seg in touched {
-            if let Some(f) = store.existing(seg) {
-                f.sync_data()?;
-            }
-        }
-        report.cleared = leftovers;
-        if window > c.inflight_window {
-            control.write(Control {
-                inflight_window: window,
-                ..c
-            })?;
-        }
-
-        let end = report.end_lsn;
-        let (head_seg, _) = device.locate(end);
+        let recovery = recover(&vfs, &dir, &options, geometry, &store, &mut control)?;
+        let (head_seg, _) = geometry.locate(recovery.end_lsn);
         store.set_head(head_seg);
         let worker = if options.background_preallocation {
             Some(store.start_worker())
@@ -197,14 +118,10 @@ impl Journal {
             store.prepare_ahead()?;
             None
         };
+        let device = Device::new(store.clone(), geometry, options.sync_method, head_seg);
         let ring = Arc::new(
-            Ring::new(
-                options.iclog(),
-                Box::new(SharedDevice(device.clone())),
-                end,
-                c.redo_lsn,
-            )
-            .map_err(|e| Error::InvalidOptions(e.to_string()))?,
+            Ring::new(options.iclog(), device, recovery.end_lsn, c.redo_lsn)
+                .map_err(|e| Error::InvalidOptions(e.to_string()))?,
         );
         let r2 = ring.clone();
         let batcher = Batcher::new(options.batch(), move |lsn: Lsn| {
@@ -215,14 +132,15 @@ impl Journal {
                 vfs,
                 dir,
                 options,
+                geometry,
                 ring,
                 batcher,
-                device,
                 store,
                 control: Mutex::new(control),
+                poisoned: AtomicBool::new(false),
                 poison: Mutex::new(None),
-                closed: Mutex::new(false),
-                recovery: report,
+                closed: AtomicBool::new(false),
+                recovery,
                 startup,
                 commits: StatCounter::new(),
                 already_durable: StatCounter::new(),
@@ -257,11 +175,24 @@ impl Journal {
         &self.inner.startup
     }
 
+    /// The last failure of the background preallocation worker, if it has
+    /// not succeeded since. It retries when the writer enters a new
+    /// segment; if the failure persists, the writer creates the segment
+    /// itself and a committer gets the error (and the journal is
+    /// poisoned). This is the early warning (a full disk, say).
+    pub fn preallocation_error(&self) -> Option<Error> {
+        self.inner.store.worker_error().map(Error::Segment)
+    }
+
+    /// Refuses every call once the journal is poisoned or closed: two
+    /// atomic loads in the common case.
     fn check(&self) -> Result<()> {
-        if let Some(e) = &*self.inner.poison.lock() {
-            return Err(Error::Poisoned(e.clone()));
+        if self.inner.poisoned.load(Ordering::Acquire) {
+            if let Some(e) = &*self.inner.poison.lock() {
+                return Err(Error::Poisoned(e.clone()));
+            }
         }
-        if *self.inner.closed.lock() {
+        if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
         Ok(())
@@ -275,6 +206,7 @@ impl Journal {
         }
         let mut p = self.inner.poison.lock();
         let first = p.get_or_insert_with(|| Arc::new(e)).clone();
+        self.inner.poisoned.store(true, Ordering::Release);
         Error::Poisoned(first)
     }
 
@@ -381,7 +313,7 @@ impl Journal {
     pub fn register_data_file(&self, path: impl AsRef<Path>) -> Result<()> {
         self.check()?;
         let f = self.inner.vfs.open(path.as_ref(), OpenOptions::read())?;
-        self.inner.device.register_data_file(f.into());
+        self.inner.ring.device().register_data_file(f.into());
         Ok(())
     }
 
@@ -406,7 +338,7 @@ impl Journal {
             });
         }
         let ring = &self.inner.ring;
-        let device = &self.inner.device;
+        let device = ring.device();
         let result = (|| {
             let flush = device.start_data_flush();
             if ring.durable_lsn() < head {
@@ -425,7 +357,7 @@ impl Journal {
                 scan_lsn: scan,
                 ..current
             })?;
-            let (redo_seg, _) = device.locate(scan);
+            let redo_seg = self.inner.geometry.segment_of(scan);
             let r = self.inner.store.recycle(redo_seg)?;
             Ok(CheckpointReport {
                 redo_lsn: redo,
@@ -443,15 +375,9 @@ impl Journal {
             // The durable LSN is the end of a record: nothing to scan.
             return Ok(lsn);
         }
-        let o = &self.inner.options;
-        let mut reader = LogReader::new(
-            self.inner.vfs.clone(),
-            &self.inner.dir,
-            o.segment_size,
-            o.alignment,
-        );
+        let mut reader = self.reader();
         let mut pos = from;
-        while let Some((_, end)) = reader.record(pos)? {
+        while let Ok((_, end)) = reader.record(pos)? {
             if lsn < end {
                 break;
             }
@@ -469,28 +395,25 @@ impl Journal {
         if lsn < redo {
             return Err(Error::LsnNotInLog { lsn, tail: redo });
         }
-        let redo = control.scan_lsn;
-        let o = &self.inner.options;
         Ok(ReadIter {
-            reader: LogReader::new(
-                self.inner.vfs.clone(),
-                &self.inner.dir,
-                o.segment_size,
-                o.alignment,
-            ),
-            pos: redo,
+            reader: self.reader(),
+            pos: control.scan_lsn,
             from: lsn,
             end: self.durable_lsn(),
             pending: Vec::new().into_iter(),
             failed: false,
-            skipped: self
-                .inner
-                .recovery
-                .skipped
-                .iter()
-                .map(|s| (s.0, s.1))
-                .collect(),
+            skipped: self.inner.recovery.skipped.clone(),
         })
+    }
+
+    /// A read-only reader of this journal's segment files.
+    fn reader(&self) -> LogReader {
+        LogReader::new(self.inner.vfs.clone(), &self.inner.dir, self.inner.geometry)
+    }
+
+    /// The layout of the log over its segment files.
+    pub fn geometry(&self) -> Geometry {
+        self.inner.geometry
     }
 
     /// A snapshot of the counters.
@@ -499,7 +422,7 @@ impl Journal {
         let r = self.inner.ring.stats();
         let s = self.inner.store.stats();
         let v = self.inner.vfs.counters();
-        let d = &self.inner.device.stats;
+        let d = &self.inner.ring.device().stats;
         Metrics {
             commits: self.inner.commits.get(),
             groups: b.groups,
@@ -549,24 +472,20 @@ impl Journal {
     pub fn close(&self) -> Result<Lsn> {
         self.check()?;
         let end = self.force_all()?;
-        *self.inner.closed.lock() = true;
+        self.inner.closed.store(true, Ordering::Release);
         self.inner.worker.lock().take();
         Ok(end)
     }
 }
 
-fn ring_error(e: iclog::Error) -> Error {
+/// The facade's error for a ring error: the device's own error comes back
+/// unchanged (the ring is generic over it).
+fn ring_error(e: iclog::Error<Error>) -> Error {
     match e {
         iclog::Error::EntryTooLarge { len, max } => Error::RecordTooLarge { len, max },
         iclog::Error::LsnBeyondHead { lsn, head } => Error::LsnNotAppended { lsn, head },
-        iclog::Error::Poisoned(d) => match d.inner().downcast_ref::<Error>() {
-            Some(e) => e.clone(),
-            None => Error::Io(Arc::new(journal_vfs::VfsError::new(
-                journal_vfs::Op::Write,
-                Path::new("<log device>"),
-                std::io::Error::other(d.to_string()),
-            ))),
-        },
+        iclog::Error::Poisoned(e) => e,
+        // iclog's error is non-exhaustive; it has no other variant today.
         other => Error::InvalidOptions(other.to_string()),
     }
 }
@@ -580,7 +499,7 @@ pub struct ReadIter {
     pending: std::vec::IntoIter<(Lsn, Vec<u8>)>,
     failed: bool,
     /// Corrupt ranges recovery skipped ([`crate::RecoveryMode::SkipCorrupt`]).
-    skipped: Vec<(Lsn, Lsn)>,
+    skipped: Vec<SkippedRange>,
 }
 
 impl std::fmt::Debug for ReadIter {
@@ -603,12 +522,12 @@ impl Iterator for ReadIter {
             if self.failed || self.pos >= self.end {
                 return None;
             }
-            if let Some(&(_, next)) = self.skipped.iter().find(|s| s.0 == self.pos) {
-                self.pos = next;
+            if let Some(s) = self.skipped.iter().find(|s| s.from == self.pos) {
+                self.pos = s.to;
                 continue;
             }
             match self.reader.record(self.pos) {
-                Ok(Some((entries, next))) => {
+                Ok(Ok((entries, next))) => {
                     let from = self.from;
                     self.pending = entries
                         .into_iter()
@@ -617,13 +536,13 @@ impl Iterator for ReadIter {
                         .into_iter();
                     self.pos = next;
                 }
-                Ok(None) => {
+                Ok(Err(found)) => {
+                    // Below the durable LSN every record must be valid.
                     self.failed = true;
-                    let seg = self.reader.segment_of(self.pos);
                     return Some(Err(Error::Corruption {
                         lsn: self.pos,
-                        segment: seg,
-                        detail: "no valid record below the durable LSN".into(),
+                        segment: self.reader.segment_of(self.pos),
+                        found,
                     }));
                 }
                 Err(e) => {
@@ -633,4 +552,112 @@ impl Iterator for ReadIter {
             }
         }
     }
+}
+
+/// Step 1 of opening: the directory exists (created, and its creation made
+/// durable, if asked) and is locked against other opens.
+fn lock_dir(vfs: &dyn Vfs, dir: &Path, options: &Options) -> Result<DirLock> {
+    if !vfs.exists(dir)? {
+        if !options.create_if_missing {
+            return Err(Error::NotFound {
+                dir: dir.to_path_buf(),
+            });
+        }
+        vfs.create_dir_all(dir)?;
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            vfs.sync_dir(parent)?;
+        }
+    }
+    vfs.lock_dir(dir).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            Error::Locked {
+                dir: dir.to_path_buf(),
+            }
+        } else {
+            e.into()
+        }
+    })
+}
+
+/// Step 2: the control file, checked against the options, or a new one
+/// for a new journal (refused where segment files exist without one).
+fn open_control(vfs: &dyn Vfs, dir: &Path, options: &Options) -> Result<ControlFile> {
+    if let Some(c) = read_control(vfs, dir)? {
+        for (option, on_disk, given) in [
+            ("segment_size", c.segment_size, options.segment_size),
+            ("alignment", c.alignment, options.alignment),
+        ] {
+            if on_disk != given {
+                return Err(Error::OptionMismatch {
+                    option,
+                    on_disk,
+                    given,
+                });
+            }
+        }
+        return ControlFile::open(vfs, dir, c);
+    }
+    if !options.create_if_missing {
+        return Err(Error::NotAJournal {
+            path: dir.to_path_buf(),
+            reason: "no control file",
+        });
+    }
+    let found = segment_recycler::scan(vfs, dir)?;
+    if let Some(s) = found.segments.first() {
+        return Err(Error::NotAJournal {
+            path: s.path.clone(),
+            reason: "segment files without a control file",
+        });
+    }
+    let first = Control {
+        seq: 0,
+        journal_id: new_journal_id(),
+        segment_size: options.segment_size,
+        redo_lsn: Lsn(0),
+        scan_lsn: Lsn(0),
+        alignment: options.alignment,
+        inflight_window: options.inflight_window(),
+    };
+    ControlFile::create(vfs, dir, first)
+}
+
+/// Step 3: scan the log from the checkpoint, clear the headers of
+/// unacknowledged in-flight records found past its end (durably, so later
+/// appends can never chain into them), and widen the in-flight window
+/// kept in the control file if this session's is larger.
+fn recover(
+    vfs: &Arc<dyn Vfs>,
+    dir: &Path,
+    options: &Options,
+    geometry: Geometry,
+    store: &SegmentStore,
+    control: &mut ControlFile,
+) -> Result<RecoveryReport> {
+    let c = control.current();
+    let window = c.inflight_window.max(options.inflight_window());
+    let mut reader = LogReader::new(vfs.clone(), dir, geometry);
+    let mut report = recovery::scan(&mut reader, c.scan_lsn, options.recovery_mode, window)?;
+    let leftovers = recovery::in_flight_leftovers(&mut reader, report.end_lsn, window)?;
+    let mut touched = std::collections::BTreeSet::new();
+    for lsn in &leftovers {
+        let (seg, off) = geometry.locate(*lsn);
+        if let Some(f) = store.existing(seg) {
+            f.write_at(&[0u8; iclog::format::HEADER_SIZE], off)?;
+            touched.insert(seg);
+        }
+    }
+    for seg in touched {
+        if let Some(f) = store.existing(seg) {
+            f.sync_data()?;
+        }
+    }
+    report.cleared = leftovers;
+    if window > c.inflight_window {
+        control.write(Control {
+            inflight_window: window,
+            ..c
+        })?;
+    }
+    Ok(report)
 }

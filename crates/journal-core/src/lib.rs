@@ -12,7 +12,7 @@
 //! use journal_core::{Journal, Options};
 //! use std::io::Write;
 //!
-//! let tmp = journal_vfs::TempDir::new("doc").unwrap();
+//! let tmp = tempfile::tempdir().unwrap();
 //! let dir = tmp.path().join("wal");
 //! let small = Options { segment_size: 1 << 20, logbsize: 64 << 10, ..Options::default() };
 //!
@@ -71,11 +71,13 @@
 //! bad record means; stale records from recycled segments carry another
 //! LSN and end the log; headers of unacknowledged in-flight records found
 //! past the end are cleared so appends never chain into them.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 mod control;
+mod damage;
 mod device;
 mod error;
+mod geometry;
 mod journal;
 mod metrics;
 mod options;
@@ -83,12 +85,44 @@ pub mod reader;
 pub mod recovery;
 
 pub use control::{read_control, Control, CONTROL_FILE, CONTROL_MAGIC, CONTROL_VERSION, SLOT_SIZE};
+pub use damage::Damage;
 pub use error::{Error, Result};
-pub use iclog::Lsn;
+pub use geometry::Geometry;
 pub use journal::{CheckpointReport, ForceMode, Journal, ReadIter};
 pub use metrics::Metrics;
 pub use options::{Options, RecoveryMode, SyncMethod};
-pub use recovery::{LogEnd, RecoveryReport};
+pub use recovery::{LogEnd, RecoveryReport, SkippedRange};
+
+// The vocabulary the facade's API speaks, from the crates it composes, so a
+// user depends on `journal-core` alone.
+pub use iclog::{FlushPolicy, Lsn};
+pub use jbd_batch::{BatchPolicy, GROUP_BUCKETS};
+pub use journal_vfs::{CrashPolicy, OsVfs, Prealloc, SimVfs, Vfs, VfsError, VfsFile};
+pub use segment_recycler::{JournalId, RecyclePolicy, StartupReport};
+
+/// The filesystem boundary the journal runs on (the whole of
+/// `journal-vfs`): [`Vfs`] and [`VfsFile`], the real [`OsVfs`], and
+/// [`SimVfs`], the crash-simulating filesystem with fault injection, for
+/// tests of programs built on the journal. Data files a program wants
+/// crash-tested with its journal go through this too.
+pub mod vfs {
+    pub use journal_vfs::*;
+}
+
+/// The on-disk format, for tools that inspect a journal read-only (as
+/// `journal dump` and `journal verify` do): the log record (header,
+/// entries, the parser that classifies what it finds at an LSN) and the
+/// segment files (names, header, a read-only scan of a directory).
+/// docs/FORMAT.md describes the bytes.
+pub mod format {
+    pub use iclog::format::*;
+    pub use iclog::IoFlags;
+    pub use segment_recycler::{
+        parse_name, scan as scan_segments, segment_name, HeaderCheck, NameKind, ScanReport,
+        ScannedSegment, SegmentHeader, DATA_OFFSET, SEGMENT_HEADER_SIZE, SEGMENT_MAGIC,
+        SEGMENT_VERSION,
+    };
+}
 
 // The journal is shared between threads by `Arc`.
 static_assertions::assert_impl_all!(Journal: Send, Sync);

@@ -1,11 +1,11 @@
 //! Reading the log by LSN: records across segments, with a read-ahead
 //! buffer. Used by recovery, `read_from`, and the inspection tools.
 
-use crate::Result;
+use crate::{Damage, Geometry, Result};
 use iclog::format::{parse_record, RecordCheck};
 use iclog::{Lsn, MAX_LOGBSIZE};
 use journal_vfs::{OpenOptions, Vfs, VfsFile};
-use segment_recycler::{segment_name, DATA_OFFSET};
+use segment_recycler::segment_name;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,8 +23,7 @@ const CHUNK: usize = 256 << 10;
 pub struct LogReader {
     vfs: Arc<dyn Vfs>,
     dir: PathBuf,
-    data_size: u64,
-    alignment: u64,
+    geometry: Geometry,
     files: HashMap<u64, Option<Box<dyn VfsFile>>>,
     /// Bytes of the log starting at `buf_lsn`.
     buf: Vec<u8>,
@@ -41,26 +40,30 @@ impl std::fmt::Debug for LogReader {
 
 impl LogReader {
     /// A reader of the journal in `dir` with the given geometry.
-    pub fn new(vfs: Arc<dyn Vfs>, dir: &Path, segment_size: u64, alignment: u64) -> Self {
+    pub fn new(vfs: Arc<dyn Vfs>, dir: &Path, geometry: Geometry) -> Self {
         Self {
             vfs,
             dir: dir.to_path_buf(),
-            data_size: segment_size - DATA_OFFSET,
-            alignment,
+            geometry,
             files: HashMap::new(),
             buf: Vec::new(),
             buf_lsn: Lsn(0),
         }
     }
 
+    /// The layout of the log it reads.
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
     /// The record alignment.
     pub fn alignment(&self) -> u64 {
-        self.alignment
+        self.geometry.alignment()
     }
 
     /// The segment holding `lsn`.
     pub fn segment_of(&self, lsn: Lsn) -> u64 {
-        lsn.0 / self.data_size
+        self.geometry.segment_of(lsn)
     }
 
     /// Forgets cached bytes and handles (after the files changed).
@@ -87,16 +90,15 @@ impl LogReader {
     pub fn read(&mut self, lsn: Lsn, out: &mut [u8]) -> Result<()> {
         let mut done = 0;
         while done < out.len() {
-            let at = lsn.0 + done as u64;
-            let seg = at / self.data_size;
-            let within = at % self.data_size;
-            let n = ((self.data_size - within) as usize).min(out.len() - done);
+            let at = lsn.plus(done as u64);
+            let (seg, offset) = self.geometry.locate(at);
+            let n = (self.geometry.room_in_segment(at) as usize).min(out.len() - done);
             let dst = &mut out[done..done + n];
             match self.file(seg)? {
                 Some(f) => {
                     let mut got = 0;
                     while got < n {
-                        let r = f.read_at(&mut dst[got..], DATA_OFFSET + within + got as u64)?;
+                        let r = f.read_at(&mut dst[got..], offset + got as u64)?;
                         if r == 0 {
                             break;
                         }
@@ -130,7 +132,7 @@ impl LogReader {
     /// Parses what is at `lsn` as a record expected there. The returned
     /// check borrows the reader's buffer.
     pub fn check(&mut self, lsn: Lsn) -> Result<RecordCheck<'_>> {
-        let align = self.alignment;
+        let align = self.alignment();
         // Read the header first, then as much as its length field asks.
         let header = self.bytes(lsn, iclog::format::HEADER_SIZE)?;
         let claimed = match iclog::format::peek_header(header) {
@@ -152,7 +154,7 @@ impl LogReader {
     /// The first LSN in `[from, to)` (stepping by the alignment) where a
     /// valid record with that LSN starts.
     pub fn find_valid(&mut self, from: Lsn, to: Lsn) -> Result<Option<Lsn>> {
-        let align = self.alignment;
+        let align = self.alignment();
         let mut p = iclog::format::align_up(from.0, align);
         while p < to.0 {
             if self.claims(Lsn(p))? && matches!(self.check(Lsn(p))?, RecordCheck::Valid(_)) {
@@ -163,13 +165,10 @@ impl LogReader {
         Ok(None)
     }
 
-    /// The record at `lsn` if it is valid: its entries and its end.
-    pub fn record(&mut self, lsn: Lsn) -> Result<Option<(Vec<Entry>, Lsn)>> {
-        Ok(match self.check(lsn)? {
-            RecordCheck::Valid(r) => {
-                Some((r.entries().map(|(l, b)| (l, b.to_vec())).collect(), r.end()))
-            }
-            _ => None,
-        })
+    /// The record at `lsn`: its entries and its end if it is valid, or
+    /// what was found instead.
+    pub fn record(&mut self, lsn: Lsn) -> Result<std::result::Result<(Vec<Entry>, Lsn), Damage>> {
+        Ok(Damage::classify(self.check(lsn)?)
+            .map(|r| (r.entries().map(|(l, b)| (l, b.to_vec())).collect(), r.end())))
     }
 }

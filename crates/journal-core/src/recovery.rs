@@ -19,25 +19,36 @@
 //! log; zeros (preallocated space) end it too.
 
 use crate::reader::LogReader;
-use crate::{Error, RecoveryMode, Result};
-use iclog::format::RecordCheck;
+use crate::{Damage, Error, RecoveryMode, Result};
 use iclog::Lsn;
 
 /// How the log ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogEnd {
-    /// Cleanly: zeros, stale bytes from a recycled segment, or no segment.
+    /// Cleanly: zeros, stale bytes from a recycled segment, no header, or
+    /// no segment (read as zeros).
     Clean {
         /// What was found at the end position.
-        found: String,
+        found: Damage,
     },
     /// A torn record at the head, within the in-flight window: cut off.
     TornTail {
         /// Where the torn record starts (now the end of the log).
         lsn: Lsn,
         /// What the parser found there.
-        detail: String,
+        found: Damage,
     },
+}
+
+/// A range of the log [`RecoveryMode::SkipCorrupt`] skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SkippedRange {
+    /// Where the bad record starts.
+    pub from: Lsn,
+    /// The next valid record.
+    pub to: Lsn,
+    /// What was found at `from`.
+    pub found: Damage,
 }
 
 /// What recovery found and did.
@@ -53,32 +64,11 @@ pub struct RecoveryReport {
     pub entries: u64,
     /// How the log ended.
     pub end: LogEnd,
-    /// Ranges skipped as corrupt ([`RecoveryMode::SkipCorrupt`] only):
-    /// `(start, next valid record, what was found)`.
-    pub skipped: Vec<(Lsn, Lsn, String)>,
+    /// Ranges skipped as corrupt ([`RecoveryMode::SkipCorrupt`] only).
+    pub skipped: Vec<SkippedRange>,
     /// Record headers of unacknowledged in-flight writes found past the end
     /// and cleared, so later appends can never chain into them.
     pub cleared: Vec<Lsn>,
-}
-
-fn describe(c: &RecordCheck<'_>) -> (String, bool) {
-    match c {
-        RecordCheck::Valid(_) => ("valid record".into(), false),
-        RecordCheck::Zeroes => ("zeroes".into(), false),
-        RecordCheck::BadMagic { found } => (format!("no record (magic {found:#010x})"), false),
-        RecordCheck::LsnMismatch { found } => (format!("stale record of LSN {found}"), false),
-        RecordCheck::UnsupportedVersion { found } => {
-            (format!("record format version {found}"), true)
-        }
-        RecordCheck::Truncated { needed, available } => (
-            format!("truncated record ({needed} bytes needed, {available} available)"),
-            true,
-        ),
-        RecordCheck::CrcMismatch { stored, computed } => (
-            format!("checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"),
-            true,
-        ),
-    }
 }
 
 /// Scans the log from `redo` (read-only). `window` is the in-flight window.
@@ -94,22 +84,24 @@ pub fn scan(
         records: 0,
         entries: 0,
         end: LogEnd::Clean {
-            found: String::new(),
+            found: Damage::Zeroes,
         },
         skipped: Vec::new(),
         cleared: Vec::new(),
     };
     let mut pos = redo;
     loop {
-        let check = reader.check(pos)?;
-        if let RecordCheck::Valid(r) = check {
-            report.records += 1;
-            report.entries += r.header.entry_count.get() as u64;
-            pos = r.end();
-            continue;
-        }
-        let (detail, bad) = describe(&check);
-        if let RecordCheck::UnsupportedVersion { found } = check {
+        let found = match Damage::classify(reader.check(pos)?) {
+            Ok(r) => {
+                report.records += 1;
+                report.entries += r.header.entry_count.get() as u64;
+                pos = r.end();
+                continue;
+            }
+            Err(found) => found,
+        };
+        let bad = found.is_bad_record();
+        if let Damage::UnsupportedVersion { found } = found {
             return Err(Error::UnsupportedVersion {
                 path: std::path::PathBuf::from(segment_recycler::segment_name(
                     reader.segment_of(pos),
@@ -124,27 +116,31 @@ pub fn scan(
                 let next = reader
                     .find_valid(pos.plus(1), beyond_to)?
                     .expect("a valid record exists beyond the window");
-                report.skipped.push((pos, next, detail));
+                report.skipped.push(SkippedRange {
+                    from: pos,
+                    to: next,
+                    found,
+                });
                 pos = next;
                 continue;
             }
             return Err(Error::Corruption {
                 lsn: pos,
                 segment: reader.segment_of(pos),
-                detail,
+                found,
             });
         }
         if bad && mode == RecoveryMode::AbsoluteConsistency {
             return Err(Error::Corruption {
                 lsn: pos,
                 segment: reader.segment_of(pos),
-                detail: format!("{detail} (absolute consistency refuses a torn tail)"),
+                found,
             });
         }
         report.end = if bad {
-            LogEnd::TornTail { lsn: pos, detail }
+            LogEnd::TornTail { lsn: pos, found }
         } else {
-            LogEnd::Clean { found: detail }
+            LogEnd::Clean { found }
         };
         report.end_lsn = pos;
         return Ok(report);

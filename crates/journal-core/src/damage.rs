@@ -1,0 +1,95 @@
+//! What recovery and the readers found where a valid record was expected.
+
+use iclog::format::{Record, RecordCheck};
+use iclog::Lsn;
+use std::fmt;
+
+/// What was found at a position where a record was expected and no valid
+/// one starts. Reported by recovery ([`crate::LogEnd`],
+/// [`crate::Error::Corruption`], [`crate::SkippedRange`]) and by the
+/// inspection tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Damage {
+    /// An all-zero header: never-written (zero-filled) space.
+    Zeroes,
+    /// Not a record header, and not zeros.
+    BadMagic {
+        /// The magic found.
+        found: u32,
+    },
+    /// A header of another format version.
+    UnsupportedVersion {
+        /// The version found.
+        found: u16,
+    },
+    /// A well-formed header of another LSN: stale bytes of an earlier use
+    /// of a recycled segment.
+    StaleLsn {
+        /// The LSN in the header.
+        found: Lsn,
+    },
+    /// The header claims more bytes than the log holds there.
+    Truncated {
+        /// Bytes the record needs (header + payload).
+        needed: u64,
+        /// Bytes available.
+        available: u64,
+    },
+    /// Header and length are plausible but the checksum does not match.
+    CrcMismatch {
+        /// The checksum stored.
+        stored: u32,
+        /// The checksum computed.
+        computed: u32,
+    },
+}
+
+impl Damage {
+    /// Splits a parser result into the valid record or what was found
+    /// instead.
+    pub fn classify(check: RecordCheck<'_>) -> Result<Record<'_>, Damage> {
+        Err(match check {
+            RecordCheck::Valid(r) => return Ok(r),
+            RecordCheck::Zeroes => Damage::Zeroes,
+            RecordCheck::BadMagic { found } => Damage::BadMagic { found },
+            RecordCheck::UnsupportedVersion { found } => Damage::UnsupportedVersion { found },
+            RecordCheck::LsnMismatch { found } => Damage::StaleLsn { found },
+            RecordCheck::Truncated { needed, available } => Damage::Truncated { needed, available },
+            RecordCheck::CrcMismatch { stored, computed } => {
+                Damage::CrcMismatch { stored, computed }
+            }
+        })
+    }
+
+    /// Whether this is a bad record (torn or corrupt: truncated, failed
+    /// checksum, unknown version) rather than what a clean end of the log
+    /// looks like (zeros, stale bytes, no header).
+    pub fn is_bad_record(&self) -> bool {
+        matches!(
+            self,
+            Damage::UnsupportedVersion { .. }
+                | Damage::Truncated { .. }
+                | Damage::CrcMismatch { .. }
+        )
+    }
+}
+
+impl fmt::Display for Damage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Damage::Zeroes => f.write_str("zeroes"),
+            Damage::BadMagic { found } => write!(f, "no record (magic {found:#010x})"),
+            Damage::UnsupportedVersion { found } => write!(f, "record format version {found}"),
+            Damage::StaleLsn { found } => write!(f, "stale record of LSN {found}"),
+            Damage::Truncated { needed, available } => write!(
+                f,
+                "truncated record ({needed} bytes needed, {available} available)"
+            ),
+            Damage::CrcMismatch { stored, computed } => write!(
+                f,
+                "checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
+            ),
+        }
+    }
+}
