@@ -4,48 +4,110 @@
 //! live writer is never blocked; what they report about a journal being
 //! written is a snapshot that may end mid-flight.
 
-use crate::args::Args;
-use iclog::format::RecordCheck;
+use clap::Args;
+use journal_core::format::{scan_segments, HeaderCheck, IoFlags, ScanReport};
 use journal_core::reader::LogReader;
 use journal_core::recovery::{self, LogEnd};
-use journal_core::{read_control, Control, Lsn, RecoveryMode};
-use journal_vfs::{OsVfs, Vfs};
-use segment_recycler::{HeaderCheck, DATA_OFFSET};
-use std::path::{Path, PathBuf};
+use journal_core::vfs::{OsVfs, Vfs};
+use journal_core::{read_control, Control, Damage, Error, Geometry, Lsn, RecoveryMode};
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
+
+/// The journal directory argument of every inspection command.
+#[derive(Debug, Args)]
+pub struct DirArgs {
+    /// The journal directory.
+    dir: PathBuf,
+}
+
+/// `journal dump` options.
+#[derive(Debug, Args)]
+pub struct DumpArgs {
+    #[command(flatten)]
+    dir: DirArgs,
+    /// Show records ending after this LSN (decimal or 0x-hex) [default: the
+    /// checkpoint].
+    #[arg(long, value_parser = parse_lsn)]
+    from: Option<Lsn>,
+    /// Show at most N records.
+    #[arg(long, value_name = "N")]
+    limit: Option<u64>,
+    /// Also show each entry (LSN, length, first bytes).
+    #[arg(long)]
+    entries: bool,
+    /// One JSON object per line per record (and one for the end), instead
+    /// of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `journal stat` options.
+#[derive(Debug, Args)]
+pub struct StatArgs {
+    #[command(flatten)]
+    dir: DirArgs,
+    /// One JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
 
 /// A failure of an inspection command: its message and exit code.
 pub struct Failure {
     /// One line for stderr.
-    pub message: String,
+    message: String,
     /// The exit code.
-    pub code: i32,
+    code: u8,
 }
 
-fn fail(message: impl Into<String>) -> Failure {
+fn fail(message: impl ToString) -> Failure {
     Failure {
-        message: message.into(),
+        message: message.to_string(),
         code: 2,
     }
 }
 
-fn parse_lsn(s: &str) -> Result<Lsn, Failure> {
-    let v = if let Some(hex) = s.strip_prefix("0x") {
-        u64::from_str_radix(hex, 16)
-    } else {
-        s.parse()
-    };
-    v.map(Lsn).map_err(|_| fail(format!("bad LSN {s:?}")))
+/// Prints a failure as one stderr line and turns a result into the exit
+/// code.
+pub fn finish(cmd: &str, r: Result<u8, Failure>) -> ExitCode {
+    match r {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            eprintln!("journal {cmd}: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
 }
 
-/// Opens the journal in the directory named by the first positional
-/// argument, read-only: its control file and a log reader.
-fn open(args: &Args) -> Result<(PathBuf, Arc<dyn Vfs>, Control, LogReader), Failure> {
-    let dir = PathBuf::from(
-        args.positional
-            .get(1)
-            .ok_or_else(|| fail("missing journal directory"))?,
-    );
+fn parse_lsn(s: &str) -> Result<Lsn, String> {
+    let v = match s.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    v.map(Lsn).map_err(|_| format!("bad LSN {s:?}"))
+}
+
+/// A journal opened read-only: its control file and a log reader.
+struct Opened {
+    dir: PathBuf,
+    vfs: Arc<dyn Vfs>,
+    control: Control,
+    reader: LogReader,
+}
+
+impl Opened {
+    fn geometry(&self) -> Geometry {
+        self.reader.geometry()
+    }
+
+    fn segments(&self) -> Result<ScanReport, Failure> {
+        scan_segments(&*self.vfs, &self.dir).map_err(fail)
+    }
+}
+
+fn open(args: &DirArgs) -> Result<Opened, Failure> {
+    let dir = args.dir.clone();
     let vfs: Arc<dyn Vfs> = Arc::new(OsVfs::new());
     if !vfs.exists(&dir).unwrap_or(false) {
         return Err(fail(format!("{}: no such directory", dir.display())));
@@ -58,107 +120,119 @@ fn open(args: &Args) -> Result<(PathBuf, Arc<dyn Vfs>, Control, LogReader), Fail
                 dir.display()
             )))
         }
-        Err(e) => return Err(fail(e.to_string())),
+        Err(e) => return Err(fail(e)),
     };
-    let reader = LogReader::new(vfs.clone(), &dir, control.segment_size, control.alignment);
-    Ok((dir, vfs, control, reader))
+    let geometry = Geometry::new(control.segment_size, control.alignment);
+    let reader = LogReader::new(vfs.clone(), &dir, geometry);
+    Ok(Opened {
+        dir,
+        vfs,
+        control,
+        reader,
+    })
 }
 
-fn flags(f: iclog::IoFlags) -> String {
-    let mut v = Vec::new();
-    if f.contains(iclog::IoFlags::PREFLUSH) {
-        v.push("PREFLUSH");
+fn flags(f: IoFlags) -> &'static str {
+    match (f.contains(IoFlags::PREFLUSH), f.contains(IoFlags::FUA)) {
+        (true, true) => "PREFLUSH|FUA",
+        (true, false) => "PREFLUSH",
+        (false, true) => "FUA",
+        (false, false) => "-",
     }
-    if f.contains(iclog::IoFlags::FUA) {
-        v.push("FUA");
-    }
-    if v.is_empty() {
-        "-".into()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// `journal dump DIR [--from LSN] [--limit N] [--entries] [--json]`.
+pub fn dump(args: &DumpArgs) -> Result<u8, Failure> {
+    let mut j = open(&args.dir)?;
+    let c = j.control;
+    let from = args.from.unwrap_or(c.scan_lsn);
+    let limit = args.limit.unwrap_or(u64::MAX);
+    if args.json {
+        println!(
+            "{}",
+            json!({"journal": j.dir, "segment_size": c.segment_size, "alignment": c.alignment,
+                   "redo_lsn": c.redo_lsn.0, "scan_lsn": c.scan_lsn.0})
+        );
     } else {
-        v.join("|")
+        println!(
+            "# journal {}: segment size {}, alignment {}, redo {}, scan from {}",
+            j.dir.display(),
+            c.segment_size,
+            c.alignment,
+            c.redo_lsn,
+            c.scan_lsn
+        );
     }
-}
-
-/// `journal dump DIR [--from LSN] [--limit N] [--entries]`.
-pub fn dump(args: &Args) -> Result<i32, Failure> {
-    args.only(&["from", "limit", "entries"]).map_err(fail)?;
-    let (dir, _, c, mut reader) = open(args)?;
-    let from = args
-        .value("from")
-        .map(parse_lsn)
-        .transpose()?
-        .unwrap_or(c.scan_lsn);
-    let limit: u64 = args.parsed("limit", u64::MAX).map_err(fail)?;
-    let entries = args.flag("entries");
-    println!(
-        "# journal {}: segment size {}, alignment {}, redo {}, scan from {}",
-        dir.display(),
-        c.segment_size,
-        c.alignment,
-        c.redo_lsn,
-        c.scan_lsn
-    );
     let mut pos = c.scan_lsn;
     let mut shown = 0;
-    loop {
-        if shown >= limit {
-            break;
-        }
-        match reader.check(pos).map_err(|e| fail(e.to_string()))? {
-            RecordCheck::Valid(r) => {
-                let end = r.end();
-                if end > from {
+    while shown < limit {
+        let check = j.reader.check(pos).map_err(fail)?;
+        let r = match Damage::classify(check) {
+            Ok(r) => r,
+            Err(found) => {
+                if args.json {
                     println!(
-                        "lsn={} len={} size={} flags={} entries={} tail={} crc=ok",
-                        r.lsn(),
-                        r.header.len.get(),
-                        r.size,
-                        flags(r.flags()),
-                        r.header.entry_count.get(),
-                        r.tail_lsn()
+                        "{}",
+                        json!({"end": pos.0, "found": found.to_string(), "bad_record": found.is_bad_record()})
                     );
-                    if entries {
-                        for (l, b) in r.entries() {
-                            let preview: String =
-                                b.iter().take(16).map(|x| format!("{x:02x}")).collect();
-                            println!(
-                                "  entry lsn={l} len={} {preview}{}",
-                                b.len(),
-                                if b.len() > 16 { "…" } else { "" }
-                            );
-                        }
-                    }
-                    shown += 1;
+                } else {
+                    let crc = if found.is_bad_record() {
+                        "crc=bad: "
+                    } else {
+                        ""
+                    };
+                    println!("end at lsn={pos}: {crc}{found}");
                 }
-                pos = end;
-            }
-            other => {
-                println!("end at lsn={pos}: {}", describe(&other));
                 break;
             }
+        };
+        let end = r.end();
+        if end > from {
+            if args.json {
+                let entries: Vec<_> = r
+                    .entries()
+                    .map(|(l, b)| json!({"lsn": l.0, "len": b.len()}))
+                    .collect();
+                println!(
+                    "{}",
+                    json!({"lsn": r.lsn().0, "len": r.header.len.get(), "size": r.size,
+                           "flags": flags(r.flags()), "entry_count": r.header.entry_count.get(),
+                           "tail": r.tail_lsn().0, "crc_ok": true, "entries": entries})
+                );
+            } else {
+                println!(
+                    "lsn={} len={} size={} flags={} entries={} tail={} crc=ok",
+                    r.lsn(),
+                    r.header.len.get(),
+                    r.size,
+                    flags(r.flags()),
+                    r.header.entry_count.get(),
+                    r.tail_lsn()
+                );
+                if args.entries {
+                    for (l, b) in r.entries() {
+                        let more = if b.len() > 16 { "…" } else { "" };
+                        println!(
+                            "  entry lsn={l} len={} {}{more}",
+                            b.len(),
+                            hex(&b[..b.len().min(16)])
+                        );
+                    }
+                }
+            }
+            shown += 1;
         }
+        pos = end;
     }
     Ok(0)
 }
 
-fn describe(c: &RecordCheck<'_>) -> String {
-    match c {
-        RecordCheck::Valid(_) => "valid".into(),
-        RecordCheck::Zeroes => "zeroes (end of log)".into(),
-        RecordCheck::BadMagic { found } => format!("no record (magic {found:#010x})"),
-        RecordCheck::LsnMismatch { found } => {
-            format!("stale record of LSN {found} (recycled file)")
-        }
-        RecordCheck::UnsupportedVersion { found } => format!("record format version {found}"),
-        RecordCheck::Truncated { needed, available } => {
-            format!("crc=bad: truncated ({needed} bytes needed, {available} available)")
-        }
-        RecordCheck::CrcMismatch { .. } => "crc=bad: checksum mismatch".into(),
-    }
-}
-
-fn check_segments(dir: &Path, vfs: &dyn Vfs, c: &Control) -> Result<Vec<String>, Failure> {
-    let scan = segment_recycler::scan(vfs, dir).map_err(|e| fail(e.to_string()))?;
+/// Problems with the segment files themselves (not the log in them).
+fn check_segments(scan: &ScanReport, c: &Control) -> Result<Vec<String>, Failure> {
     let mut problems = Vec::new();
     for s in &scan.segments {
         match s.header {
@@ -184,26 +258,26 @@ fn check_segments(dir: &Path, vfs: &dyn Vfs, c: &Control) -> Result<Vec<String>,
 
 /// `journal verify DIR`: exit 0 when clean or torn at the tail (with a
 /// warning), 1 on corruption (the LSN named), 2 when it cannot tell.
-pub fn verify(args: &Args) -> Result<i32, Failure> {
-    args.only(&[]).map_err(fail)?;
-    let (dir, vfs, c, mut reader) = open(args)?;
-    let problems = check_segments(&dir, &*vfs, &c)?;
+pub fn verify(args: &DirArgs) -> Result<u8, Failure> {
+    let mut j = open(args)?;
+    let problems = check_segments(&j.segments()?, &j.control)?;
     for p in &problems {
         eprintln!("journal verify: {p}");
     }
+    let c = j.control;
     match recovery::scan(
-        &mut reader,
+        &mut j.reader,
         c.scan_lsn,
         RecoveryMode::TolerateTornTail,
         c.inflight_window,
     ) {
         Ok(r) => {
-            if let LogEnd::TornTail { lsn, detail } = &r.end {
-                eprintln!("journal verify: warning: torn tail at LSN {lsn} ({detail}): recovery will cut it off");
+            if let LogEnd::TornTail { lsn, found } = &r.end {
+                eprintln!("journal verify: warning: torn tail at LSN {lsn} ({found}): recovery will cut it off");
             }
             println!(
                 "{}: {} records, {} entries from LSN {} to {}",
-                dir.display(),
+                j.dir.display(),
                 r.records,
                 r.entries,
                 r.redo_lsn,
@@ -211,50 +285,30 @@ pub fn verify(args: &Args) -> Result<i32, Failure> {
             );
             Ok(if problems.is_empty() { 0 } else { 1 })
         }
-        Err(journal_core::Error::Corruption {
+        Err(Error::Corruption {
             lsn,
             segment,
-            detail,
+            found,
         }) => {
-            eprintln!("journal verify: corruption at LSN {lsn} (segment {segment}): {detail}");
+            eprintln!("journal verify: corruption at LSN {lsn} (segment {segment}): {found}");
             Ok(1)
         }
-        Err(e) => Err(fail(e.to_string())),
+        Err(e) => Err(fail(e)),
     }
 }
 
-/// `journal stat DIR`.
-pub fn stat(args: &Args) -> Result<i32, Failure> {
-    args.only(&[]).map_err(fail)?;
-    let (dir, vfs, c, mut reader) = open(args)?;
-    let scan = segment_recycler::scan(&*vfs, &dir).map_err(|e| fail(e.to_string()))?;
-    let data = c.segment_size - DATA_OFFSET;
+/// `journal stat DIR [--json]`.
+pub fn stat(args: &StatArgs) -> Result<u8, Failure> {
+    let mut j = open(&args.dir)?;
+    let scan = j.segments()?;
+    let c = j.control;
+    let g = j.geometry();
     let numbers: Vec<u64> = scan.segments.iter().map(|s| s.number).collect();
-    let id: String = c.journal_id.iter().map(|b| format!("{b:02x}")).collect();
-    println!("journal:          {}", dir.display());
-    println!("journal id:       {id}");
-    println!("segment size:     {} ({} data bytes)", c.segment_size, data);
-    println!("alignment:        {}", c.alignment);
-    println!(
-        "checkpoint:       redo {} (scan from {}), control seq {}",
-        c.redo_lsn, c.scan_lsn, c.seq
-    );
-    let (lo, hi) = (numbers.first().copied(), numbers.last().copied());
-    match (lo, hi) {
-        (Some(lo), Some(hi)) => {
-            let gaps: Vec<u64> = (lo..hi).filter(|n| !numbers.contains(n)).collect();
-            println!(
-                "segments:         {} ({lo}..={hi}){}",
-                numbers.len(),
-                if gaps.is_empty() {
-                    String::new()
-                } else {
-                    format!(", gaps {gaps:?}")
-                }
-            );
-        }
-        _ => println!("segments:         0"),
-    }
+    let id = hex(&c.journal_id);
+    let gaps: Vec<u64> = match (numbers.first(), numbers.last()) {
+        (Some(&lo), Some(&hi)) => (lo..hi).filter(|n| !numbers.contains(n)).collect(),
+        _ => Vec::new(),
+    };
     // Offline, every name present counts as durable: the frontier is the
     // end of the run of valid segments from the lowest.
     let mut frontier = None;
@@ -265,32 +319,91 @@ pub fn stat(args: &Args) -> Result<i32, Failure> {
         }
         frontier = Some(s.number);
     }
-    println!(
-        "frontier:         {}",
-        frontier.map_or("none".into(), |f| f.to_string())
-    );
     let report = recovery::scan(
-        &mut reader,
+        &mut j.reader,
         c.scan_lsn,
         RecoveryMode::SkipCorrupt,
         c.inflight_window,
     )
-    .map_err(|e| fail(e.to_string()))?;
-    let end_note = match &report.end {
-        LogEnd::Clean { found } => format!("clean end: {found}"),
-        LogEnd::TornTail { detail, .. } => format!("torn tail: {detail}"),
+    .map_err(fail)?;
+    let (end_kind, end_found) = match &report.end {
+        LogEnd::Clean { found } => ("clean end", found),
+        LogEnd::TornTail { found, .. } => ("torn tail", found),
     };
-    println!(
-        "last valid LSN:   {} ({} records; {end_note})",
-        report.end_lsn, report.records
-    );
-    if !report.skipped.is_empty() {
-        println!("corrupt ranges:   {:?}", report.skipped);
-    }
-    let tail_seg = c.scan_lsn.0 / data;
-    let head_seg = report.end_lsn.0 / data;
+    let tail_seg = g.segment_of(c.scan_lsn);
+    let head_seg = g.segment_of(report.end_lsn);
     let recyclable: Vec<u64> = numbers.iter().copied().filter(|&n| n < tail_seg).collect();
     let ahead: Vec<u64> = numbers.iter().copied().filter(|&n| n > head_seg).collect();
+    let skipped: Vec<_> = report
+        .skipped
+        .iter()
+        .map(|s| json!({"from": s.from.0, "to": s.to.0, "found": s.found.to_string()}))
+        .collect();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "journal": j.dir,
+                "journal_id": id,
+                "segment_size": c.segment_size,
+                "data_bytes_per_segment": g.data_size(),
+                "alignment": c.alignment,
+                "redo_lsn": c.redo_lsn.0,
+                "scan_lsn": c.scan_lsn.0,
+                "control_seq": c.seq,
+                "segments": numbers,
+                "gaps": gaps,
+                "frontier": frontier,
+                "end_lsn": report.end_lsn.0,
+                "records": report.records,
+                "end": end_kind,
+                "end_found": end_found.to_string(),
+                "corrupt_ranges": skipped,
+                "live_segments": [tail_seg, head_seg],
+                "recyclable": recyclable,
+                "preallocated": ahead,
+                "temporaries": scan.temporaries,
+                "other_files": scan.other,
+            }))
+            .map_err(fail)?
+        );
+        return Ok(0);
+    }
+    println!("journal:          {}", j.dir.display());
+    println!("journal id:       {id}");
+    println!(
+        "segment size:     {} ({} data bytes)",
+        c.segment_size,
+        g.data_size()
+    );
+    println!("alignment:        {}", c.alignment);
+    println!(
+        "checkpoint:       redo {} (scan from {}), control seq {}",
+        c.redo_lsn, c.scan_lsn, c.seq
+    );
+    match (numbers.first(), numbers.last()) {
+        (Some(lo), Some(hi)) => println!(
+            "segments:         {} ({lo}..={hi}){}",
+            numbers.len(),
+            if gaps.is_empty() {
+                String::new()
+            } else {
+                format!(", gaps {gaps:?}")
+            }
+        ),
+        _ => println!("segments:         0"),
+    }
+    println!(
+        "frontier:         {}",
+        frontier.map_or("none".into(), |f| f.to_string())
+    );
+    println!(
+        "last valid LSN:   {} ({} records; {end_kind}: {end_found})",
+        report.end_lsn, report.records
+    );
+    for s in &report.skipped {
+        println!("corrupt range:    {}..{} ({})", s.from, s.to, s.found);
+    }
     println!("live segments:    {tail_seg}..={head_seg}");
     println!("recyclable:       {} {:?}", recyclable.len(), recyclable);
     println!("preallocated:     {} {:?}", ahead.len(), ahead);

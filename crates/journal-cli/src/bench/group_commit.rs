@@ -1,35 +1,29 @@
 //! The default scenario: closed-loop clients committing small records,
 //! against the device's own cost of one write + fdatasync of a group.
 
-use super::json::Json;
+use super::BenchArgs;
 use super::{
     bench_options, commit_load, device_latency, err, fresh_journal, options_json, svg, table,
     write_file, Env,
 };
-use crate::args::Args;
-use std::path::Path;
+use serde_json::{json, Value as Json};
 
-pub fn run(env: &Env, args: &Args) -> Result<Json, String> {
-    let clients = args.list("clients", if env.smoke { &[1, 4] } else { &[1, 4, 16, 64] })?;
-    let size: usize = args.parsed("record-size", 256)?;
+pub fn run(env: &Env, args: &BenchArgs) -> Result<Json, String> {
+    let clients = if args.clients.is_empty() {
+        if env.smoke {
+            vec![1, 4]
+        } else {
+            vec![1, 4, 16, 64]
+        }
+    } else {
+        args.clients.clone()
+    };
+    let size = args.record_size;
     if clients.contains(&0) || size == 0 {
         return Err("--clients and --record-size must be positive".into());
     }
-    let batch_policy = match args.value("batch-policy").unwrap_or("adaptive") {
-        "adaptive" => jbd_batch::BatchPolicy::Adaptive,
-        "last-sync-writer" => jbd_batch::BatchPolicy::LastSyncWriter,
-        "fixed-sleep-1ms" => {
-            jbd_batch::BatchPolicy::FixedSleep(std::time::Duration::from_millis(1))
-        }
-        "none" => jbd_batch::BatchPolicy::None,
-        other => {
-            return Err(format!(
-                "--batch-policy {other:?}: one of adaptive, last-sync-writer, fixed-sleep-1ms, none"
-            ))
-        }
-    };
     let options = journal_core::Options {
-        batch_policy,
+        batch_policy: args.batch_policy.policy(),
         ..bench_options(env)
     };
     let payload = std::sync::Arc::new(vec![0xC3u8; size]);
@@ -76,22 +70,9 @@ pub fn run(env: &Env, args: &Args) -> Result<Json, String> {
             format!("{efficiency:.2}"),
         ]);
         points.push(
-            Json::obj()
-                .with("clients", c)
-                .with("record_size", size)
-                .with("seconds", load.elapsed.as_secs_f64())
-                .with("commits", load.commits)
-                .with("commits_per_s", rate)
-                .with("p50_us", load.q(0.5))
-                .with("p99_us", load.q(0.99))
-                .with("avg_group_size", load.avg_group())
-                .with("syncs_per_commit", load.syncs_per_commit())
-                .with("device_latency_us", dev.as_secs_f64() * 1e6)
-                .with("limit", limit)
-                .with("efficiency", efficiency),
+            json!({"clients": c, "record_size": size, "seconds": load.elapsed.as_secs_f64(), "commits": load.commits, "commits_per_s": rate, "p50_us": load.q(0.5), "p99_us": load.q(0.99), "avg_group_size": load.avg_group(), "syncs_per_commit": load.syncs_per_commit(), "device_latency_us": dev.as_secs_f64() * 1e6, "limit": limit, "efficiency": efficiency}),
         );
     }
-    eprintln!();
     println!(
         "group commit: {size}-byte records, closed-loop clients, {} s per point",
         env.seconds
@@ -110,7 +91,7 @@ pub fn run(env: &Env, args: &Args) -> Result<Json, String> {
         ],
         &rows,
     );
-    if let Some(path) = args.value("plot") {
+    if let Some(path) = &args.plot {
         let text = svg::chart(
             &format!("group commit, {size}-byte records"),
             "clients",
@@ -130,11 +111,10 @@ pub fn run(env: &Env, args: &Args) -> Result<Json, String> {
                 },
             ],
         );
-        write_file(Path::new(path), &text).map_err(|e| format!("{path}: {e}"))?;
-        eprintln!("wrote {path}");
+        write_file(path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
+        eprintln!("wrote {}", path.display());
     }
-    Ok(Json::obj()
-        .with("scenario", "group-commit")
-        .with("options", options_json(&options).with("record_size", size))
-        .with("points", points))
+    Ok(
+        json!({"scenario": "group-commit", "options": options_json(&options), "record_size": size, "points": points}),
+    )
 }

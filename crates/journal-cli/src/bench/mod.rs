@@ -6,50 +6,147 @@
 //! `--json FILE`, written as JSON; ratios are computed within one run.
 
 mod group_commit;
-pub mod json;
 mod scenarios;
 pub mod svg;
 
-use crate::args::Args;
+use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
-use journal_core::{Journal, Options};
-use journal_vfs::{OpenOptions, OsVfs, Prealloc, TempDir, Vfs};
-use json::Json;
-use std::io::IsTerminal;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use journal_core::vfs::{OpenOptions, OsVfs, Prealloc, Vfs};
+use journal_core::{BatchPolicy, Journal, Options};
+use serde_json::{json, Value as Json};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Scenario names, in the order `all` runs them.
-pub const SCENARIOS: &[&str] = &[
-    "group-commit",
-    "wt-flush-wait",
-    "jbd-lone-writer",
-    "pg-recycle",
-    "xfs-flush-flags",
-    "alignment",
-];
+/// A benchmark scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    /// Closed-loop clients committing small records, against the device's
+    /// own cost of one write + fdatasync of a group.
+    GroupCommit,
+    /// Seed 000: a log force waits on a condvar vs sleeps and polls
+    /// (SimVfs with injected latency).
+    WtFlushWait,
+    /// Seed 004: batching policies with one, then eight sync writers.
+    JbdLoneWriter,
+    /// Seed 002: checkpoints recycling segments, batched vs per-segment
+    /// durable renames.
+    PgRecycle,
+    /// Seed 003: 32 KiB vs 256 KiB buffers, NEED flags vs PREFLUSH|FUA on
+    /// every write.
+    XfsFlushFlags,
+    /// Seed 001: record alignment 1, 512, 4096 with RWF_DSYNC writes.
+    Alignment,
+    /// Every scenario above, in order.
+    All,
+}
+
+impl Scenario {
+    /// Every scenario, in the order `all` runs them.
+    const EACH: [Scenario; 6] = [
+        Scenario::GroupCommit,
+        Scenario::WtFlushWait,
+        Scenario::JbdLoneWriter,
+        Scenario::PgRecycle,
+        Scenario::XfsFlushFlags,
+        Scenario::Alignment,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::GroupCommit => "group-commit",
+            Scenario::WtFlushWait => "wt-flush-wait",
+            Scenario::JbdLoneWriter => "jbd-lone-writer",
+            Scenario::PgRecycle => "pg-recycle",
+            Scenario::XfsFlushFlags => "xfs-flush-flags",
+            Scenario::Alignment => "alignment",
+            Scenario::All => "all",
+        }
+    }
+}
+
+/// The commit batching policy of the group-commit scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BatchPolicyArg {
+    /// jbd2 (2009): wait clamp(average commit time, min, max) for joiners,
+    /// never for a lone writer.
+    Adaptive,
+    /// jbd (2005): no wait when this thread was the last sync writer.
+    LastSyncWriter,
+    /// jbd before 2005: always sleep 1 ms for joiners.
+    FixedSleep1ms,
+    /// Never wait for joiners.
+    None,
+}
+
+impl BatchPolicyArg {
+    fn policy(self) -> BatchPolicy {
+        match self {
+            BatchPolicyArg::Adaptive => BatchPolicy::Adaptive,
+            BatchPolicyArg::LastSyncWriter => BatchPolicy::LastSyncWriter,
+            BatchPolicyArg::FixedSleep1ms => BatchPolicy::FixedSleep(Duration::from_millis(1)),
+            BatchPolicyArg::None => BatchPolicy::None,
+        }
+    }
+}
+
+/// `journal bench` options.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Which scenario to run.
+    #[arg(long, value_enum, default_value_t = Scenario::GroupCommit)]
+    scenario: Scenario,
+    /// Seconds per measured point [default: 3, or 0.2 with --smoke].
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Client counts of the group-commit scenario, comma-separated
+    /// [default: 1,4,16,64, or 1,4 with --smoke].
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(usize))]
+    clients: Vec<usize>,
+    /// Record size of the group-commit scenario, bytes.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(usize))]
+    record_size: usize,
+    /// Commit batching policy of the group-commit scenario.
+    #[arg(long, value_enum, default_value_t = BatchPolicyArg::Adaptive)]
+    batch_policy: BatchPolicyArg,
+    /// Run in a fresh directory inside DIR (default: the system temporary
+    /// directory; it must be on the disk you want to measure).
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Also write the results as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Also plot commits/s and the device limit against clients as SVG
+    /// (group-commit scenario).
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Tiny runs that only prove every path works (CI).
+    #[arg(long)]
+    smoke: bool,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
 
 /// Where and how long the bench runs.
 pub struct Env {
-    /// The directory journals are created in (removed at the end unless
-    /// given with `--dir`).
-    root: PathBuf,
-    _tmp: Option<TempDir>,
+    /// The directory journals are created in, removed at the end.
+    root: tempfile::TempDir,
     /// Seconds per measured point.
     pub seconds: f64,
     /// Tiny runs that only prove every path works (CI).
     pub smoke: bool,
     counter: AtomicU64,
-    progress: Progress,
+    progress: ProgressBar,
 }
 
 impl Env {
     /// A fresh, empty directory for one journal or probe.
     pub fn fresh_dir(&self, name: &str) -> PathBuf {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        self.root.join(format!("{n:03}-{name}"))
+        self.root.path().join(format!("{n:03}-{name}"))
     }
 
     /// Removes a directory made by [`Env::fresh_dir`] (bench data only).
@@ -63,43 +160,35 @@ impl Env {
         let _ = vfs.remove_dir(dir);
     }
 
-    /// Reports progress on stderr.
+    /// Reports what is running now (a spinner line on a terminal).
     pub fn progress(&self, msg: &str) {
-        self.progress.say(msg);
+        self.progress.set_length(0);
+        self.progress.set_message(msg.to_string());
     }
 
     /// Reports progress with a bar: `done` of `total` steps finished.
     pub fn progress_bar(&self, done: usize, total: usize, msg: &str) {
-        const WIDTH: usize = 20;
-        let filled = WIDTH * done.min(total) / total.max(1);
-        let bar = format!(
-            "[{}{}] {done}/{total}",
-            "#".repeat(filled),
-            ".".repeat(WIDTH - filled)
-        );
-        self.progress.say(&format!("{bar} {msg}"));
+        self.progress.set_length(total as u64);
+        self.progress.set_position(done as u64);
+        self.progress.set_message(msg.to_string());
     }
 }
 
-struct Progress {
-    tty: bool,
-    start: Instant,
-}
-
-impl Progress {
-    fn say(&self, msg: &str) {
-        let t = self.start.elapsed().as_secs_f64();
-        if self.tty {
-            eprint!("\r\x1b[2K[{t:6.1}s] {msg}");
-        } else {
-            eprintln!("[{t:6.1}s] {msg}");
-        }
-    }
-    fn done(&self) {
-        if self.tty {
-            eprintln!();
-        }
-    }
+/// The progress bar: on stderr when it is a terminal and not `--quiet`,
+/// hidden otherwise.
+fn progress_bar(quiet: bool) -> ProgressBar {
+    let target = if quiet {
+        ProgressDrawTarget::hidden()
+    } else {
+        ProgressDrawTarget::stderr()
+    };
+    let bar = ProgressBar::with_draw_target(None, target);
+    bar.set_style(
+        ProgressStyle::with_template("[{elapsed_precise}] {wide_bar} {pos}/{len} {msg}")
+            .expect("a valid progress template"),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
 }
 
 /// A latency histogram in microseconds (1 µs to 100 s, 3 significant digits).
@@ -119,7 +208,7 @@ pub fn device_latency(
     bytes: usize,
     alignment: u64,
     samples: usize,
-) -> journal_vfs::Result<Duration> {
+) -> journal_core::vfs::Result<Duration> {
     let vfs = OsVfs::new();
     let dir = env.fresh_dir("device-probe");
     vfs.create_dir_all(&dir)?;
@@ -258,7 +347,7 @@ pub fn fresh_journal(
 }
 
 /// Writes `text` to `path` (through the VFS, like every file access).
-pub fn write_file(path: &Path, text: &str) -> journal_vfs::Result<()> {
+pub fn write_file(path: &Path, text: &str) -> journal_core::vfs::Result<()> {
     let vfs = OsVfs::new();
     let f = vfs.open(path, OpenOptions::create())?;
     f.set_len(0)?;
@@ -289,90 +378,71 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) {
 }
 
 /// `journal bench`.
-pub fn run(args: &Args) -> Result<(), String> {
-    args.only(&[
-        "scenario",
-        "seconds",
-        "clients",
-        "record-size",
-        "dir",
-        "json",
-        "plot",
-        "smoke",
-        "quiet",
-        "batch-policy",
-    ])?;
-    let smoke = args.flag("smoke");
-    let scenario = args.value("scenario").unwrap_or("group-commit");
-    let names: Vec<&str> = if scenario == "all" {
-        SCENARIOS.to_vec()
-    } else if SCENARIOS.contains(&scenario) {
-        vec![scenario]
-    } else {
-        return Err(format!(
-            "unknown scenario {scenario:?} (one of: {}, all)",
-            SCENARIOS.join(", ")
-        ));
+pub fn run(args: &BenchArgs) -> Result<(), String> {
+    let names: Vec<Scenario> = match args.scenario {
+        Scenario::All => Scenario::EACH.to_vec(),
+        one => vec![one],
     };
-    let seconds: f64 = args.parsed("seconds", if smoke { 0.2 } else { 3.0 })?;
+    let smoke = args.smoke;
+    let seconds = args.seconds.unwrap_or(if smoke { 0.2 } else { 3.0 });
     if !seconds.is_finite() || seconds <= 0.0 {
         return Err("--seconds must be positive".into());
     }
-    let (root, tmp) = match args.value("dir") {
+    let root = match &args.dir {
         Some(d) => {
-            let root = PathBuf::from(d);
-            OsVfs::new()
-                .create_dir_all(&root)
-                .map_err(|e| e.to_string())?;
-            let t = TempDir::new_in(&root, "journal-bench").map_err(|e| format!("{d}: {e}"))?;
-            (t.path().to_path_buf(), Some(t))
+            OsVfs::new().create_dir_all(d).map_err(err)?;
+            tempfile::Builder::new()
+                .prefix("journal-bench")
+                .tempdir_in(d)
+                .map_err(|e| format!("{}: {e}", d.display()))?
         }
-        None => {
-            let t =
-                TempDir::new("journal-bench").map_err(|e| format!("temporary directory: {e}"))?;
-            (t.path().to_path_buf(), Some(t))
-        }
+        None => tempfile::Builder::new()
+            .prefix("journal-bench")
+            .tempdir()
+            .map_err(|e| format!("temporary directory: {e}"))?,
     };
     let env = Env {
         root,
-        _tmp: tmp,
         seconds,
         smoke,
         counter: AtomicU64::new(0),
-        progress: Progress {
-            tty: std::io::stderr().is_terminal() && !args.flag("quiet"),
-            start: Instant::now(),
-        },
+        progress: progress_bar(args.quiet),
     };
     eprintln!(
         "journal bench: {} in {} ({} s per point{})",
-        names.join(", "),
-        env.root.display(),
+        names
+            .iter()
+            .map(|s| s.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+        env.root.path().display(),
         seconds,
         if smoke { ", smoke mode" } else { "" }
     );
     let mut results = Vec::new();
-    for name in &names {
-        let r = match *name {
-            "group-commit" => group_commit::run(&env, args),
-            "wt-flush-wait" => scenarios::wt_flush_wait(&env),
-            "jbd-lone-writer" => scenarios::jbd_lone_writer(&env),
-            "pg-recycle" => scenarios::pg_recycle(&env),
-            "xfs-flush-flags" => scenarios::xfs_flush_flags(&env),
-            "alignment" => scenarios::alignment(&env),
-            _ => unreachable!(),
+    for scenario in &names {
+        let r = match scenario {
+            Scenario::GroupCommit => group_commit::run(&env, args),
+            Scenario::WtFlushWait => scenarios::wt_flush_wait(&env),
+            Scenario::JbdLoneWriter => scenarios::jbd_lone_writer(&env),
+            Scenario::PgRecycle => scenarios::pg_recycle(&env),
+            Scenario::XfsFlushFlags => scenarios::xfs_flush_flags(&env),
+            Scenario::Alignment => scenarios::alignment(&env),
+            Scenario::All => unreachable!("expanded above"),
         };
-        env.progress.done();
-        results.push(r.map_err(|e| format!("{name}: {e}"))?);
+        env.progress.set_message("");
+        results.push(r.map_err(|e| format!("{}: {e}", scenario.name()))?);
     }
+    env.progress.finish_and_clear();
     let doc = if results.len() == 1 {
-        results.pop().unwrap()
+        results.pop().expect("one result")
     } else {
-        Json::obj().with("scenarios", results)
+        json!({ "scenarios": results })
     };
-    if let Some(path) = args.value("json") {
-        write_file(Path::new(path), &doc.render()).map_err(|e| format!("{path}: {e}"))?;
-        eprintln!("wrote {path}");
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&doc).map_err(err)? + "\n";
+        write_file(path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
+        eprintln!("wrote {}", path.display());
     }
     Ok(())
 }
@@ -387,17 +457,7 @@ pub fn bench_options(env: &Env) -> Options {
 
 /// A JSON description of journal options.
 pub fn options_json(o: &Options) -> Json {
-    Json::obj()
-        .with("segment_size", o.segment_size)
-        .with("logbufs", o.logbufs)
-        .with("logbsize", o.logbsize)
-        .with("alignment", o.alignment)
-        .with("sync_method", format!("{:?}", o.sync_method))
-        .with("batch_policy", format!("{:?}", o.batch_policy))
-        .with("max_batch_us", o.max_batch.as_micros() as u64)
-        .with("flush_policy", format!("{:?}", o.flush_policy))
-        .with("recycle_policy", format!("{:?}", o.recycle_policy))
-        .with("prealloc", format!("{:?}", o.prealloc))
+    json!({"segment_size": o.segment_size, "logbufs": o.logbufs, "logbsize": o.logbsize, "alignment": o.alignment, "sync_method": format!("{:?}", o.sync_method), "batch_policy": format!("{:?}", o.batch_policy), "max_batch_us": o.max_batch.as_micros() as u64, "flush_policy": format!("{:?}", o.flush_policy), "recycle_policy": format!("{:?}", o.recycle_policy), "prealloc": format!("{:?}", o.prealloc)})
 }
 
 /// Stringifies an I/O or journal error for the bench's error path.

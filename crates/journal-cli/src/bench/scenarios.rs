@@ -1,15 +1,14 @@
 //! One A/B scenario per seed. Each returns its results and ratios as JSON
 //! and prints a table.
 
-use super::json::Json;
 use super::{
     bench_options, commit_load, err, fresh_journal, histogram, micros, options_json, table, Env,
 };
-use iclog::FlushPolicy;
-use jbd_batch::BatchPolicy;
-use journal_core::{ForceMode, Journal, Lsn, Options, SyncMethod};
-use journal_vfs::{SimVfs, Vfs};
-use segment_recycler::RecyclePolicy;
+use journal_core::vfs::{SimVfs, Vfs};
+use journal_core::{
+    BatchPolicy, FlushPolicy, ForceMode, Geometry, Journal, Lsn, Options, RecyclePolicy, SyncMethod,
+};
+use serde_json::{json, Value as Json};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -118,12 +117,7 @@ pub fn wt_flush_wait(env: &Env) -> Result<Json, String> {
             m.log_writes.to_string(),
         ]);
         variants.push(
-            Json::obj()
-                .with("variant", name)
-                .with("flushes", flushes)
-                .with("wait_loop_p50_us", w50)
-                .with("force_p50_us", f50)
-                .with("log_writes", m.log_writes),
+            json!({"variant": name, "flushes": flushes, "wait_loop_p50_us": w50, "force_p50_us": f50, "log_writes": m.log_writes}),
         );
     }
     println!(
@@ -144,17 +138,9 @@ pub fn wt_flush_wait(env: &Env) -> Result<Json, String> {
     let wait_ratio = ratio(p50[1].0, p50[0].0);
     let force_ratio = ratio(p50[1].1, p50[0].1);
     println!("ratio sleep-poll / condvar: wait loop {wait_ratio:.2}x, force {force_ratio:.2}x (seed: ~1.5 ms -> ~0.31 ms)");
-    Ok(Json::obj()
-        .with("scenario", "wt-flush-wait")
-        .with("sync_latency_us", sync_latency.as_micros() as u64)
-        .with("write_latency_us", write_latency.as_micros() as u64)
-        .with("results", variants)
-        .with(
-            "ratios",
-            Json::obj()
-                .with("wait_loop_p50_sleep_poll_over_condvar", wait_ratio)
-                .with("force_p50_sleep_poll_over_condvar", force_ratio),
-        ))
+    Ok(
+        json!({"scenario": "wt-flush-wait", "sync_latency_us": sync_latency.as_micros() as u64, "write_latency_us": write_latency.as_micros() as u64, "results": variants, "ratios": json!({"wait_loop_p50_sleep_poll_over_condvar": wait_ratio, "force_p50_sleep_poll_over_condvar": force_ratio})}),
+    )
 }
 
 /// Seed 004 (jbd 2005, jbd2 2009): one synchronous writer, then eight,
@@ -197,13 +183,7 @@ pub fn jbd_lone_writer(env: &Env) -> Result<Json, String> {
                 load.waits_taken.to_string(),
             ]);
             results.push(
-                Json::obj()
-                    .with("threads", threads)
-                    .with("policy", name)
-                    .with("commits_per_s", load.rate())
-                    .with("p50_us", load.q(0.5))
-                    .with("avg_group_size", load.avg_group())
-                    .with("batch_waits_taken", load.waits_taken),
+                json!({"threads": threads, "policy": name, "commits_per_s": load.rate(), "p50_us": load.q(0.5), "avg_group_size": load.avg_group(), "batch_waits_taken": load.waits_taken}),
             );
         }
     }
@@ -215,20 +195,9 @@ pub fn jbd_lone_writer(env: &Env) -> Result<Json, String> {
     let lone = ratio(rate[&(1, "Adaptive")], rate[&(1, "FixedSleep(1ms)")]);
     let many = ratio(rate[&(8, "Adaptive")], rate[&(8, "FixedSleep(1ms)")]);
     println!("Adaptive / FixedSleep(1ms): 1 thread {lone:.2}x, 8 threads {many:.2}x (seed: lone O_SYNC writer 4-5x, many unchanged)");
-    Ok(Json::obj()
-        .with("scenario", "jbd-lone-writer")
-        .with("options", options_json(&bench_options(env)))
-        .with("results", results)
-        .with(
-            "ratios",
-            Json::obj()
-                .with("lone_adaptive_over_fixed_sleep", lone)
-                .with("eight_adaptive_over_fixed_sleep", many)
-                .with(
-                    "lone_adaptive_over_last_sync_writer",
-                    ratio(rate[&(1, "Adaptive")], rate[&(1, "LastSyncWriter")]),
-                ),
-        ))
+    Ok(
+        json!({"scenario": "jbd-lone-writer", "options": options_json(&bench_options(env)), "results": results, "ratios": json!({"lone_adaptive_over_fixed_sleep": lone, "eight_adaptive_over_fixed_sleep": many, "lone_adaptive_over_last_sync_writer": ratio(rate[&(1, "Adaptive")], rate[&(1, "LastSyncWriter")])})}),
+    )
 }
 
 /// Seed 002 (PostgreSQL segment recycling): checkpoints that each recycle
@@ -255,7 +224,7 @@ pub fn pg_recycle(env: &Env) -> Result<Json, String> {
             ..Options::default()
         };
         let (j, dir) = fresh_journal(env, "pg", options).map_err(err)?;
-        let data = segment_size - segment_recycler::DATA_OFFSET;
+        let data = Geometry::new(segment_size, options.alignment).data_size();
         let rec = vec![0x11u8; 60 << 10];
         let mut times = Vec::new();
         let mut dir_fsyncs = 0;
@@ -292,12 +261,7 @@ pub fn pg_recycle(env: &Env) -> Result<Json, String> {
             format!("{:.1}", dir_fsyncs as f64 / n as f64),
         ]);
         results.push(
-            Json::obj()
-                .with("policy", name)
-                .with("median_checkpoint_ms", median.as_secs_f64() * 1e3)
-                .with("rounds", n)
-                .with("recycled_per_checkpoint", recycled as f64 / n as f64)
-                .with("dir_fsyncs_per_checkpoint", dir_fsyncs as f64 / n as f64),
+            json!({"policy": name, "median_checkpoint_ms": median.as_secs_f64() * 1e3, "rounds": n, "recycled_per_checkpoint": recycled as f64 / n as f64, "dir_fsyncs_per_checkpoint": dir_fsyncs as f64 / n as f64}),
         );
     }
     println!(
@@ -306,12 +270,9 @@ pub fn pg_recycle(env: &Env) -> Result<Json, String> {
     table(&["policy", "median ms", "recycled", "dir fsyncs"], &rows);
     let r = ratio(medians[0], medians[1]);
     println!("per-segment / batched median checkpoint time: {r:.2}x (seed: 138.6 ms -> 27.3 ms)");
-    Ok(Json::obj()
-        .with("scenario", "pg-recycle")
-        .with("segments_per_checkpoint", per_round)
-        .with("segment_size", segment_size)
-        .with("results", results)
-        .with("ratios", Json::obj().with("per_segment_over_batched", r)))
+    Ok(
+        json!({"scenario": "pg-recycle", "segments_per_checkpoint": per_round, "segment_size": segment_size, "results": results, "ratios": json!({"per_segment_over_batched": r})}),
+    )
 }
 
 /// Seed 003 (XFS NEED_FLUSH / NEED_FUA): writers commit transactions that
@@ -362,16 +323,7 @@ pub fn xfs_flush_flags(env: &Env) -> Result<Json, String> {
                 m.noiclog_waits.to_string(),
             ]);
             results.push(
-                Json::obj()
-                    .with("logbsize", logbsize)
-                    .with("flush_policy", fname)
-                    .with("commits_per_s", load.rate())
-                    .with("syncs_per_commit", load.syncs_per_commit())
-                    .with("p50_us", load.q(0.5))
-                    .with("preflush_writes", m.log_writes_preflush)
-                    .with("bare_flushes", m.log_bare_flushes)
-                    .with("groups", m.groups)
-                    .with("noiclog_waits", m.noiclog_waits),
+                json!({"logbsize": logbsize, "flush_policy": fname, "commits_per_s": load.rate(), "syncs_per_commit": load.syncs_per_commit(), "p50_us": load.q(0.5), "preflush_writes": m.log_writes_preflush, "bare_flushes": m.log_bare_flushes, "groups": m.groups, "noiclog_waits": m.noiclog_waits}),
             );
         }
     }
@@ -402,17 +354,9 @@ pub fn xfs_flush_flags(env: &Env) -> Result<Json, String> {
         rate[&(256 << 10, "NeedFlags")],
     );
     println!("NeedFlags / EveryWrite: 32 KiB {r32:.2}x, 256 KiB {r256:.2}x; 32 KiB / 256 KiB with NeedFlags {gap:.2} (seed: 32 KiB 152,851 -> 221,533, 256 KiB 228,286)");
-    Ok(Json::obj()
-        .with("scenario", "xfs-flush-flags")
-        .with("writers", writers)
-        .with("results", results)
-        .with(
-            "ratios",
-            Json::obj()
-                .with("need_flags_over_every_write_32k", r32)
-                .with("need_flags_over_every_write_256k", r256)
-                .with("need_flags_32k_over_256k", gap),
-        ))
+    Ok(
+        json!({"scenario": "xfs-flush-flags", "writers": writers, "results": results, "ratios": json!({"need_flags_over_every_write_32k": r32, "need_flags_over_every_write_256k": r256, "need_flags_32k_over_256k": gap})}),
+    )
 }
 
 /// Seed 001 (alignment): records rounded to 1, 512 and 4096 bytes, written
@@ -446,12 +390,7 @@ pub fn alignment(env: &Env) -> Result<Json, String> {
             m.padding_bytes.to_string(),
         ]);
         results.push(
-            Json::obj()
-                .with("alignment", align)
-                .with("commits_per_s", load.rate())
-                .with("sync_p50_us", load.q(0.5))
-                .with("sync_p99_us", load.q(0.99))
-                .with("padding_bytes", m.padding_bytes),
+            json!({"alignment": align, "commits_per_s": load.rate(), "sync_p50_us": load.q(0.5), "sync_p99_us": load.q(0.99), "padding_bytes": m.padding_bytes}),
         );
     }
     println!("alignment (seed 001): one client, 300-byte records, RWF_DSYNC writes");
@@ -468,13 +407,7 @@ pub fn alignment(env: &Env) -> Result<Json, String> {
     let r512 = ratio(rates[1], rates[0]);
     let r4096 = ratio(rates[2], rates[0]);
     println!("commits/s relative to alignment 1: 512 -> {r512:.2}x, 4096 -> {r4096:.2}x");
-    Ok(Json::obj()
-        .with("scenario", "alignment")
-        .with("results", results)
-        .with(
-            "ratios",
-            Json::obj()
-                .with("align_512_over_1", r512)
-                .with("align_4096_over_1", r4096),
-        ))
+    Ok(
+        json!({"scenario": "alignment", "results": results, "ratios": json!({"align_512_over_1": r512, "align_4096_over_1": r4096})}),
+    )
 }
