@@ -52,7 +52,6 @@ pub const MAX_ALIGNMENT: u64 = 4096;
 
 /// An invalid [`Config`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum ConfigError {
     /// `logbufs` outside 2..=8.
     LogBufs(usize),

@@ -4,9 +4,10 @@ use crate::{DeviceError, Lsn};
 use std::fmt;
 
 /// A failed ring operation. `E` is the device's error type
-/// ([`crate::LogDevice::Error`]).
+/// ([`crate::LogDevice::Error`]). Deliberately exhaustive: the journal
+/// facade maps every variant to its own error, and a new one must make
+/// that mapping fail to compile rather than fall into a catch-all.
 #[derive(Debug, Clone)]
-#[non_exhaustive]
 pub enum Error<E = DeviceError> {
     /// The entry is larger than a buffer can hold; nothing was written.
     EntryTooLarge {

@@ -64,8 +64,14 @@ pub enum Error {
         /// What was found there.
         found: Damage,
     },
-    /// Invalid options.
-    InvalidOptions(String),
+    /// Invalid options; nothing was created or changed.
+    InvalidOptions {
+        /// The field of [`crate::Options`] at fault (for a combination, the
+        /// one named second in `reason`).
+        option: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Options that contradict what the journal on disk was created with.
     OptionMismatch {
         /// Which option.
@@ -121,6 +127,34 @@ impl From<VfsError> for Error {
     }
 }
 
+impl From<iclog::ConfigError> for Error {
+    fn from(e: iclog::ConfigError) -> Self {
+        let option = match e {
+            iclog::ConfigError::LogBufs(_) => "logbufs",
+            iclog::ConfigError::LogBSize(_) | iclog::ConfigError::Misaligned { .. } => "logbsize",
+            iclog::ConfigError::Alignment(_) => "alignment",
+        };
+        Error::InvalidOptions {
+            option,
+            reason: e.to_string(),
+        }
+    }
+}
+
+impl From<segment_recycler::ConfigError> for Error {
+    fn from(e: segment_recycler::ConfigError) -> Self {
+        let option = match e {
+            segment_recycler::ConfigError::SegmentSize(_) => "segment_size",
+            segment_recycler::ConfigError::PreallocateAhead => "preallocate_ahead",
+            segment_recycler::ConfigError::MaxSegments(_) => "max_segments",
+        };
+        Error::InvalidOptions {
+            option,
+            reason: e.to_string(),
+        }
+    }
+}
+
 impl From<segment_recycler::Error> for Error {
     fn from(e: segment_recycler::Error) -> Self {
         Error::Segment(Arc::new(e))
@@ -153,7 +187,9 @@ impl fmt::Display for Error {
                 segment,
                 found,
             } => write!(f, "corrupt log at LSN {lsn} (segment {segment}): {found}"),
-            Error::InvalidOptions(m) => write!(f, "invalid options: {m}"),
+            Error::InvalidOptions { option, reason } => {
+                write!(f, "invalid option {option}: {reason}")
+            }
             Error::OptionMismatch {
                 option,
                 on_disk,

@@ -121,7 +121,7 @@ impl Journal {
         let device = Device::new(store.clone(), geometry, options.sync_method, head_seg);
         let ring = Arc::new(
             Ring::new(options.iclog(), device, recovery.end_lsn, c.redo_lsn)
-                .map_err(|e| Error::InvalidOptions(e.to_string()))?,
+                .map_err(Error::from)?,
         );
         let r2 = ring.clone();
         let batcher = Batcher::new(options.batch(), move |lsn: Lsn| {
@@ -485,8 +485,6 @@ fn ring_error(e: iclog::Error<Error>) -> Error {
         iclog::Error::EntryTooLarge { len, max } => Error::RecordTooLarge { len, max },
         iclog::Error::LsnBeyondHead { lsn, head } => Error::LsnNotAppended { lsn, head },
         iclog::Error::Poisoned(e) => e,
-        // iclog's error is non-exhaustive; it has no other variant today.
-        other => Error::InvalidOptions(other.to_string()),
     }
 }
 

@@ -151,34 +151,39 @@ impl Options {
 
     /// Checks every option and their combinations.
     pub fn validate(&self) -> Result<(), Error> {
-        let bad = |m: String| Err(Error::InvalidOptions(m));
-        if let Err(e) = self.iclog().validate() {
-            return bad(e.to_string());
-        }
-        if let Err(e) = self.store().validate() {
-            return bad(e.to_string());
-        }
+        let bad = |option, reason: String| Err(Error::InvalidOptions { option, reason });
+        self.iclog().validate()?;
+        self.store().validate()?;
         if self.logbsize as u64 > self.store().data_size() {
-            return bad(format!(
-                "logbsize {} exceeds the {} data bytes of a {}-byte segment",
-                self.logbsize,
-                self.store().data_size(),
-                self.segment_size
-            ));
+            return bad(
+                "logbsize",
+                format!(
+                    "{} exceeds the {} data bytes of a {}-byte segment",
+                    self.logbsize,
+                    self.store().data_size(),
+                    self.segment_size
+                ),
+            );
         }
         if self.min_batch > self.max_batch {
-            return bad(format!(
-                "min_batch {:?} exceeds max_batch {:?}",
-                self.min_batch, self.max_batch
-            ));
+            return bad(
+                "min_batch",
+                format!(
+                    "{:?} exceeds max_batch {:?}",
+                    self.min_batch, self.max_batch
+                ),
+            );
         }
         let max = self.iclog().max_entry_size();
         match self.max_record_size {
-            Some(0) => bad("max_record_size must be at least 1".into()),
-            Some(m) if m > max => bad(format!(
-                "max_record_size {m} exceeds what a {}-byte log buffer holds ({max})",
-                self.logbsize
-            )),
+            Some(0) => bad("max_record_size", "must be at least 1".into()),
+            Some(m) if m > max => bad(
+                "max_record_size",
+                format!(
+                    "{m} exceeds what a {}-byte log buffer holds ({max})",
+                    self.logbsize
+                ),
+            ),
             _ => Ok(()),
         }
     }

@@ -48,7 +48,6 @@ impl Default for StoreConfig {
 
 /// An invalid [`StoreConfig`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum ConfigError {
     /// `segment_size` not a power of two in 64 KiB..=1 GiB.
     SegmentSize(u64),
