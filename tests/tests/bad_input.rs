@@ -155,38 +155,68 @@ fn foreign_files_are_refused() {
 fn invalid_options_are_typed_errors_and_create_nothing() {
     let vfs = SimVfs::new();
     let bad = [
-        Options {
-            logbufs: 1,
-            ..small_options()
-        },
-        Options {
-            alignment: 3,
-            ..small_options()
-        },
-        Options {
-            logbsize: 128 << 10,
-            ..small_options()
-        }, // > a 64 KiB segment's data
-        Options {
-            segment_size: 3 << 20,
-            ..small_options()
-        },
-        Options {
-            min_batch: std::time::Duration::from_secs(1),
-            ..small_options()
-        },
-        Options {
-            max_record_size: Some(1 << 20),
-            ..small_options()
-        },
-        Options {
-            preallocate_ahead: 0,
-            ..small_options()
-        },
+        (
+            "logbufs",
+            Options {
+                logbufs: 1,
+                ..small_options()
+            },
+        ),
+        (
+            "alignment",
+            Options {
+                alignment: 3,
+                ..small_options()
+            },
+        ),
+        // More than a 64 KiB segment's data area.
+        (
+            "logbsize",
+            Options {
+                logbsize: 128 << 10,
+                ..small_options()
+            },
+        ),
+        (
+            "segment_size",
+            Options {
+                segment_size: 3 << 20,
+                ..small_options()
+            },
+        ),
+        (
+            "min_batch",
+            Options {
+                min_batch: std::time::Duration::from_secs(1),
+                ..small_options()
+            },
+        ),
+        (
+            "max_record_size",
+            Options {
+                max_record_size: Some(1 << 20),
+                ..small_options()
+            },
+        ),
+        (
+            "preallocate_ahead",
+            Options {
+                preallocate_ahead: 0,
+                ..small_options()
+            },
+        ),
     ];
-    for o in bad {
+    for (field, o) in bad {
         match open_sim(&vfs, o) {
-            Err(Error::InvalidOptions(m)) => assert!(!m.is_empty()),
+            Err(Error::InvalidOptions { option, reason }) => {
+                assert_eq!(option, field, "{reason}");
+                assert!(
+                    Error::InvalidOptions { option, reason }
+                        .to_string()
+                        .contains(field),
+                    "the message names the option"
+                );
+            }
             other => panic!("{o:?}: {other:?}"),
         }
     }
