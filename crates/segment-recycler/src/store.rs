@@ -519,17 +519,31 @@ impl SegmentStore {
     /// holding the redo position): renamed to future numbers with their
     /// header rewritten, up to `max_segments` files in all; the rest are
     /// removed. Then makes the names durable as the policy says.
+    ///
+    /// Under [`RecyclePolicy::Batched`] the renamed segments are installed
+    /// and usable before the one directory fsync of the batch: the failpoint
+    /// [`FAILPOINT_RECYCLE_BEFORE_DIR_FSYNC`] sits in that window (the crash
+    /// window of the durability frontier), for tests to write and crash in.
     pub fn recycle(&self, redo_segment: u64) -> Result<RecycleReport, Error> {
         let pending = self.recycle_begin(redo_segment)?;
+        fail::fail_point!(FAILPOINT_RECYCLE_BEFORE_DIR_FSYNC, |_| {
+            Err(Error::Io {
+                segment: None,
+                source: journal_vfs::VfsError::new(
+                    journal_vfs::Op::SyncDir,
+                    &self.inner.dir,
+                    std::io::Error::other("failpoint"),
+                ),
+            })
+        });
         pending.finish()
     }
 
     /// The first half of [`SegmentStore::recycle`]: renames (and removals)
     /// done, recycled segments installed and usable, but under
     /// [`RecyclePolicy::Batched`] their names are not durable until
-    /// [`PendingRecycle::finish`] fsyncs the directory. Exposed so tests can
-    /// crash in between.
-    pub fn recycle_begin(&self, redo_segment: u64) -> Result<PendingRecycle, Error> {
+    /// [`PendingRecycle::finish`] fsyncs the directory.
+    fn recycle_begin(&self, redo_segment: u64) -> Result<PendingRecycle, Error> {
         let cfg = self.inner.config;
         let mut st = self.inner.state.lock();
         while st.recycling {
@@ -702,11 +716,18 @@ fn bad(s: &ScannedSegment, reason: &'static str) -> Error {
     }
 }
 
+/// The failpoint between the renames of a recycle batch and its directory
+/// fsync (crate feature `failpoints`). Configured with
+/// `fail::cfg_callback`, it runs the test's code in the crash window; with
+/// `fail::cfg(.., "return")`, the recycle fails there as if the directory
+/// fsync had.
+pub const FAILPOINT_RECYCLE_BEFORE_DIR_FSYNC: &str = "segment-recycler::recycle-before-dir-fsync";
+
 /// A recycle whose renames are done but whose directory fsync is not
 /// (under [`RecyclePolicy::Batched`]). Dropping it without
 /// [`PendingRecycle::finish`] leaves the names to the write-path check.
 #[derive(Debug)]
-pub struct PendingRecycle {
+struct PendingRecycle {
     store: SegmentStore,
     report: RecycleReport,
     unsynced: Vec<u64>,
@@ -714,14 +735,9 @@ pub struct PendingRecycle {
 }
 
 impl PendingRecycle {
-    /// The renames and removals done so far.
-    pub fn report(&self) -> &RecycleReport {
-        &self.report
-    }
-
     /// One directory fsync for the whole batch (and the removals), then the
     /// durability frontier advances over the recycled segments.
-    pub fn finish(mut self) -> Result<RecycleReport, Error> {
+    fn finish(mut self) -> Result<RecycleReport, Error> {
         let s = &self.store;
         let needs_sync = !self.unsynced.is_empty() || !self.report.removed.is_empty();
         let result = if needs_sync {

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use journal_vfs::{CrashPolicy, Fault, Op, OpenOptions, Vfs};
 use segment_recycler::{
-    parse_name, segment_name, NameKind, RecyclePolicy, SegmentHeader, StoreConfig, DATA_OFFSET,
+    parse_name, segment_name, NameKind, RecyclePolicy, SegmentHeader, StoreConfig,
 };
 
 #[test]
@@ -85,19 +85,6 @@ fn the_worker_keeps_segments_ready_ahead_of_the_head() {
     assert!(store.stats().created >= 4);
 }
 
-fn store_with(
-    vfs: &journal_vfs::SimVfs,
-    cfg: StoreConfig,
-    n: u64,
-) -> segment_recycler::SegmentStore {
-    let (store, _) = open(vfs, cfg);
-    for i in 0..n {
-        store.set_head(i);
-        store.file(i).unwrap();
-    }
-    store
-}
-
 #[test]
 fn batched_recycling_pays_one_directory_fsync() {
     for (policy, dir_syncs) in [
@@ -169,60 +156,6 @@ fn segments_beyond_max_segments_are_removed() {
     assert_eq!((r.recycled.len(), r.removed.len()), (1, 2));
     assert_eq!(store.segments(), [3, 4]);
     assert!(!vfs.exists(&dir().join(segment_name(1))).unwrap());
-}
-
-/// The seed's crash window: a batch is renamed, a commit goes into a
-/// just-recycled segment, the power fails before the directory fsync.
-fn crash_window(use_check: bool) -> Option<Vec<u8>> {
-    let vfs = sim();
-    let store = store_with(&vfs, small(), 2);
-    store.set_head(1);
-    let pending = store.recycle_begin(1).unwrap();
-    assert_eq!(pending.report().recycled, [(0, 2)]);
-    let f = store.file(2).unwrap();
-    if use_check {
-        store.make_name_durable(2).unwrap();
-    }
-    f.write_at_fua(b"committed", DATA_OFFSET).unwrap();
-    // Crash before pending.finish().
-    let img = vfs.crash(CrashPolicy::DropUnsynced);
-    drop(pending);
-    img.live_contents(&dir().join(segment_name(2)))
-        .map(|b| b[DATA_OFFSET as usize..DATA_OFFSET as usize + 9].to_vec())
-}
-
-#[test]
-fn the_write_path_check_closes_the_crash_window() {
-    assert_eq!(crash_window(true).as_deref(), Some(&b"committed"[..]));
-}
-
-#[test]
-fn without_the_check_the_commit_is_lost() {
-    assert_ne!(crash_window(false).as_deref(), Some(&b"committed"[..]));
-}
-
-#[test]
-fn the_check_is_free_at_or_below_the_frontier_and_counted_above_it() {
-    let vfs = sim();
-    let store = store_with(&vfs, small(), 3);
-    store.set_head(2);
-    let before = vfs.counters();
-    store.make_name_durable(1).unwrap();
-    assert_eq!(vfs.counters().since(&before).syncs(), 0);
-    let pending = store.recycle_begin(2).unwrap();
-    assert_eq!(store.frontier(), Some(2));
-    store.make_name_durable(3).unwrap();
-    assert_eq!(store.stats().frontier_fallbacks, 1);
-    assert_eq!(
-        store.frontier(),
-        Some(4),
-        "the fallback's directory fsync covered the batch"
-    );
-    pending.finish().unwrap();
-    assert!(matches!(
-        store.make_name_durable(99),
-        Err(segment_recycler::Error::NotInstalled { segment: 99 })
-    ));
 }
 
 #[test]

@@ -36,3 +36,13 @@ pub fn names(vfs: &dyn Vfs, d: &Path) -> Vec<String> {
     n.sort();
     n
 }
+
+/// A store with segments `0..n` created, the head at `n - 1`.
+pub fn store_with(vfs: &SimVfs, cfg: StoreConfig, n: u64) -> SegmentStore {
+    let (store, _) = open(vfs, cfg);
+    for i in 0..n {
+        store.set_head(i);
+        store.file(i).unwrap();
+    }
+    store
+}
