@@ -1,9 +1,14 @@
 //! Append throughput of the ring with 1, 2 and 4 threads, over a device
 //! that discards writes (so the ring's own cost is what is measured).
 //!
-//! `cargo bench -p iclog` runs it for real; under `cargo test` (no
-//! `--bench` argument) it runs a few iterations as a smoke test.
+//! `cargo bench -p iclog` measures with criterion (throughput in bytes and
+//! appends); under `cargo test --benches` criterion runs each benchmark
+//! once as a smoke test.
 
+// criterion_group! generates an undocumented public function.
+#![allow(missing_docs)]
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use iclog::{Config, DeviceError, IoFlags, LogDevice, Lsn, Ring};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,44 +24,48 @@ impl LogDevice for Discard {
     }
 }
 
-fn run(threads: usize, per_thread: usize, size: usize) -> Duration {
-    let ring = Arc::new(Ring::new(Config::default(), Discard, Lsn::ZERO, Lsn::ZERO).unwrap());
+/// Appends per measured batch, split over the threads.
+const BATCH: u64 = 4096;
+
+/// Time for `iters` batches of `BATCH` appends of `size` bytes from
+/// `threads` threads (each batch on a fresh ring, forced at the end).
+fn appends(threads: u64, size: usize, iters: u64) -> Duration {
     let payload = vec![0xA5u8; size];
-    let start = Instant::now();
-    let hs: Vec<_> = (0..threads)
-        .map(|_| {
-            let (ring, payload) = (ring.clone(), payload.clone());
-            std::thread::spawn(move || {
-                for _ in 0..per_thread {
-                    ring.append(&payload).unwrap();
-                }
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        let ring = Arc::new(Ring::new(Config::default(), Discard, Lsn::ZERO, Lsn::ZERO).unwrap());
+        let start = Instant::now();
+        let hs: Vec<_> = (0..threads)
+            .map(|_| {
+                let (ring, payload) = (ring.clone(), payload.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..BATCH / threads {
+                        ring.append(&payload).unwrap();
+                    }
+                })
             })
-        })
-        .collect();
-    for h in hs {
-        h.join().unwrap();
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        ring.force_all().unwrap();
+        total += start.elapsed();
     }
-    ring.force_all().unwrap();
-    start.elapsed()
+    total
 }
 
-fn main() {
-    let real = std::env::args().any(|a| a == "--bench");
-    let total = if real { 2_000_000 } else { 2_000 };
-    println!(
-        "{:>8} {:>6} {:>14} {:>10}",
-        "threads", "bytes", "appends/s", "MiB/s"
-    );
+fn bench_append(c: &mut Criterion) {
     for size in [64usize, 256, 4096] {
-        for threads in [1usize, 2, 4] {
-            let per = total / threads / if size > 1024 { 8 } else { 1 };
-            let t = run(threads, per, size);
-            let n = (per * threads) as f64;
-            let rate = n / t.as_secs_f64();
-            println!(
-                "{threads:>8} {size:>6} {rate:>14.0} {:>10.1}",
-                rate * size as f64 / (1 << 20) as f64
-            );
+        let mut g = c.benchmark_group(format!("append/{size}B"));
+        g.throughput(Throughput::Elements(BATCH));
+        for threads in [1u64, 2, 4] {
+            g.bench_with_input(BenchmarkId::new("threads", threads), &threads, |b, &t| {
+                b.iter_custom(|iters| appends(t, size, iters))
+            });
         }
+        g.finish();
     }
 }
+
+criterion_group!(benches, bench_append);
+criterion_main!(benches);
