@@ -1,5 +1,6 @@
 //! Shared helpers of the integration scenarios: small journal options,
 //! self-describing record payloads, and a model of what was acknowledged.
+#![forbid(unsafe_code)]
 
 use journal_core::vfs::{SimVfs, SplitMix64, Vfs};
 use journal_core::{Journal, Lsn, Options};

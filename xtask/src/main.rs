@@ -10,6 +10,7 @@
 //!   `LOOM_MAX_PREEMPTIONS` 2 unless the environment says otherwise.
 //! - `cargo xtask crash --minutes N`: the crash-consistency campaign for N
 //!   minutes (release build); prints how many crash states it checked.
+#![forbid(unsafe_code)]
 
 use std::env;
 use std::io::{BufRead, BufReader};

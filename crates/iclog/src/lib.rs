@@ -81,6 +81,7 @@
 //! assert!(ring.durable_lsn() > lsn);
 //! assert_eq!(dev.0.lock().unwrap()[0], (Lsn::ZERO, 512, IoFlags::FUA));
 //! ```
+#![forbid(unsafe_code)]
 
 mod config;
 mod device;

@@ -44,6 +44,7 @@
 //!
 //! Positions are plain ordered values (`P: Ord + Copy`); this crate knows
 //! nothing of LSNs.
+#![forbid(unsafe_code)]
 
 use journal_sync::thread::{self, ThreadId};
 use journal_sync::{Arc, Condvar, Deadline, Mutex, MutexGuard, StatCounter, Stopwatch};

@@ -9,17 +9,20 @@
 //! # Example
 //!
 //! ```
+//! use journal_core::vfs::OpenOptions;
 //! use journal_core::{Journal, Options};
-//! use std::io::Write;
 //!
 //! let tmp = tempfile::tempdir().unwrap();
 //! let dir = tmp.path().join("wal");
 //! let small = Options { segment_size: 1 << 20, logbsize: 64 << 10, ..Options::default() };
 //!
-//! // Open (creating it), register a data file the log protects.
+//! // Open (creating it), and register a data file the log protects. Data
+//! // files go through the journal's filesystem too, so a `SimVfs` crash
+//! // test sees them.
 //! let journal = Journal::open(&dir, small).unwrap();
 //! let data = tmp.path().join("table.dat");
-//! std::fs::File::create(&data).unwrap();
+//! let table = journal.vfs().open(&data, OpenOptions::create()).unwrap();
+//! journal.vfs().sync_dir(tmp.path()).unwrap(); // the new name is durable
 //! journal.register_data_file(&data).unwrap();
 //!
 //! // Append and commit: commit returns once the record is durable.
@@ -27,9 +30,10 @@
 //! journal.commit(a).unwrap();
 //! let b = journal.append_durable(b"insert k2=v2").unwrap();
 //!
-//! // The data page is written; a checkpoint moves the tail past `a`: the
-//! // next durable log write fdatasyncs the data file first.
-//! std::fs::OpenOptions::new().write(true).open(&data).unwrap().write_all(b"k1=v1").unwrap();
+//! // The data page is written in place (no fsync of its own); a checkpoint
+//! // moves the tail past `a`: the next durable log write fdatasyncs the
+//! // data file first.
+//! table.write_at(b"k1=v1", 0).unwrap();
 //! journal.checkpoint(b).unwrap();
 //! journal.close().unwrap();
 //! drop(journal);

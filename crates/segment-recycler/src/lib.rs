@@ -62,6 +62,7 @@
 //! are ignored and reported, leftovers of interrupted creations removed,
 //! gaps in the numbering reported, and the directory fsynced once.
 //! [`scan`] does the listing read-only, for inspection tools.
+#![forbid(unsafe_code)]
 
 mod config;
 mod error;

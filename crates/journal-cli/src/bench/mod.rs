@@ -76,6 +76,7 @@ pub enum BatchPolicyArg {
     /// jbd (2005): no wait when this thread was the last sync writer.
     LastSyncWriter,
     /// jbd before 2005: always sleep 1 ms for joiners.
+    #[value(name = "fixed-sleep-1ms")]
     FixedSleep1ms,
     /// Never wait for joiners.
     None,

@@ -1,0 +1,283 @@
+//! Architecture rules that a test can check (rust-analyzer keeps its own in
+//! `tidy.rs`): who may touch the filesystem, who may contain `unsafe`, which
+//! crates may depend on which, where sleeping is banned, and whether
+//! ARCHITECTURE.md's code map still matches the tree. See ARCHITECTURE.md,
+//! "Invariants", for the why of each rule.
+#![cfg(not(loom))]
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// The three crates that own one idea each and must not know each other.
+const LEAVES: [&str; 3] = ["iclog", "jbd-batch", "segment-recycler"];
+
+/// Crates whose code is a synchronisation protocol: no `thread::sleep`.
+const PROTOCOL_CRATES: [&str; 5] = [
+    "crates/journal-sync",
+    "crates/iclog",
+    "crates/jbd-batch",
+    "crates/segment-recycler",
+    "crates/journal-core",
+];
+
+/// The only crate that may touch the filesystem and contain `unsafe`.
+const VFS: &str = "crates/journal-vfs";
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ sits in the workspace root")
+        .to_path_buf()
+}
+
+fn manifest(path: &Path) -> toml::Table {
+    fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .parse()
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Workspace members, as paths relative to the root.
+fn members() -> Vec<String> {
+    let m = manifest(&root().join("Cargo.toml"));
+    m["workspace"]["members"]
+        .as_array()
+        .expect("workspace.members")
+        .iter()
+        .map(|v| v.as_str().expect("a member path").to_string())
+        .collect()
+}
+
+/// Every `.rs` file below `dir`, relative to the root.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p.strip_prefix(root()).unwrap().to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The code lines of a file: comments (and so doc examples) left out.
+fn code_lines(path: &Path) -> Vec<(usize, String)> {
+    fs::read_to_string(root().join(path))
+        .unwrap()
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim_start().starts_with("//"))
+        .map(|(i, l)| (i + 1, l.to_string()))
+        .collect()
+}
+
+/// Lines of `files` containing any of `needles`, as `file:line: text`.
+fn offenders(files: &[PathBuf], needles: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in files {
+        for (n, line) in code_lines(f) {
+            if needles.iter().any(|needle| line.contains(needle)) {
+                out.push(format!("{}:{n}: {}", f.display(), line.trim()));
+            }
+        }
+    }
+    out
+}
+
+/// Library and binary sources (`src/`) of every member but the test and
+/// build tooling ones.
+fn product_sources() -> Vec<(String, Vec<PathBuf>)> {
+    members()
+        .into_iter()
+        .filter(|m| m != "tests" && m != "xtask")
+        .map(|m| {
+            let files = rust_files(&root().join(&m).join("src"));
+            (m, files)
+        })
+        .collect()
+}
+
+#[test]
+fn only_journal_vfs_touches_the_filesystem() {
+    let mut bad = Vec::new();
+    for (member, files) in product_sources() {
+        if member != VFS {
+            bad.extend(offenders(
+                &files,
+                &["std::fs", "::fs::", "libc::", "nix::", "rustix::"],
+            ));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "filesystem access outside journal-vfs (go through journal_core::vfs):\n{}",
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn unsafe_lives_only_in_journal_vfs_and_every_other_crate_forbids_it() {
+    let mut bad = Vec::new();
+    for member in members() {
+        if member == VFS {
+            continue;
+        }
+        let files = rust_files(&root().join(&member));
+        // Spelled in two halves so this file does not find itself.
+        let needles: Vec<String> = ["{", "fn", "impl", "trait", "extern"]
+            .iter()
+            .map(|w| format!("{}{} {w}", "uns", "afe"))
+            .collect();
+        let needles: Vec<&str> = needles.iter().map(String::as_str).collect();
+        bad.extend(offenders(&files, &needles));
+    }
+    assert!(
+        bad.is_empty(),
+        "unsafe outside journal-vfs:\n{}",
+        bad.join("\n")
+    );
+    let mut unforbidden = Vec::new();
+    for (member, _) in product_sources() {
+        for root_file in ["src/lib.rs", "src/main.rs"] {
+            let p = root().join(&member).join(root_file);
+            if p.exists() && member != VFS {
+                let text = fs::read_to_string(&p).unwrap();
+                if !text.contains("#![forbid(unsafe_code)]") {
+                    unforbidden.push(format!("{member}/{root_file}"));
+                }
+            }
+        }
+    }
+    assert!(
+        unforbidden.is_empty(),
+        "crate roots without #![forbid(unsafe_code)]: {unforbidden:?}"
+    );
+}
+
+#[test]
+fn the_leaf_crates_do_not_depend_on_each_other() {
+    for leaf in LEAVES {
+        let m = manifest(&root().join("crates").join(leaf).join("Cargo.toml"));
+        for section in ["dependencies", "dev-dependencies", "build-dependencies"] {
+            let Some(deps) = m.get(section).and_then(|d| d.as_table()) else {
+                continue;
+            };
+            for other in LEAVES.iter().filter(|o| **o != leaf) {
+                assert!(
+                    !deps.contains_key(*other),
+                    "{leaf} depends on {other} in [{section}]: only journal-core composes them"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn users_of_the_journal_depend_on_journal_core_alone() {
+    let internal = ["iclog", "jbd-batch", "segment-recycler", "journal-vfs"];
+    for member in members() {
+        let is_user = member.starts_with("prototypes/")
+            || member.starts_with("adapters/")
+            || member == "crates/journal-cli"
+            || member == "tests";
+        if !is_user {
+            continue;
+        }
+        let m = manifest(&root().join(&member).join("Cargo.toml"));
+        for section in ["dependencies", "dev-dependencies"] {
+            let Some(deps) = m.get(section).and_then(|d| d.as_table()) else {
+                continue;
+            };
+            for dep in internal {
+                assert!(
+                    !deps.contains_key(dep),
+                    "{member} depends on {dep} directly: reach it through journal-core"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn no_protocol_crate_sleeps() {
+    let mut bad = Vec::new();
+    for member in PROTOCOL_CRATES {
+        bad.extend(offenders(
+            &rust_files(&root().join(member).join("src")),
+            &["thread::sleep", "sleep("],
+        ));
+    }
+    assert!(
+        bad.is_empty(),
+        "sleeping in a protocol (wait on a condvar that progress signals):\n{}",
+        bad.join("\n")
+    );
+}
+
+/// The code map: `### \`member\`` headings, and the file names in
+/// backticks under each.
+fn code_map() -> Vec<(String, Vec<String>)> {
+    let text = fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let map = text
+        .split("## Code map")
+        .nth(1)
+        .expect("ARCHITECTURE.md has a '## Code map' section");
+    let map = map.split("\n## ").next().unwrap();
+    let mut sections = Vec::new();
+    for block in map.split("\n### ").skip(1) {
+        let heading = block
+            .lines()
+            .next()
+            .unwrap()
+            .trim()
+            .trim_matches('`')
+            .to_string();
+        let files = block
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|t| !t.contains(' ') && [".rs", ".toml", ".md"].iter().any(|x| t.ends_with(x)))
+            .map(str::to_string)
+            .collect();
+        sections.push((heading, files));
+    }
+    sections
+}
+
+#[test]
+fn the_code_map_names_every_member_and_only_files_that_exist() {
+    let map = code_map();
+    let headings: BTreeSet<&str> = map.iter().map(|(h, _)| h.as_str()).collect();
+    for member in members() {
+        assert!(
+            headings.contains(member.as_str()),
+            "ARCHITECTURE.md's code map has no section for the member {member}"
+        );
+    }
+    for (heading, files) in &map {
+        let base = root().join(heading);
+        assert!(
+            base.is_dir(),
+            "ARCHITECTURE.md maps {heading}, which does not exist"
+        );
+        for f in files {
+            let found = [base.join("src").join(f), base.join(f)]
+                .iter()
+                .any(|p| p.exists());
+            assert!(
+                found,
+                "ARCHITECTURE.md names {heading}: {f}, which does not exist"
+            );
+        }
+    }
+}
