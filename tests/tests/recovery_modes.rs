@@ -22,14 +22,16 @@ fn opts(mode: RecoveryMode) -> Options {
     }
 }
 
-/// A journal with `n` committed records, one per log record; returns their
-/// LSNs.
+/// A journal with `n` committed records, one per log record, left as a
+/// crash would leave it (no close: the control file records no durable
+/// end, so a damaged last record is indistinguishable from a torn one);
+/// returns their LSNs.
 fn write(vfs: &SimVfs, n: u32) -> Vec<Lsn> {
     let j = open_sim(vfs, small_options()).unwrap();
     let lsns = (0..n)
         .map(|s| j.append_durable(&payload(1, s, 700)).unwrap())
         .collect();
-    j.close().unwrap();
+    drop(j);
     lsns
 }
 
@@ -110,7 +112,9 @@ fn mid_log_corruption_is_an_error_naming_the_lsn_or_skipped_and_reported() {
                 lsn,
                 segment,
                 found,
+                next_valid,
             }) => {
+                assert_eq!(next_valid, Some(record_of(lsns[51])), "{mode:?}");
                 assert_eq!(lsn, bad, "{mode:?}");
                 assert_eq!(segment, geometry().segment_of(bad));
                 assert!(matches!(found, Damage::CrcMismatch { .. }), "{found}");
@@ -132,11 +136,12 @@ fn mid_log_corruption_is_an_error_naming_the_lsn_or_skipped_and_reported() {
 #[test]
 fn a_stale_record_from_a_recycled_file_ends_the_log() {
     let vfs = SimVfs::new();
-    let lsns = write(&vfs, 10);
+    let lsns = write(&vfs, 100);
     let end = open_sim(&vfs, small_options()).unwrap().durable_lsn();
     // Bytes of the file's previous life: a valid record, one segment's
     // worth of LSNs earlier, sitting exactly where the next record goes.
-    let stale_lsn = Lsn(end.0.saturating_sub(geometry().data_size()).max(1) & !511);
+    assert!(end.0 > geometry().data_size());
+    let stale_lsn = Lsn(end.0 - geometry().data_size());
     poke(&vfs, end, &craft_record(stale_lsn, &payload(9, 9, 300)));
     let j = open_sim(&vfs, opts(RecoveryMode::AbsoluteConsistency)).unwrap();
     match &j.recovery_report().end {
@@ -170,4 +175,33 @@ fn unacknowledged_in_flight_records_past_the_end_are_cleared() {
     let got = replay(&j);
     assert_eq!(got.len(), lsns.len() + 4);
     assert!(got.iter().all(|(_, b)| b != &body));
+}
+
+#[test]
+fn a_damaged_lsn_field_is_a_bad_record_not_a_stale_one() {
+    let vfs = SimVfs::new();
+    let lsns = write(&vfs, 20);
+    let last = record_of(*lsns.last().unwrap());
+    // Flip one bit of the last record's LSN field (bytes 8..16).
+    let (seg, off) = geometry().locate(last);
+    let path = sim_dir().join(segment_name(seg));
+    let mut b = vfs.live_contents(&path).unwrap();
+    b[off as usize + 9] ^= 0x10;
+    poke(&vfs, last, &b[off as usize..off as usize + 16]);
+    let j = open_sim(&vfs, opts(RecoveryMode::TolerateTornTail)).unwrap();
+    match &j.recovery_report().end {
+        LogEnd::TornTail { lsn, found } => {
+            assert_eq!(*lsn, last);
+            assert!(matches!(found, Damage::CorruptLsn { .. }), "{found}");
+        }
+        other => panic!("{other:?}"),
+    }
+    drop(j);
+    assert!(matches!(
+        open_sim(&vfs, opts(RecoveryMode::AbsoluteConsistency)),
+        Err(Error::Corruption {
+            found: Damage::CorruptLsn { .. },
+            ..
+        })
+    ));
 }

@@ -232,11 +232,6 @@ pub fn parse_record(buf: &[u8], expected: Lsn, max_payload: usize, align: u64) -
             found: h.magic.get(),
         };
     }
-    if h.version.get() != VERSION {
-        return RecordCheck::UnsupportedVersion {
-            found: h.version.get(),
-        };
-    }
     if h.lsn.get() != expected.0 {
         return RecordCheck::LsnMismatch {
             found: Lsn(h.lsn.get()),
@@ -256,6 +251,14 @@ pub fn parse_record(buf: &[u8], expected: Lsn, max_payload: usize, align: u64) -
         return RecordCheck::CrcMismatch {
             stored: h.crc.get(),
             computed,
+        };
+    }
+    // The version is trusted only once the CRC vouches for it: a flipped
+    // bit there is corruption, not a newer format (every version keeps
+    // the 48-byte header and the CRC's place and coverage).
+    if h.version.get() != VERSION {
+        return RecordCheck::UnsupportedVersion {
+            found: h.version.get(),
         };
     }
     RecordCheck::Valid(Record {

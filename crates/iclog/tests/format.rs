@@ -145,11 +145,28 @@ fn a_torn_payload_is_a_crc_mismatch() {
 }
 
 #[test]
-fn a_newer_version_is_refused() {
+fn a_newer_version_is_refused_once_its_crc_holds() {
     let mut b = sample();
     b[4..6].copy_from_slice(&2u16.to_le_bytes());
+    // A record a newer writer made: its CRC covers the version.
+    let len = u32::from_le_bytes(b[24..28].try_into().unwrap()) as usize;
+    let mut h = b[..HEADER_SIZE].to_vec();
+    h[32..36].fill(0);
+    let mut crc = crc32c::crc32c(&h);
+    crc = crc32c::crc32c_append(crc, &b[HEADER_SIZE..HEADER_SIZE + len]);
+    b[32..36].copy_from_slice(&crc.to_le_bytes());
     assert!(matches!(
         parse_record(&b, Lsn(4096), MAX, ALIGN),
         RecordCheck::UnsupportedVersion { found: 2 }
+    ));
+}
+
+#[test]
+fn a_flipped_version_bit_is_corruption_not_a_newer_format() {
+    let mut b = sample();
+    b[4] ^= 0x02;
+    assert!(matches!(
+        parse_record(&b, Lsn(4096), MAX, ALIGN),
+        RecordCheck::CrcMismatch { .. }
     ));
 }

@@ -9,7 +9,7 @@ use journal_core::format::{scan_segments, HeaderCheck, IoFlags, ScanReport};
 use journal_core::reader::LogReader;
 use journal_core::recovery::{self, LogEnd};
 use journal_core::vfs::{OsVfs, Vfs};
-use journal_core::{read_control, Control, Damage, Error, Geometry, Lsn, RecoveryMode};
+use journal_core::{read_control, Control, Error, Geometry, Lsn, RecoveryMode};
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -41,6 +41,38 @@ pub struct DumpArgs {
     /// of text.
     #[arg(long)]
     json: bool,
+}
+
+/// `journal verify` options.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    dir: DirArgs,
+    /// Judge the log as recovery would in this mode.
+    #[arg(long, value_enum, default_value_t = Mode::TolerateTornTail)]
+    mode: Mode,
+}
+
+/// A recovery mode, as `verify --mode` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// A torn record at the head is cut off (a warning); corruption and
+    /// loss are errors.
+    TolerateTornTail,
+    /// Any bad record, and any record after the end, is an error.
+    AbsoluteConsistency,
+    /// Corrupt ranges are skipped (warnings); loss is an error.
+    SkipCorrupt,
+}
+
+impl From<Mode> for RecoveryMode {
+    fn from(m: Mode) -> Self {
+        match m {
+            Mode::TolerateTornTail => RecoveryMode::TolerateTornTail,
+            Mode::AbsoluteConsistency => RecoveryMode::AbsoluteConsistency,
+            Mode::SkipCorrupt => RecoveryMode::SkipCorrupt,
+        }
+    }
 }
 
 /// `journal stat` options.
@@ -170,8 +202,7 @@ pub fn dump(args: &DumpArgs) -> Result<u8, Failure> {
     let mut pos = c.scan_lsn;
     let mut shown = 0;
     while shown < limit {
-        let check = j.reader.check(pos).map_err(fail)?;
-        let r = match Damage::classify(check) {
+        let r = match j.reader.examine(pos).map_err(fail)? {
             Ok(r) => r,
             Err(found) => {
                 if args.json {
@@ -231,49 +262,76 @@ pub fn dump(args: &DumpArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
-/// Problems with the segment files themselves (not the log in them).
-fn check_segments(scan: &ScanReport, c: &Control) -> Result<Vec<String>, Failure> {
-    let mut problems = Vec::new();
+/// Problems with the segment files themselves (not the log in them). A
+/// damaged header or size is a problem inside the live log `live`; outside
+/// it, a warning (the journal replaces such a segment when it opens).
+fn check_segments(
+    scan: &ScanReport,
+    c: &Control,
+    live: impl Fn(u64) -> bool,
+) -> Result<(Vec<String>, Vec<String>), Failure> {
+    let (mut problems, mut warnings) = (Vec::new(), Vec::new());
     for s in &scan.segments {
-        match s.header {
+        let damage = match s.header {
             HeaderCheck::Valid(h) => {
                 if h.journal_id != c.journal_id {
                     problems.push(format!("segment {} belongs to another journal", s.number));
-                } else if h.segment_size.get() != c.segment_size || s.len != c.segment_size {
-                    problems.push(format!("segment {} has the wrong size", s.number));
+                    None
+                } else if h.segment_size.get() != c.segment_size {
+                    problems.push(format!("segment {} has another segment size", s.number));
+                    None
+                } else if s.len != c.segment_size {
+                    Some(format!("segment {} is {} bytes long", s.number, s.len))
+                } else {
+                    None
                 }
             }
-            HeaderCheck::Zeroes => {}
+            HeaderCheck::Zeroes => None,
             HeaderCheck::UnsupportedVersion(v) => {
                 return Err(fail(format!(
                     "{}: segment format version {v} is newer than this build",
                     s.path.display()
                 )))
             }
-            other => problems.push(format!("segment {}: bad header ({other:?})", s.number)),
+            other => Some(format!("segment {}: bad header ({other:?})", s.number)),
+        };
+        match damage {
+            Some(d) if live(s.number) => problems.push(d),
+            Some(d) => warnings.push(format!("{d}, outside the live log: will be replaced")),
+            None => {}
         }
     }
-    Ok(problems)
+    Ok((problems, warnings))
 }
 
-/// `journal verify DIR`: exit 0 when clean or torn at the tail (with a
-/// warning), 1 on corruption (the LSN named), 2 when it cannot tell.
-pub fn verify(args: &DirArgs) -> Result<u8, Failure> {
-    let mut j = open(args)?;
-    let problems = check_segments(&j.segments()?, &j.control)?;
-    for p in &problems {
-        eprintln!("journal verify: {p}");
-    }
+/// `journal verify DIR [--mode M]`: exit 0 when clean or torn at the tail
+/// (with a warning), 1 on corruption or loss (the LSN named), 2 when it
+/// cannot tell.
+pub fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
+    let mut j = open(&args.dir)?;
     let c = j.control;
-    match recovery::scan(
-        &mut j.reader,
-        c.scan_lsn,
-        RecoveryMode::TolerateTornTail,
-        c.inflight_window,
-    ) {
+    let g = j.geometry();
+    match recovery::scan(&mut j.reader, &c, args.mode.into(), c.inflight_window) {
         Ok(r) => {
+            let live = |n: u64| {
+                r.end_lsn > r.redo_lsn
+                    && (g.segment_of(r.redo_lsn)..=g.segment_of(Lsn(r.end_lsn.0 - 1))).contains(&n)
+            };
+            let (problems, warnings) = check_segments(&j.segments()?, &c, live)?;
+            for p in &problems {
+                eprintln!("journal verify: {p}");
+            }
+            for w in &warnings {
+                eprintln!("journal verify: warning: {w}");
+            }
             if let LogEnd::TornTail { lsn, found } = &r.end {
                 eprintln!("journal verify: warning: torn tail at LSN {lsn} ({found}): recovery will cut it off");
+            }
+            for s in &r.skipped {
+                eprintln!(
+                    "journal verify: warning: corrupt range {}..{} ({}) skipped",
+                    s.from, s.to, s.found
+                );
             }
             println!(
                 "{}: {} records, {} entries from LSN {} to {}",
@@ -285,12 +343,8 @@ pub fn verify(args: &DirArgs) -> Result<u8, Failure> {
             );
             Ok(if problems.is_empty() { 0 } else { 1 })
         }
-        Err(Error::Corruption {
-            lsn,
-            segment,
-            found,
-        }) => {
-            eprintln!("journal verify: corruption at LSN {lsn} (segment {segment}): {found}");
+        Err(e @ (Error::Corruption { .. } | Error::LogEndsEarly { .. })) => {
+            eprintln!("journal verify: {e}");
             Ok(1)
         }
         Err(e) => Err(fail(e)),
@@ -321,7 +375,7 @@ pub fn stat(args: &StatArgs) -> Result<u8, Failure> {
     }
     let report = recovery::scan(
         &mut j.reader,
-        c.scan_lsn,
+        &c,
         RecoveryMode::SkipCorrupt,
         c.inflight_window,
     )

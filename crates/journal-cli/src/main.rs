@@ -29,8 +29,8 @@ enum Command {
     /// never takes the lock).
     Dump(inspect::DumpArgs),
     /// Check a journal as recovery would. Exit 0: clean, or a torn tail
-    /// (warned); 1: corruption (the LSN named); 2: cannot tell.
-    Verify(inspect::DirArgs),
+    /// (warned); 1: corruption or loss (the LSN named); 2: cannot tell.
+    Verify(inspect::VerifyArgs),
     /// Summarise a journal: checkpoint, segments, frontier, log end.
     Stat(inspect::StatArgs),
 }

@@ -30,8 +30,15 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// A journal with `n` committed records; returns their LSNs.
+/// A journal with `n` committed records, closed; returns their LSNs.
 fn make(dir: &Path, n: u32) -> Vec<Lsn> {
+    make_and(dir, n, true)
+}
+
+/// A journal with `n` committed records, closed or left as a crash would
+/// leave it (no durable end recorded: a damaged last record then reads as
+/// a torn one); returns their LSNs.
+fn make_and(dir: &Path, n: u32, close: bool) -> Vec<Lsn> {
     let j = Journal::open(dir, options()).unwrap();
     let lsns = (0..n)
         .map(|i| {
@@ -39,7 +46,9 @@ fn make(dir: &Path, n: u32) -> Vec<Lsn> {
                 .unwrap()
         })
         .collect();
-    j.close().unwrap();
+    if close {
+        j.close().unwrap();
+    }
     lsns
 }
 
@@ -128,7 +137,7 @@ fn clean_journal_dump_verify_stat() {
 fn torn_tail_is_a_warning_and_corruption_an_error() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("wal");
-    let lsns = make(&dir, 200);
+    let lsns = make_and(&dir, 200, false);
     let d = dir.to_str().unwrap();
     // Tear the last record.
     let last = lsns.last().unwrap().0 - 48;
@@ -146,6 +155,9 @@ fn torn_tail_is_a_warning_and_corruption_an_error() {
         "{}",
         text(&out.stdout)
     );
+    // Absolute consistency refuses the torn record.
+    let out = journal(&["verify", d, "--mode", "absolute-consistency"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     // Corrupt a record far from the head.
     let mid = lsns[20].0 - 48;
     poke(&dir, mid + 100, &[0x55; 8]);
@@ -153,9 +165,27 @@ fn torn_tail_is_a_warning_and_corruption_an_error() {
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(
-        err.contains(&format!("corruption at LSN {}", Lsn(mid))),
+        err.contains(&format!("corrupt log at LSN {}", Lsn(mid))),
         "{err}"
     );
+}
+
+#[test]
+fn a_damaged_record_below_the_durable_end_of_a_closed_journal_is_loss() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("wal");
+    let lsns = make(&dir, 50);
+    let last = lsns.last().unwrap().0 - 48;
+    poke(&dir, last + 300, &[0xEE; 64]);
+    for mode in ["tolerate-torn-tail", "absolute-consistency", "skip-corrupt"] {
+        let out = journal(&["verify", dir.to_str().unwrap(), "--mode", mode]);
+        assert_eq!(out.status.code(), Some(1), "{mode}");
+        let err = text(&out.stderr);
+        // Absolute consistency objects to the bad record itself first.
+        let named = err.contains("log lost")
+            || (mode == "absolute-consistency" && err.contains("corrupt log"));
+        assert!(named, "{mode}: {err}");
+    }
 }
 
 #[test]

@@ -40,7 +40,8 @@ struct Slot {
     scan_lsn: U64,
     alignment: U32,
     inflight_window: U32,
-    reserved1: [u8; 12],
+    end_lsn: U64,
+    reserved1: [u8; 4],
     crc: U32,
 }
 
@@ -68,6 +69,10 @@ pub struct Control {
     /// The largest in-flight window any session used: recovery looks this
     /// far past a bad record for valid ones.
     pub inflight_window: u64,
+    /// The durable end of the log when this slot was written (zero: not
+    /// known). Everything below it was durable, so a recovery that finds
+    /// the log ending earlier knows records were lost, not torn.
+    pub end_lsn: Lsn,
 }
 
 impl Control {
@@ -83,7 +88,8 @@ impl Control {
             scan_lsn: U64::new(self.scan_lsn.0),
             alignment: U32::new(self.alignment as u32),
             inflight_window: U32::new(self.inflight_window as u32),
-            reserved1: [0; 12],
+            end_lsn: U64::new(self.end_lsn.0),
+            reserved1: [0; 4],
             crc: U32::new(0),
         };
         s.crc = U32::new(crc32c::crc32c(&s.as_bytes()[..CRC_COVERED]));
@@ -116,6 +122,7 @@ impl Control {
             scan_lsn: Lsn(s.scan_lsn.get()),
             alignment: s.alignment.get() as u64,
             inflight_window: s.inflight_window.get() as u64,
+            end_lsn: Lsn(s.end_lsn.get()),
         }))
     }
 }

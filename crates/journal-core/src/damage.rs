@@ -1,5 +1,6 @@
 //! What recovery and the readers found where a valid record was expected.
 
+use crate::Geometry;
 use iclog::format::{Record, RecordCheck};
 use iclog::Lsn;
 use std::fmt;
@@ -13,6 +14,11 @@ use std::fmt;
 pub enum Damage {
     /// An all-zero header: never-written (zero-filled) space.
     Zeroes,
+    /// The segment file that would hold this position does not exist.
+    NoSegment {
+        /// Its number.
+        segment: u64,
+    },
     /// Not a record header, and not zeros.
     BadMagic {
         /// The magic found.
@@ -23,9 +29,18 @@ pub enum Damage {
         /// The version found.
         found: u16,
     },
-    /// A well-formed header of another LSN: stale bytes of an earlier use
-    /// of a recycled segment.
+    /// A well-formed header of an earlier use of this very place in a
+    /// recycled segment: its LSN is lower than the expected one by a whole
+    /// number of segments. Stale bytes, never data of this position.
     StaleLsn {
+        /// The LSN in the header.
+        found: Lsn,
+    },
+    /// A header whose LSN is neither the expected one nor a stale one (not
+    /// lower by a whole number of segments): the LSN field is damaged. (A
+    /// single flipped bit never passes for stale: no power of two is a
+    /// multiple of a segment's data size.)
+    CorruptLsn {
         /// The LSN in the header.
         found: Lsn,
     },
@@ -46,15 +61,26 @@ pub enum Damage {
 }
 
 impl Damage {
-    /// Splits a parser result into the valid record or what was found
-    /// instead.
-    pub fn classify(check: RecordCheck<'_>) -> Result<Record<'_>, Damage> {
+    /// Splits a parser result for a record expected at `at` into the valid
+    /// record or what was found instead.
+    pub fn classify(
+        check: RecordCheck<'_>,
+        at: Lsn,
+        geometry: Geometry,
+    ) -> Result<Record<'_>, Damage> {
         Err(match check {
             RecordCheck::Valid(r) => return Ok(r),
             RecordCheck::Zeroes => Damage::Zeroes,
             RecordCheck::BadMagic { found } => Damage::BadMagic { found },
             RecordCheck::UnsupportedVersion { found } => Damage::UnsupportedVersion { found },
-            RecordCheck::LsnMismatch { found } => Damage::StaleLsn { found },
+            RecordCheck::LsnMismatch { found } => {
+                let stale = found < at && (at.0 - found.0).is_multiple_of(geometry.data_size());
+                if stale {
+                    Damage::StaleLsn { found }
+                } else {
+                    Damage::CorruptLsn { found }
+                }
+            }
             RecordCheck::Truncated { needed, available } => Damage::Truncated { needed, available },
             RecordCheck::CrcMismatch { stored, computed } => {
                 Damage::CrcMismatch { stored, computed }
@@ -63,14 +89,15 @@ impl Damage {
     }
 
     /// Whether this is a bad record (torn or corrupt: truncated, failed
-    /// checksum, unknown version) rather than what a clean end of the log
-    /// looks like (zeros, stale bytes, no header).
+    /// checksum, damaged LSN, unknown version) rather than what a clean end
+    /// of the log looks like (zeros, stale bytes, no header, no segment).
     pub fn is_bad_record(&self) -> bool {
         matches!(
             self,
             Damage::UnsupportedVersion { .. }
                 | Damage::Truncated { .. }
                 | Damage::CrcMismatch { .. }
+                | Damage::CorruptLsn { .. }
         )
     }
 }
@@ -79,9 +106,11 @@ impl fmt::Display for Damage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Damage::Zeroes => f.write_str("zeroes"),
+            Damage::NoSegment { segment } => write!(f, "no segment file {segment}"),
             Damage::BadMagic { found } => write!(f, "no record (magic {found:#010x})"),
             Damage::UnsupportedVersion { found } => write!(f, "record format version {found}"),
             Damage::StaleLsn { found } => write!(f, "stale record of LSN {found}"),
+            Damage::CorruptLsn { found } => write!(f, "record header with a damaged LSN ({found})"),
             Damage::Truncated { needed, available } => write!(
                 f,
                 "truncated record ({needed} bytes needed, {available} available)"

@@ -63,6 +63,19 @@ pub enum Error {
         segment: u64,
         /// What was found there.
         found: Damage,
+        /// The next valid record after it, if one was found.
+        next_valid: Option<Lsn>,
+    },
+    /// The log ends below the durable end recorded by the last checkpoint:
+    /// records that were durable are gone (a lost segment, a control-file
+    /// fallback to a slot whose segments were recycled), in every mode.
+    LogEndsEarly {
+        /// Where the scan ended.
+        end: Lsn,
+        /// The durable end when the last checkpoint was written.
+        checkpoint_end: Lsn,
+        /// What was found at `end`.
+        found: Damage,
     },
     /// Invalid options; nothing was created or changed.
     InvalidOptions {
@@ -186,7 +199,22 @@ impl fmt::Display for Error {
                 lsn,
                 segment,
                 found,
-            } => write!(f, "corrupt log at LSN {lsn} (segment {segment}): {found}"),
+                next_valid,
+            } => {
+                write!(f, "corrupt log at LSN {lsn} (segment {segment}): {found}")?;
+                match next_valid {
+                    Some(n) => write!(f, "; a valid record follows at LSN {n}"),
+                    None => Ok(()),
+                }
+            }
+            Error::LogEndsEarly {
+                end,
+                checkpoint_end,
+                found,
+            } => write!(
+                f,
+                "log lost: it ends at LSN {end} ({found}) but was durable up to {checkpoint_end} at the last checkpoint"
+            ),
             Error::InvalidOptions { option, reason } => {
                 write!(f, "invalid option {option}: {reason}")
             }

@@ -107,9 +107,10 @@ impl Journal {
         let mut control = open_control(&*vfs, &dir, &options)?;
         let c = control.current();
         let geometry = Geometry::new(c.segment_size, c.alignment);
-        let (store, startup) =
+        let (store, mut startup) =
             SegmentStore::open(vfs.clone(), &dir, options.store(), c.journal_id)?;
         let recovery = recover(&vfs, &dir, &options, geometry, &store, &mut control)?;
+        replace_damaged(&store, &mut startup, geometry, &recovery)?;
         let (head_seg, _) = geometry.locate(recovery.end_lsn);
         store.set_head(head_seg);
         let worker = if options.background_preallocation {
@@ -355,6 +356,7 @@ impl Journal {
             control.write(Control {
                 redo_lsn: redo,
                 scan_lsn: scan,
+                end_lsn: ring.durable_lsn().max(current.end_lsn),
                 ..current
             })?;
             let redo_seg = self.inner.geometry.segment_of(scan);
@@ -466,12 +468,23 @@ impl Journal {
         self.inner.store.frontier()
     }
 
-    /// Forces everything appended, stops the preallocation worker, and
-    /// closes the journal (the directory lock is released on drop). Later
+    /// Forces everything appended, records the durable end in the control
+    /// file (so a later recovery can tell a lost record from a torn one),
+    /// stops the preallocation worker, and closes the journal (the directory lock is released on drop). Later
     /// calls return [`Error::Closed`].
     pub fn close(&self) -> Result<Lsn> {
         self.check()?;
         let end = self.force_all()?;
+        // Record the durable end: a recovery that later finds the log
+        // ending below it knows records were lost, not torn.
+        let mut control = self.inner.control.lock();
+        let c = control.current();
+        if end > c.end_lsn {
+            control
+                .write(Control { end_lsn: end, ..c })
+                .map_err(|e| self.poison(e))?;
+        }
+        drop(control);
         self.inner.closed.store(true, Ordering::Release);
         self.inner.worker.lock().take();
         Ok(end)
@@ -541,6 +554,7 @@ impl Iterator for ReadIter {
                         lsn: self.pos,
                         segment: self.reader.segment_of(self.pos),
                         found,
+                        next_valid: None,
                     }));
                 }
                 Err(e) => {
@@ -616,6 +630,7 @@ fn open_control(vfs: &dyn Vfs, dir: &Path, options: &Options) -> Result<ControlF
         scan_lsn: Lsn(0),
         alignment: options.alignment,
         inflight_window: options.inflight_window(),
+        end_lsn: Lsn(0),
     };
     ControlFile::create(vfs, dir, first)
 }
@@ -635,7 +650,7 @@ fn recover(
     let c = control.current();
     let window = c.inflight_window.max(options.inflight_window());
     let mut reader = LogReader::new(vfs.clone(), dir, geometry);
-    let mut report = recovery::scan(&mut reader, c.scan_lsn, options.recovery_mode, window)?;
+    let mut report = recovery::scan(&mut reader, &c, options.recovery_mode, window)?;
     let leftovers = recovery::in_flight_leftovers(&mut reader, report.end_lsn, window)?;
     let mut touched = std::collections::BTreeSet::new();
     for lsn in &leftovers {
@@ -658,4 +673,31 @@ fn recover(
         })?;
     }
     Ok(report)
+}
+
+/// After recovery: damaged segments (bad header, wrong size) outside the
+/// live log hold nothing needed — recovery found no current record in any
+/// segment above the end — and are removed, to be created anew; one inside
+/// the live log is an error naming it.
+fn replace_damaged(
+    store: &SegmentStore,
+    startup: &mut StartupReport,
+    geometry: Geometry,
+    recovery: &RecoveryReport,
+) -> Result<()> {
+    let (first, end) = (recovery.redo_lsn, recovery.end_lsn);
+    let live = |n: u64| {
+        end > first
+            && (geometry.segment_of(first)..=geometry.segment_of(Lsn(end.0 - 1))).contains(&n)
+    };
+    for d in &startup.damaged {
+        if live(d.segment) {
+            return Err(Error::Segment(d.error.clone()));
+        }
+    }
+    for d in &startup.damaged {
+        store.replace_damaged(d.segment)?;
+        startup.replaced.push(d.segment);
+    }
+    Ok(())
 }

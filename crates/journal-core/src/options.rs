@@ -21,19 +21,28 @@ pub enum SyncMethod {
     Fsync,
 }
 
-/// How recovery treats a bad record (see the crate docs).
+/// How recovery treats what it finds where the log stops being valid.
+///
+/// In every mode, a log that stops below the durable end recorded by the
+/// last checkpoint or clean close is an error ([`crate::Error::LogEndsEarly`]),
+/// and a record with a valid CRC and a newer format version is refused.
+/// The full decision table is in [`crate::recovery`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RecoveryMode {
-    /// Default. A bad record at the head, with no valid current record
-    /// beyond the in-flight window after it, is a torn write: cut off and
-    /// reported. A bad record followed by valid current records beyond that
-    /// window is corruption: an error naming the LSN.
+    /// Default. A bad record (CRC mismatch, truncated, damaged LSN) at the
+    /// head, with no valid current record beyond the in-flight window after
+    /// it, is a torn write: cut off and reported. Zeros, stale bytes or a
+    /// missing segment there are a clean end. Anything followed by valid
+    /// current records beyond that window (or in a later segment) is
+    /// corruption: an error naming the LSN and the next valid record.
     #[default]
     TolerateTornTail,
-    /// Any bad (torn or corrupt) record is an error.
+    /// Any bad record, and any valid record after the end of the log (even
+    /// within the in-flight window), is an error.
     AbsoluteConsistency,
     /// Corruption is skipped to the next valid current record and each
-    /// skipped range is reported. A torn tail is cut as in the default mode.
+    /// skipped range is reported ([`crate::SkippedRange`]). A torn tail is
+    /// cut as in the default mode.
     SkipCorrupt,
 }
 

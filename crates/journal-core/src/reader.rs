@@ -2,7 +2,7 @@
 //! buffer. Used by recovery, `read_from`, and the inspection tools.
 
 use crate::{Damage, Geometry, Result};
-use iclog::format::{parse_record, RecordCheck};
+use iclog::format::{parse_record, Record, RecordCheck};
 use iclog::{Lsn, MAX_LOGBSIZE};
 use journal_vfs::{OpenOptions, Vfs, VfsFile};
 use segment_recycler::segment_name;
@@ -85,6 +85,26 @@ impl LogReader {
         Ok(self.files[&seg].as_deref())
     }
 
+    /// Whether segment `seg` exists.
+    pub fn segment_exists(&mut self, seg: u64) -> Result<bool> {
+        Ok(self.file(seg)?.is_some())
+    }
+
+    /// The numbers of the segment files in the directory, ascending.
+    pub fn segment_numbers(&self) -> Result<Vec<u64>> {
+        let mut v: Vec<u64> = self
+            .vfs
+            .read_dir(&self.dir)?
+            .iter()
+            .filter_map(|name| match segment_recycler::parse_name(name) {
+                segment_recycler::NameKind::Segment(n) => Some(n),
+                _ => None,
+            })
+            .collect();
+        v.sort_unstable();
+        Ok(v)
+    }
+
     /// Fills `out` with the log bytes at `lsn` (zeros where no segment or
     /// past a segment's end).
     pub fn read(&mut self, lsn: Lsn, out: &mut [u8]) -> Result<()> {
@@ -144,6 +164,17 @@ impl LogReader {
         Ok(parse_record(bytes, lsn, MAX_PAYLOAD, align))
     }
 
+    /// The record at `lsn` if it is valid, or what was found instead
+    /// ([`Damage::classify`] with this reader's geometry).
+    pub fn examine(&mut self, lsn: Lsn) -> Result<std::result::Result<Record<'_>, Damage>> {
+        let geometry = self.geometry;
+        let segment = geometry.segment_of(lsn);
+        if !self.segment_exists(segment)? {
+            return Ok(Err(Damage::NoSegment { segment }));
+        }
+        Ok(Damage::classify(self.check(lsn)?, lsn, geometry))
+    }
+
     /// Whether a record header claiming exactly `lsn` starts at `lsn` (magic
     /// and LSN only; no checksum).
     pub fn claims(&mut self, lsn: Lsn) -> Result<bool> {
@@ -168,7 +199,8 @@ impl LogReader {
     /// The record at `lsn`: its entries and its end if it is valid, or
     /// what was found instead.
     pub fn record(&mut self, lsn: Lsn) -> Result<std::result::Result<(Vec<Entry>, Lsn), Damage>> {
-        Ok(Damage::classify(self.check(lsn)?)
+        Ok(self
+            .examine(lsn)?
             .map(|r| (r.entries().map(|(l, b)| (l, b.to_vec())).collect(), r.end())))
     }
 }

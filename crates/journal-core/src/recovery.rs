@@ -1,25 +1,42 @@
-//! Recovery: find the end of the log, telling a torn tail from corruption.
+//! Recovery: find the end of the log, telling a torn tail from corruption
+//! and from loss, and never ending the log short in silence.
 //!
-//! The scan starts at the redo LSN of the control file and follows records:
-//! each must be valid *at the LSN where it is expected*. The first position
-//! where that fails ends the scan, and what lies beyond decides its meaning:
+//! The scan starts at the checkpoint's `scan_lsn` and follows records: each
+//! must be valid *at the LSN where it is expected*. The first position `P`
+//! where that fails (what was found there is a [`Damage`]) is examined:
 //!
-//! - Records may be in flight at a crash: up to `logbufs × logbsize` bytes
-//!   (the *in-flight window*, the largest any session used, kept in the
-//!   control file) written concurrently, some completed, none acknowledged
-//!   past the first incomplete one. So valid records *within* the window
-//!   after a bad one are leftovers of unacknowledged writes.
-//! - If a valid record carrying its own position exists *beyond* the window
-//!   (the scan looks at the next `window` bytes past it, which must hold a
-//!   record start if the log went on, since a record is at most half a
-//!   window), the log went on after the bad record: this is corruption in
-//!   the middle of the log.
+//! 1. **Did the log go on?** Records may be in flight at a crash: up to
+//!    `W = logbufs × logbsize` bytes (the *in-flight window*, the largest
+//!    any session used, kept in the control file) written concurrently,
+//!    none acknowledged past the first incomplete one, so valid records
+//!    *within* `[P, P + W)` are leftovers of unacknowledged writes. A valid
+//!    current record *beyond* it — in `[P + W, P + 2W)`, or near the start
+//!    of any existing segment above `P`'s (a deleted or damaged segment in
+//!    the middle of the log) — means the log went on: corruption, an error
+//!    naming `P` and the next valid record, or in `SkipCorrupt` a reported
+//!    skip to it.
+//! 2. **Absolute consistency** refuses any bad record at `P` and any valid
+//!    record after it (leftovers are inconsistency too).
+//! 3. **Was it durable?** The control file records the durable end of the
+//!    log when the checkpoint was written (`end_lsn`). A log ending below it
+//!    lost records: an error naming what was found (for example the
+//!    segment that no longer exists), in every mode. This is what catches
+//!    a fallback to an older control slot whose segments were recycled.
 //!
-//! Stale records in recycled segments carry other LSNs and simply end the
-//! log; zeros (preallocated space) end it too.
+//! Otherwise `P` is the end: torn if a bad record is there, clean if zeros,
+//! stale bytes of a recycled file, no header or no segment.
+//!
+//! | found at `P` | TolerateTornTail | AbsoluteConsistency | SkipCorrupt |
+//! |---|---|---|---|
+//! | zeros, bad magic, stale LSN, no segment; nothing valid after | clean end | clean end | clean end |
+//! | bad CRC, truncated, damaged LSN; nothing valid after | torn tail, cut and reported | error | torn tail, cut and reported |
+//! | anything, valid records in `[P, P + W)` only | end (leftovers cleared) | error | end (leftovers cleared) |
+//! | anything, a valid record beyond the window | error (corruption) | error (corruption) | skipped to it, reported |
+//! | anything, below the checkpoint's durable end | error (log ends early) | error | error |
+//! | a record with a valid CRC and a newer version | error | error | error |
 
 use crate::reader::LogReader;
-use crate::{Damage, Error, RecoveryMode, Result};
+use crate::{Control, Damage, Error, RecoveryMode, Result};
 use iclog::Lsn;
 
 /// How the log ended.
@@ -71,16 +88,19 @@ pub struct RecoveryReport {
     pub cleared: Vec<Lsn>,
 }
 
-/// Scans the log from `redo` (read-only). `window` is the in-flight window.
+/// Scans the log from the checkpoint `control` records (read-only), with
+/// `window` the in-flight window (at least the control file's). See the
+/// module docs for the decision at the end of the log.
 pub fn scan(
     reader: &mut LogReader,
-    redo: Lsn,
+    control: &Control,
     mode: RecoveryMode,
     window: u64,
 ) -> Result<RecoveryReport> {
+    let window = window.max(1);
     let mut report = RecoveryReport {
-        redo_lsn: redo,
-        end_lsn: redo,
+        redo_lsn: control.scan_lsn,
+        end_lsn: control.scan_lsn,
         records: 0,
         entries: 0,
         end: LogEnd::Clean {
@@ -89,9 +109,9 @@ pub fn scan(
         skipped: Vec::new(),
         cleared: Vec::new(),
     };
-    let mut pos = redo;
+    let mut pos = control.scan_lsn;
     loop {
-        let found = match Damage::classify(reader.check(pos)?) {
+        let found = match reader.examine(pos)? {
             Ok(r) => {
                 report.records += 1;
                 report.entries += r.header.entry_count.get() as u64;
@@ -100,22 +120,19 @@ pub fn scan(
             }
             Err(found) => found,
         };
-        let bad = found.is_bad_record();
+        let segment = reader.segment_of(pos);
         if let Damage::UnsupportedVersion { found } = found {
+            // A record whose CRC holds, written by a newer format.
             return Err(Error::UnsupportedVersion {
-                path: std::path::PathBuf::from(segment_recycler::segment_name(
-                    reader.segment_of(pos),
-                )),
+                path: std::path::PathBuf::from(segment_recycler::segment_name(segment)),
                 found,
             });
         }
-        let beyond_from = pos.plus(window.max(1));
-        let beyond_to = beyond_from.plus(window.max(1));
-        if reader.find_valid(beyond_from, beyond_to)?.is_some() {
+        // Did the log go on past this point? Then this is no end; the
+        // damage reaches to the first valid record after it.
+        if let Some(beyond) = beyond_the_window(reader, pos, window)? {
+            let next = reader.find_valid(pos.plus(1), beyond)?.unwrap_or(beyond);
             if mode == RecoveryMode::SkipCorrupt {
-                let next = reader
-                    .find_valid(pos.plus(1), beyond_to)?
-                    .expect("a valid record exists beyond the window");
                 report.skipped.push(SkippedRange {
                     from: pos,
                     to: next,
@@ -126,18 +143,34 @@ pub fn scan(
             }
             return Err(Error::Corruption {
                 lsn: pos,
-                segment: reader.segment_of(pos),
+                segment,
+                found,
+                next_valid: Some(next),
+            });
+        }
+        if mode == RecoveryMode::AbsoluteConsistency {
+            // Any bad record, and any valid record after the end (the
+            // leftovers of unacknowledged writes), is an inconsistency.
+            let leftover = reader.find_valid(pos.plus(1), pos.plus(window))?;
+            if found.is_bad_record() || leftover.is_some() {
+                return Err(Error::Corruption {
+                    lsn: pos,
+                    segment,
+                    found,
+                    next_valid: leftover,
+                });
+            }
+        }
+        if pos < control.end_lsn {
+            // Everything below `end_lsn` was durable when the checkpoint
+            // was written: this end is a loss, not a tear.
+            return Err(Error::LogEndsEarly {
+                end: pos,
+                checkpoint_end: control.end_lsn,
                 found,
             });
         }
-        if bad && mode == RecoveryMode::AbsoluteConsistency {
-            return Err(Error::Corruption {
-                lsn: pos,
-                segment: reader.segment_of(pos),
-                found,
-            });
-        }
-        report.end = if bad {
+        report.end = if found.is_bad_record() {
             LogEnd::TornTail { lsn: pos, found }
         } else {
             LogEnd::Clean { found }
@@ -145,6 +178,32 @@ pub fn scan(
         report.end_lsn = pos;
         return Ok(report);
     }
+}
+
+/// The first valid current record past the in-flight window after `end`:
+/// in `[end + W, end + 2W)`, or near the start of any existing segment
+/// above `end`'s (a segment the log reached holds a record start within
+/// its first `W / 2` bytes, since a record is at most half a window).
+fn beyond_the_window(reader: &mut LogReader, end: Lsn, window: u64) -> Result<Option<Lsn>> {
+    let from = end.plus(window);
+    if let Some(l) = reader.find_valid(from, from.plus(window))? {
+        return Ok(Some(l));
+    }
+    let g = reader.geometry();
+    let here = g.segment_of(end);
+    for seg in reader.segment_numbers()? {
+        if seg <= here {
+            continue;
+        }
+        let start = g.segment_start(seg);
+        let to = start.plus(window);
+        if from.max(start) < to {
+            if let Some(l) = reader.find_valid(from.max(start), to)? {
+                return Ok(Some(l));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// The positions in `[end, end + 2 × window)` where a record header

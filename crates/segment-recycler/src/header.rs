@@ -108,11 +108,13 @@ impl SegmentHeader {
         if h.magic.get() != SEGMENT_MAGIC {
             return HeaderCheck::BadMagic;
         }
-        if h.version.get() != SEGMENT_VERSION {
-            return HeaderCheck::UnsupportedVersion(h.version.get());
-        }
         if crc32c::crc32c(&h.as_bytes()[..44]) != h.crc.get() {
             return HeaderCheck::BadCrc;
+        }
+        // Trusted only once the CRC vouches for it (a flipped bit is
+        // damage, not a newer format).
+        if h.version.get() != SEGMENT_VERSION {
+            return HeaderCheck::UnsupportedVersion(h.version.get());
         }
         HeaderCheck::Valid(h)
     }

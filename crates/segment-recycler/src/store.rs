@@ -87,7 +87,7 @@ pub struct StoreStats {
 }
 
 /// What [`SegmentStore::open`] found.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct StartupReport {
     /// Segment numbers found, ascending.
     pub segments: Vec<u64>,
@@ -101,6 +101,23 @@ pub struct StartupReport {
     /// recycle cut short by a crash): their contents are stale; their
     /// header was rewritten.
     pub reinitialized: Vec<u64>,
+    /// Damaged segments (bad header magic or checksum, shorter than a
+    /// header, the wrong size): not installed. Whether one may be replaced
+    /// is for the owner of the log to decide (it must lie outside the live
+    /// log); see [`SegmentStore::replace_damaged`].
+    pub damaged: Vec<DamagedSegment>,
+    /// Damaged segments outside the live log that were removed, to be
+    /// created anew when the log reaches them.
+    pub replaced: Vec<u64>,
+}
+
+/// A segment [`SegmentStore::open`] found damaged.
+#[derive(Debug, Clone)]
+pub struct DamagedSegment {
+    /// Its number.
+    pub segment: u64,
+    /// What is wrong ([`Error::BadHeader`] or [`Error::SizeMismatch`]).
+    pub error: std::sync::Arc<Error>,
 }
 
 /// What a recycle pass did.
@@ -220,10 +237,10 @@ impl SegmentStore {
         let mut segs = BTreeMap::new();
         for s in &found.segments {
             let n = s.number;
-            let file: File = vfs
-                .open(&s.path, OpenOptions::write())
-                .map_err(Error::io(Some(n)))?
-                .into();
+            let damaged = |error: Error| DamagedSegment {
+                segment: n,
+                error: std::sync::Arc::new(error),
+            };
             let stale = match s.header {
                 HeaderCheck::Valid(h) => {
                     if h.journal_id != journal_id {
@@ -233,6 +250,8 @@ impl SegmentStore {
                         });
                     }
                     if h.segment_size.get() != config.segment_size {
+                        // Fixed at creation for every segment: a journal
+                        // made with another size, not damage.
                         return Err(Error::SizeMismatch {
                             path: s.path.clone(),
                             expected: config.segment_size,
@@ -253,17 +272,37 @@ impl SegmentStore {
                         version: v,
                     })
                 }
-                HeaderCheck::BadMagic => return Err(bad(s, "not a segment header (magic)")),
-                HeaderCheck::BadCrc => return Err(bad(s, "header checksum mismatch")),
-                HeaderCheck::Short => return Err(bad(s, "file shorter than a header")),
+                HeaderCheck::BadMagic => {
+                    report
+                        .damaged
+                        .push(damaged(bad(s, "not a segment header (magic)")));
+                    continue;
+                }
+                HeaderCheck::BadCrc => {
+                    report
+                        .damaged
+                        .push(damaged(bad(s, "header checksum mismatch")));
+                    continue;
+                }
+                HeaderCheck::Short => {
+                    report
+                        .damaged
+                        .push(damaged(bad(s, "file shorter than a header")));
+                    continue;
+                }
             };
             if s.len != config.segment_size {
-                return Err(Error::SizeMismatch {
+                report.damaged.push(damaged(Error::SizeMismatch {
                     path: s.path.clone(),
                     expected: config.segment_size,
                     found: s.len,
-                });
+                }));
+                continue;
             }
+            let file: File = vfs
+                .open(&s.path, OpenOptions::write())
+                .map_err(Error::io(Some(n)))?
+                .into();
             if stale {
                 let h = SegmentHeader::new(n, config.segment_size, journal_id);
                 file.write_at(&h.to_bytes(), 0)
@@ -335,6 +374,23 @@ impl SegmentStore {
     /// The segment being written, as last reported by [`SegmentStore::set_head`].
     pub fn head(&self) -> u64 {
         self.inner.state.lock().head
+    }
+
+    /// Removes damaged segment `n` (one [`StartupReport::damaged`] named),
+    /// durably: the caller has established that it lies outside the live
+    /// log, so nothing in it is needed. Its number is created anew when
+    /// the log reaches it.
+    pub fn replace_damaged(&self, n: u64) -> Result<(), Error> {
+        let path = self.path(n);
+        let st = self.inner.state.lock();
+        if st.segs.contains_key(&n) || st.creating.contains(&n) {
+            return Err(Error::NotInstalled { segment: n });
+        }
+        drop(st);
+        let vfs = &self.inner.vfs;
+        vfs.remove_file(&path).map_err(Error::io(Some(n)))?;
+        vfs.sync_dir(&self.inner.dir).map_err(Error::io(Some(n)))?;
+        Ok(())
     }
 
     /// The last error of the background preallocation worker, if it has

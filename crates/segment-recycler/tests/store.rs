@@ -178,17 +178,26 @@ fn startup_reports_ignores_and_rejects() {
     assert_eq!(r.gaps, [1]);
     assert!(!vfs.exists(&dir().join("0000000000000009.seg.tmp")).unwrap());
 
-    // A corrupt header is a typed error naming the segment.
+    // A corrupt header is reported as damage naming the segment, which is
+    // not installed (whether it may be replaced is the journal's call).
     let f = vfs
         .open(&dir().join(segment_name(2)), OpenOptions::write())
         .unwrap();
     f.write_at(b"X", 10).unwrap();
     let v: std::sync::Arc<dyn Vfs> = std::sync::Arc::new(vfs.clone());
-    let e = segment_recycler::SegmentStore::open(v.clone(), &dir(), small(), ID).unwrap_err();
+    let (store, r) = segment_recycler::SegmentStore::open(v.clone(), &dir(), small(), ID).unwrap();
+    assert_eq!(r.segments, [0]);
+    assert_eq!(r.damaged.len(), 1);
+    assert_eq!(r.damaged[0].segment, 2);
     assert!(
-        matches!(e, segment_recycler::Error::BadHeader { segment: 2, .. }),
-        "{e}"
+        matches!(
+            *r.damaged[0].error,
+            segment_recycler::Error::BadHeader { segment: 2, .. }
+        ),
+        "{}",
+        r.damaged[0].error
     );
+    drop(store);
     f.write_at(&SegmentHeader::new(2, 64 << 10, ID).to_bytes(), 0)
         .unwrap();
     // Another journal's segment.
@@ -198,8 +207,13 @@ fn startup_reports_ignores_and_rejects() {
         matches!(e, segment_recycler::Error::ForeignSegment { .. }),
         "{e}"
     );
-    // A newer format version.
-    f.write_at(&7u16.to_le_bytes(), 4).unwrap();
+    // A newer format version (its CRC holds: a flipped version bit would
+    // be a bad header instead).
+    let mut newer = SegmentHeader::new(2, 64 << 10, ID).to_bytes();
+    newer[4..6].copy_from_slice(&7u16.to_le_bytes());
+    let crc = crc32c::crc32c(&newer[..44]);
+    newer[44..48].copy_from_slice(&crc.to_le_bytes());
+    f.write_at(&newer, 0).unwrap();
     let e = segment_recycler::SegmentStore::open(v.clone(), &dir(), small(), ID).unwrap_err();
     assert!(
         matches!(
