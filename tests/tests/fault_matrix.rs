@@ -111,3 +111,69 @@ fn every_call_site_fails_cleanly_and_loses_nothing_acknowledged() {
     }
     assert!(cases >= sites.len() * 4);
 }
+
+/// Under the fsyncgate model (a failed fdatasync drops the dirty pages and
+/// the next one "succeeds"), a journal that retried would acknowledge
+/// records a crash then loses. The journal issues no log sync after the
+/// first failure: every later call is refused before reaching the disk.
+#[test]
+fn after_a_failed_sync_no_sync_is_ever_retried() {
+    let vfs = SimVfs::new();
+    let j = open_sim(&vfs, options(Op::SyncData)).unwrap();
+    let mut acked = Vec::new();
+    for s in 0..20u32 {
+        let p = payload(8, s, 300);
+        acked.push((j.append_durable(&p).unwrap(), p));
+    }
+    vfs.inject(Fault::eio(Op::SyncData, 1));
+    let e = j.append_durable(&payload(8, 20, 300)).unwrap_err();
+    assert!(matches!(e, Error::Poisoned(_)), "{e:?}");
+    let syncs = vfs.calls(Op::SyncData) + vfs.calls(Op::Sync) + vfs.calls(Op::FuaWrite);
+    for s in 21..40u32 {
+        let p = payload(8, s, 300);
+        assert!(j.append_durable(&p).is_err());
+        assert!(j.force_all().is_err());
+    }
+    assert_eq!(
+        vfs.calls(Op::SyncData) + vfs.calls(Op::Sync) + vfs.calls(Op::FuaWrite),
+        syncs,
+        "a poisoned journal synced again"
+    );
+    drop(j);
+    let j = open_sim(&vfs.crash(CrashPolicy::DropUnsynced), options(Op::SyncData)).unwrap();
+    verify(&j, &acked, "after the failed sync");
+}
+
+/// A read that fails while recovering (or replaying) is an error, never a
+/// shorter log.
+#[test]
+fn a_failed_read_during_recovery_is_an_error_not_a_shorter_log() {
+    let base = SimVfs::new();
+    let j = open_sim(&base, options(Op::Read)).unwrap();
+    let (acked, err) = workload(&j);
+    assert!(err.is_none());
+    drop(j);
+    // How many reads an open and a full replay make.
+    let probe = base.crash(CrashPolicy::DropUnsynced);
+    let before = probe.calls(Op::Read);
+    let j = open_sim(&probe, options(Op::Read)).unwrap();
+    verify(&j, &acked, "clean");
+    drop(j);
+    let reads = probe.calls(Op::Read) - before;
+    assert!(reads > 0);
+    for nth in 1..=reads {
+        let vfs = base.crash(CrashPolicy::DropUnsynced);
+        vfs.inject(Fault::eio(Op::Read, nth));
+        match open_sim(&vfs, options(Op::Read)) {
+            Err(e) => assert_eq!(e.raw_os_error(), Some(5), "read {nth}/{reads}: {e}"),
+            Ok(j) => {
+                // The failing read came during replay: it must fail there.
+                let r: Result<Vec<_>, _> = j.read_from(j.redo_lsn()).unwrap().collect();
+                match r {
+                    Err(e) => assert_eq!(e.raw_os_error(), Some(5), "read {nth}/{reads}: {e}"),
+                    Ok(_) => panic!("read {nth}/{reads}: a failed read went unnoticed"),
+                }
+            }
+        }
+    }
+}

@@ -34,6 +34,17 @@
 //!
 //! Both policies are deterministic: the same seed on the same history gives
 //! the same image.
+//!
+//! # Faults
+//!
+//! [`SimVfs::inject`] makes the Nth call of a kind fail with EIO or ENOSPC
+//! (reads included, so recovery's handling of a failed read is tested). A
+//! failed `fsync` / `fdatasync` behaves as Linux does after a writeback
+//! error: the file's dirty pages are dropped from the set still to be
+//! written (they stay readable, they never become durable) and the next
+//! sync, finding nothing dirty, succeeds. A program that retries a failed
+//! sync and trusts the second answer loses data (PostgreSQL's
+//! "fsyncgate"); the journal poisons itself instead.
 
 use crate::{
     CounterSnapshot, Counters, DirLock, Op, OpenOptions, Prealloc, Result, SplitMix64, Vfs,
@@ -99,6 +110,30 @@ struct Inode {
     live: Vec<u8>,
     /// Writes since the last sync, in order: (offset, bytes).
     pending: Vec<(u64, Vec<u8>)>,
+    /// Ranges whose dirty pages a failed sync dropped, with the durable
+    /// bytes they had then: no later sync writes them (they are clean in
+    /// the cache) until the range is written again.
+    lost: Vec<(u64, Vec<u8>)>,
+}
+
+/// Removes `[a, b)` from a list of `(offset, bytes)` ranges, keeping the
+/// parts outside it.
+fn cut_ranges(ranges: &mut Vec<(u64, Vec<u8>)>, a: u64, b: u64) {
+    let mut kept = Vec::with_capacity(ranges.len());
+    for (off, data) in ranges.drain(..) {
+        let end = off + data.len() as u64;
+        if end <= a || off >= b {
+            kept.push((off, data));
+            continue;
+        }
+        if off < a {
+            kept.push((off, data[..(a - off) as usize].to_vec()));
+        }
+        if end > b {
+            kept.push((b, data[(b - off) as usize..].to_vec()));
+        }
+    }
+    *ranges = kept;
 }
 
 #[derive(Debug, Clone)]
@@ -291,6 +326,7 @@ impl SimVfs {
                     durable: bytes.clone(),
                     live: bytes,
                     pending: Vec::new(),
+                    lost: Vec::new(),
                 },
             );
         }
@@ -583,6 +619,39 @@ impl SimFile {
     fn counters(&self) -> &Counters {
         &self.vfs.inner.counters
     }
+
+    /// `fsync` / `fdatasync`. When it fails, the file's dirty pages are
+    /// dropped as Linux does after a writeback error: the data stays
+    /// readable but will never be made durable, and the next sync finds
+    /// nothing dirty and succeeds (PostgreSQL's "fsyncgate"). Whoever
+    /// retries a failed sync and believes the second answer loses data.
+    fn sync(&self, op: Op) -> Result<()> {
+        let mut st = self.vfs.inner.state.lock();
+        let fault = st.call(op, &self.path);
+        let inode = st.inodes.get_mut(&self.ino).expect("inode of an open file");
+        match fault {
+            Ok(()) => {
+                let mut durable = inode.live.clone();
+                for (off, old) in &inode.lost {
+                    let end = (*off as usize + old.len()).min(durable.len());
+                    if (*off as usize) < end {
+                        durable[*off as usize..end].copy_from_slice(&old[..end - *off as usize]);
+                    }
+                }
+                inode.durable = durable;
+            }
+            Err(_) => {
+                for (off, data) in std::mem::take(&mut inode.pending) {
+                    let old: Vec<u8> = (0..data.len() as u64)
+                        .map(|i| inode.durable.get((off + i) as usize).copied().unwrap_or(0))
+                        .collect();
+                    inode.lost.push((off, old));
+                }
+            }
+        }
+        inode.pending.clear();
+        fault
+    }
 }
 
 impl VfsFile for SimFile {
@@ -607,6 +676,7 @@ impl VfsFile for SimFile {
         self.with_inode(Op::Write, true, |inode| {
             write_bytes(&mut inode.live, offset, buf);
             inode.pending.push((offset, buf.to_vec()));
+            cut_ranges(&mut inode.lost, offset, offset + buf.len() as u64);
         })?;
         self.counters().writes.incr();
         self.counters().bytes_written.add(buf.len() as u64);
@@ -621,21 +691,8 @@ impl VfsFile for SimFile {
             // Older unsynced writes under this range are superseded: cut
             // them so a torn crash cannot resurrect them over durable bytes.
             let (a, b) = (offset, offset + buf.len() as u64);
-            let mut kept = Vec::with_capacity(inode.pending.len());
-            for (off, data) in inode.pending.drain(..) {
-                let end = off + data.len() as u64;
-                if end <= a || off >= b {
-                    kept.push((off, data));
-                    continue;
-                }
-                if off < a {
-                    kept.push((off, data[..(a - off) as usize].to_vec()));
-                }
-                if end > b {
-                    kept.push((b, data[(b - off) as usize..].to_vec()));
-                }
-            }
-            inode.pending = kept;
+            cut_ranges(&mut inode.pending, a, b);
+            cut_ranges(&mut inode.lost, a, b);
         })?;
         let c = self.counters();
         c.writes.incr();
@@ -646,20 +703,14 @@ impl VfsFile for SimFile {
 
     fn sync_data(&self) -> Result<()> {
         self.vfs.sync_latency();
-        self.with_inode(Op::SyncData, false, |inode| {
-            inode.durable = inode.live.clone();
-            inode.pending.clear();
-        })?;
+        self.sync(Op::SyncData)?;
         self.counters().fdatasyncs.incr();
         Ok(())
     }
 
     fn sync_all(&self) -> Result<()> {
         self.vfs.sync_latency();
-        self.with_inode(Op::Sync, false, |inode| {
-            inode.durable = inode.live.clone();
-            inode.pending.clear();
-        })?;
+        self.sync(Op::Sync)?;
         self.counters().fsyncs.incr();
         Ok(())
     }
@@ -677,6 +728,7 @@ impl VfsFile for SimFile {
                 kept.push((off, data));
             }
             inode.pending = kept;
+            cut_ranges(&mut inode.lost, len, u64::MAX);
         })
     }
 
@@ -691,6 +743,7 @@ impl VfsFile for SimFile {
                 let z = vec![0u8; len as usize];
                 write_bytes(&mut inode.live, offset, &z);
                 inode.pending.push((offset, z));
+                cut_ranges(&mut inode.lost, offset, offset + len);
             } else if (inode.live.len() as u64) < offset + len {
                 inode.live.resize((offset + len) as usize, 0);
             }

@@ -315,3 +315,31 @@ fn counters_count_by_kind() {
     assert_eq!((d.renames, d.removes, d.creates), (1, 1, 0));
     assert_eq!(d.syncs(), 4);
 }
+
+/// Linux after a writeback error, as PostgreSQL learned it: the failed
+/// fsync drops the dirty pages, the retry succeeds, and the data is gone in
+/// a crash although it is still readable before one.
+#[test]
+fn a_failed_fsync_drops_the_dirty_pages_and_the_retry_lies() {
+    let vfs = SimVfs::new();
+    vfs.create_dir_all(Path::new("/d")).unwrap();
+    let f = vfs.open(Path::new("/d/f"), OpenOptions::create()).unwrap();
+    vfs.sync_dir(Path::new("/d")).unwrap();
+    f.write_at(b"durable", 0).unwrap();
+    f.sync_data().unwrap();
+    f.write_at(b"LOSTLOST", 0).unwrap();
+    vfs.inject(Fault::eio(Op::SyncData, 1));
+    assert_eq!(f.sync_data().unwrap_err().raw_os_error(), Some(5));
+    // The retry "succeeds"...
+    f.sync_data().unwrap();
+    // ...the bytes are still readable...
+    let mut b = [0u8; 8];
+    f.read_at(&mut b, 0).unwrap();
+    assert_eq!(&b, b"LOSTLOST");
+    // ...and a crash shows they never became durable.
+    let img = vfs.crash(CrashPolicy::DropUnsynced);
+    assert_eq!(
+        &img.live_contents(Path::new("/d/f")).unwrap()[..7],
+        b"durable"
+    );
+}
