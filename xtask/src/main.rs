@@ -10,6 +10,8 @@
 //!   `LOOM_MAX_PREEMPTIONS` 2 unless the environment says otherwise.
 //! - `cargo xtask crash --minutes N`: the crash-consistency campaign for N
 //!   minutes (release build); prints how many crash states it checked.
+//! - `cargo xtask corrupt --minutes N`: the corruption campaign for N
+//!   minutes (release build); prints counts per mutation class and mode.
 #![forbid(unsafe_code)]
 
 use std::env;
@@ -137,16 +139,22 @@ fn loom(crates: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-fn crash(args: &[String]) -> Result<(), String> {
-    let minutes: f64 = match args {
-        [] => 1.0,
+/// `--minutes N` (default 1).
+fn minutes(args: &[String]) -> Result<f64, String> {
+    match args {
+        [] => Ok(1.0),
         [flag, n] if flag == "--minutes" => n
             .parse()
-            .map_err(|_| format!("--minutes wants a number, got {n}"))?,
-        _ => return Err(usage()),
-    };
+            .map_err(|_| format!("--minutes wants a number, got {n}")),
+        _ => Err(usage()),
+    }
+}
+
+/// Runs one campaign test of journal-tests in release mode for `minutes`,
+/// its budget passed in `budget_var`.
+fn campaign(what: &str, test: &str, budget_var: &str, minutes: f64) -> Result<(), String> {
     run_tests(
-        "crash campaign",
+        what,
         cargo()
             .args([
                 "test",
@@ -154,16 +162,17 @@ fn crash(args: &[String]) -> Result<(), String> {
                 "--package",
                 "journal-tests",
                 "--test",
-                "crash_campaign",
+                test,
                 "--",
                 "--nocapture",
             ])
-            .env("JOURNAL_CRASH_SECONDS", (minutes * 60.0).to_string()),
+            .env(budget_var, (minutes * 60.0).to_string()),
     )
 }
 
 fn usage() -> String {
-    "usage: cargo xtask <ci | test | loom [CRATE...] | crash [--minutes N]>".into()
+    "usage: cargo xtask <ci | test | loom [CRATE...] | crash [--minutes N] | corrupt [--minutes N]>"
+        .into()
 }
 
 fn main() -> ExitCode {
@@ -175,12 +184,27 @@ fn main() -> ExitCode {
             .and_then(|_| loom(&[])),
         Some("test") => test(),
         Some("loom") => loom(&args[1..]),
-        Some("crash") => crash(&args[1..]),
+        Some("crash") => minutes(&args[1..]).and_then(|m| {
+            campaign(
+                "crash campaign",
+                "crash_campaign",
+                "JOURNAL_CRASH_SECONDS",
+                m,
+            )
+        }),
+        Some("corrupt") => minutes(&args[1..]).and_then(|m| {
+            campaign(
+                "corruption campaign",
+                "corruption_campaign",
+                "JOURNAL_CORRUPT_SECONDS",
+                m,
+            )
+        }),
         _ => Err(usage()),
     };
     if matches!(
         args.first().map(String::as_str),
-        Some("ci" | "test" | "loom" | "crash")
+        Some("ci" | "test" | "loom" | "crash" | "corrupt")
     ) {
         summary(&args[0]);
     }

@@ -10,7 +10,8 @@
 //!     24    4 len          payload bytes (entries), excluding header and padding
 //!     28    4 entry_count  number of entries in the payload
 //!     32    4 crc          CRC32C of header (crc field zeroed) + payload
-//!     36   12 reserved     zero
+//!     36    8 durable_lsn  the ring's durable LSN when the record was submitted
+//!     44    4 reserved     zero
 //!     48  len payload      entries: u32 length, then that many bytes, repeated
 //!      …      padding      zeros up to the next multiple of the alignment
 //! ```
@@ -49,8 +50,13 @@ pub struct RecordHeader {
     pub entry_count: U32,
     /// CRC32C of the header with this field zero, then the payload.
     pub crc: U32,
+    /// The ring's durable LSN when the record was submitted: every record
+    /// below it was durable before this one was written. Recovery uses it
+    /// to tell a damaged durable record from a torn in-flight one. Zero in
+    /// records of writers that did not stamp it.
+    pub durable_lsn: U64,
     /// Zero.
-    pub reserved: [u8; 12],
+    pub reserved: [u8; 4],
 }
 
 const_assert_eq!(std::mem::size_of::<RecordHeader>(), HEADER_SIZE);
@@ -79,6 +85,7 @@ pub fn encode_header(
     out: &mut [u8],
     lsn: Lsn,
     tail_lsn: Lsn,
+    durable_lsn: Lsn,
     flags: IoFlags,
     entry_count: u32,
     payload: &[u8],
@@ -92,7 +99,8 @@ pub fn encode_header(
         len: U32::new(payload.len() as u32),
         entry_count: U32::new(entry_count),
         crc: U32::new(0),
-        reserved: [0; 12],
+        durable_lsn: U64::new(durable_lsn.0),
+        reserved: [0; 4],
     };
     h.crc = U32::new(record_crc(&h, payload));
     out[..HEADER_SIZE].copy_from_slice(h.as_bytes());
@@ -119,7 +127,12 @@ impl<'a> Record<'a> {
     pub fn end(&self) -> Lsn {
         self.lsn().plus(self.size)
     }
-    /// The tail LSN stamped into the record.
+    /// The durable LSN stamped into the record at submission.
+    pub fn durable_lsn(&self) -> Lsn {
+        Lsn(self.header.durable_lsn.get())
+    }
+
+    /// The log tail stamped into the record.
     pub fn tail_lsn(&self) -> Lsn {
         Lsn(self.header.tail_lsn.get())
     }

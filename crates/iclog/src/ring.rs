@@ -538,6 +538,9 @@ impl<D: LogDevice> Ring<D> {
         } else {
             st.flushed_tail
         };
+        // Every record below this was durable before this one was written:
+        // recovery uses the stamp to tell damage from a torn write.
+        let durable = st.stable_lsn;
         let slot = &mut st.slots[i];
         let tail = *slot.tail.get_or_insert(tail);
         slot.issued = flags;
@@ -549,7 +552,7 @@ impl<D: LogDevice> Ring<D> {
         let result = {
             let mut buf = self.inner.data[i].lock();
             let (head, rest) = buf.split_at_mut(HEADER_SIZE);
-            format::encode_header(head, lsn, tail, flags, entries, &rest[..used]);
+            format::encode_header(head, lsn, tail, durable, flags, entries, &rest[..used]);
             buf[HEADER_SIZE + used..size].fill(0);
             self.inner.device.write(lsn, &buf[..size], flags)
         };

@@ -22,6 +22,7 @@ fn record(lsn: Lsn, tail: Lsn, entries: &[&[u8]]) -> Vec<u8> {
         &mut out,
         lsn,
         tail,
+        Lsn(0),
         IoFlags::FUA,
         entries.len() as u32,
         &payload,

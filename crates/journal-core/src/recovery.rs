@@ -15,6 +15,10 @@
 //!    the middle of the log) — means the log went on: corruption, an error
 //!    naming `P` and the next valid record, or in `SkipCorrupt` a reported
 //!    skip to it.
+//!    Likewise when a valid record within the window was written after the
+//!    log was durable past `P` (every record stamps the durable LSN at its
+//!    submission): then `P` held a durable record, damaged since, not a
+//!    torn in-flight one.
 //! 2. **Absolute consistency** refuses any bad record at `P` and any valid
 //!    record after it (leftovers are inconsistency too).
 //! 3. **Was it durable?** The control file records the durable end of the
@@ -30,7 +34,8 @@
 //! |---|---|---|---|
 //! | zeros, bad magic, stale LSN, no segment; nothing valid after | clean end | clean end | clean end |
 //! | bad CRC, truncated, damaged LSN; nothing valid after | torn tail, cut and reported | error | torn tail, cut and reported |
-//! | anything, valid records in `[P, P + W)` only | end (leftovers cleared) | error | end (leftovers cleared) |
+//! | anything, valid records in `[P, P + W)` only, none written after `P` was durable | end (leftovers cleared) | error | end (leftovers cleared) |
+//! | anything, a record in `[P, P + W)` written after `P` was durable | error (corruption) | error (corruption) | skipped to it, reported |
 //! | anything, a valid record beyond the window | error (corruption) | error (corruption) | skipped to it, reported |
 //! | anything, below the checkpoint's durable end | error (log ends early) | error | error |
 //! | a record with a valid CRC and a newer version | error | error | error |
@@ -148,6 +153,28 @@ pub fn scan(
                 next_valid: Some(next),
             });
         }
+        // A later record written after this one was durable vouches that
+        // the damage here is not a torn in-flight write.
+        if let Some(voucher) = vouched_durable(reader, pos, window)? {
+            if mode == RecoveryMode::SkipCorrupt {
+                let next = reader
+                    .find_valid(pos.plus(1), voucher.plus(1))?
+                    .unwrap_or(voucher);
+                report.skipped.push(SkippedRange {
+                    from: pos,
+                    to: next,
+                    found,
+                });
+                pos = next;
+                continue;
+            }
+            return Err(Error::Corruption {
+                lsn: pos,
+                segment,
+                found,
+                next_valid: Some(voucher),
+            });
+        }
         if mode == RecoveryMode::AbsoluteConsistency {
             // Any bad record, and any valid record after the end (the
             // leftovers of unacknowledged writes), is an inconsistency.
@@ -178,6 +205,24 @@ pub fn scan(
         report.end_lsn = pos;
         return Ok(report);
     }
+}
+
+/// A valid record in `(end, end + W)` that was written when the log was
+/// already durable past `end` (its `durable_lsn` stamp): then whatever
+/// is at `end` had been durable, and its damage is corruption, not a torn
+/// in-flight write.
+fn vouched_durable(reader: &mut LogReader, end: Lsn, window: u64) -> Result<Option<Lsn>> {
+    let to = end.plus(window);
+    let mut from = end.plus(1);
+    while let Some(q) = reader.find_valid(from, to)? {
+        if let Ok(r) = reader.examine(q)? {
+            if r.durable_lsn() > end {
+                return Ok(Some(q));
+            }
+        }
+        from = q.plus(1);
+    }
+    Ok(None)
 }
 
 /// The first valid current record past the in-flight window after `end`:
