@@ -183,12 +183,29 @@ struct State {
     calls: HashMap<Op, u64>,
     sync_latency: Duration,
     write_latency: Duration,
+    /// An armed crash: before the mutating call that brings the count to
+    /// zero, the image a power cut would leave is captured.
+    armed_crash: Option<(u64, CrashPolicy)>,
+    captured: Option<SimVfs>,
 }
 
 impl State {
-    /// Counts the call and fires a matching armed fault, if any.
+    /// Counts the call, captures an armed crash, and fires a matching
+    /// armed fault, if any.
     fn call(&mut self, op: Op, path: &Path) -> Result<()> {
         *self.calls.entry(op).or_default() += 1;
+        let mutating = !matches!(
+            op,
+            Op::Open | Op::Read | Op::ReadDir | Op::Lock | Op::Metadata | Op::CreateDir
+        );
+        if let Some((left, policy)) = self.armed_crash.as_mut().filter(|_| mutating) {
+            *left -= 1;
+            if *left == 0 {
+                let policy = *policy;
+                self.armed_crash = None;
+                self.captured = Some(image(self, policy));
+            }
+        }
         let mut fired = None;
         self.faults.retain_mut(|(fop, left, errno)| {
             if *fop != op || fired.is_some() {
@@ -300,50 +317,27 @@ impl SimVfs {
     /// The image a power cut would leave now, as an independent filesystem
     /// with fresh counters, no faults, no latency and no locks held.
     pub fn crash(&self, policy: CrashPolicy) -> SimVfs {
-        let st = self.inner.state.lock();
-        let mut rng = match policy {
-            CrashPolicy::DropUnsynced => None,
-            CrashPolicy::TornSectors { seed } => Some(SplitMix64::new(seed)),
-        };
-        let mut names = st.durable.clone();
-        if let Some(rng) = rng.as_mut() {
-            let keep = rng.below(st.pending_ns.len() as u64 + 1) as usize;
-            for op in &st.pending_ns[..keep] {
-                op.apply(&mut names);
-            }
-        }
-        let mut inodes = HashMap::new();
-        let used: BTreeSet<u64> = names.values().copied().collect();
-        for ino in used {
-            let old = &st.inodes[&ino];
-            let bytes = match rng.as_mut() {
-                None => old.durable.clone(),
-                Some(rng) => torn_image(old, rng),
-            };
-            inodes.insert(
-                ino,
-                Inode {
-                    durable: bytes.clone(),
-                    live: bytes,
-                    pending: Vec::new(),
-                    lost: Vec::new(),
-                },
-            );
-        }
-        let state = State {
-            inodes,
-            next_ino: st.next_ino,
-            live: names.clone(),
-            durable: names,
-            dirs: st.dirs.clone(),
-            ..State::default()
-        };
-        SimVfs {
-            inner: Arc::new(Inner {
-                state: Mutex::new(state),
-                counters: Counters::default(),
-            }),
-        }
+        image(&self.inner.state.lock(), policy)
+    }
+
+    /// Arms a crash in the middle of whatever runs next: just before the
+    /// `after`-th mutating call from now (writes, syncs, creations,
+    /// renames, removals, length changes), the image a power cut would
+    /// leave is captured, as [`SimVfs::crash`] would build it; the run
+    /// itself goes on. [`SimVfs::take_crash`] hands the image over.
+    pub fn arm_crash(&self, after: u64, policy: CrashPolicy) {
+        assert!(after > 0, "arm_crash counts calls from 1");
+        let mut st = self.inner.state.lock();
+        st.armed_crash = Some((after, policy));
+        st.captured = None;
+    }
+
+    /// The image an armed crash captured, if its call came (disarming it
+    /// if it did not).
+    pub fn take_crash(&self) -> Option<SimVfs> {
+        let mut st = self.inner.state.lock();
+        st.armed_crash = None;
+        st.captured.take()
     }
 
     fn sync_latency(&self) {
@@ -354,6 +348,53 @@ impl SimVfs {
     fn write_latency(&self) {
         let d = self.inner.state.lock().write_latency;
         model_latency(d);
+    }
+}
+
+/// The image a power cut would leave of `st`.
+fn image(st: &State, policy: CrashPolicy) -> SimVfs {
+    let mut rng = match policy {
+        CrashPolicy::DropUnsynced => None,
+        CrashPolicy::TornSectors { seed } => Some(SplitMix64::new(seed)),
+    };
+    let mut names = st.durable.clone();
+    if let Some(rng) = rng.as_mut() {
+        let keep = rng.below(st.pending_ns.len() as u64 + 1) as usize;
+        for op in &st.pending_ns[..keep] {
+            op.apply(&mut names);
+        }
+    }
+    let mut inodes = HashMap::new();
+    let used: BTreeSet<u64> = names.values().copied().collect();
+    for ino in used {
+        let old = &st.inodes[&ino];
+        let bytes = match rng.as_mut() {
+            None => old.durable.clone(),
+            Some(rng) => torn_image(old, rng),
+        };
+        inodes.insert(
+            ino,
+            Inode {
+                durable: bytes.clone(),
+                live: bytes,
+                pending: Vec::new(),
+                lost: Vec::new(),
+            },
+        );
+    }
+    let state = State {
+        inodes,
+        next_ino: st.next_ino,
+        live: names.clone(),
+        durable: names,
+        dirs: st.dirs.clone(),
+        ..State::default()
+    };
+    SimVfs {
+        inner: Arc::new(Inner {
+            state: Mutex::new(state),
+            counters: Counters::default(),
+        }),
     }
 }
 

@@ -343,3 +343,27 @@ fn a_failed_fsync_drops_the_dirty_pages_and_the_retry_lies() {
         b"durable"
     );
 }
+
+/// An armed crash captures the image a power cut would leave just before
+/// the chosen mutating call, while the run goes on.
+#[test]
+fn an_armed_crash_captures_the_image_mid_run() {
+    let (vfs, dir) = setup();
+    let f = vfs.open(&dir.join("f"), OpenOptions::create()).unwrap();
+    vfs.sync_dir(&dir).unwrap();
+    f.write_at(b"one", 0).unwrap();
+    f.sync_data().unwrap();
+    // Calls from now: write "two" (1), sync (2), write "three" (3).
+    vfs.arm_crash(2, CrashPolicy::DropUnsynced);
+    f.write_at(b"two", 0).unwrap();
+    f.sync_data().unwrap();
+    f.write_at(b"333", 0).unwrap();
+    let img = vfs.take_crash().expect("the crash was captured");
+    // Just before the sync: "two" was not durable yet.
+    assert_eq!(img.live_contents(&dir.join("f")).unwrap(), b"one");
+    assert!(vfs.take_crash().is_none(), "taken once");
+    // Armed past the end of the run: nothing captured.
+    vfs.arm_crash(100, CrashPolicy::DropUnsynced);
+    f.sync_data().unwrap();
+    assert!(vfs.take_crash().is_none());
+}
