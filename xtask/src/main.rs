@@ -2,7 +2,7 @@
 //! wherever cargo does.
 //!
 //! - `cargo xtask ci`: format check, clippy with `-D warnings`, the whole test
-//!   suite, then the loom suite. What `.ci/run` runs.
+//!   suite, the loom suite, then the shuttle schedules. What `.ci/run` runs.
 //! - `cargo xtask test`: the whole test suite (all crates, all targets, doc
 //!   tests).
 //! - `cargo xtask loom [CRATE...]`: the loom models, in release mode with
@@ -12,6 +12,10 @@
 //!   minutes (release build); prints how many crash states it checked.
 //! - `cargo xtask corrupt --minutes N`: the corruption campaign for N
 //!   minutes (release build); prints counts per mutation class and mode.
+//! - `cargo xtask shuttle [--iterations N]`: the composed journal under
+//!   shuttle's random and PCT schedulers (release, `--cfg shuttle`, in
+//!   `target/shuttle`), N schedules in all (default 20,000; `ci` runs the
+//!   default).
 #![forbid(unsafe_code)]
 
 use std::env;
@@ -139,6 +143,38 @@ fn loom(crates: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// The shuttle schedules of the composed journal.
+fn shuttle(args: &[String]) -> Result<(), String> {
+    let iterations: u64 = match args {
+        [] => 20_000,
+        [flag, n] if flag == "--iterations" => n
+            .parse()
+            .map_err(|_| format!("--iterations wants a number, got {n}"))?,
+        _ => return Err(usage()),
+    };
+    let rustflags = format!(
+        "{} --cfg shuttle",
+        env::var("RUSTFLAGS").unwrap_or_default()
+    );
+    run_tests(
+        "shuttle",
+        cargo()
+            .args([
+                "test",
+                "--release",
+                "--package",
+                "journal-tests",
+                "--test",
+                "shuttle_journal",
+                "--",
+                "--nocapture",
+            ])
+            .env("RUSTFLAGS", &rustflags)
+            .env("CARGO_TARGET_DIR", "target/shuttle")
+            .env("JOURNAL_SHUTTLE_ITERATIONS", iterations.to_string()),
+    )
+}
+
 /// `--minutes N` (default 1).
 fn minutes(args: &[String]) -> Result<f64, String> {
     match args {
@@ -171,7 +207,7 @@ fn campaign(what: &str, test: &str, budget_var: &str, minutes: f64) -> Result<()
 }
 
 fn usage() -> String {
-    "usage: cargo xtask <ci | test | loom [CRATE...] | crash [--minutes N] | corrupt [--minutes N]>"
+    "usage: cargo xtask <ci | test | loom [CRATE...] | shuttle [--iterations N] | crash [--minutes N] | corrupt [--minutes N]>"
         .into()
 }
 
@@ -181,7 +217,8 @@ fn main() -> ExitCode {
         Some("ci") => fmt_check()
             .and_then(|_| clippy())
             .and_then(|_| test())
-            .and_then(|_| loom(&[])),
+            .and_then(|_| loom(&[]))
+            .and_then(|_| shuttle(&[])),
         Some("test") => test(),
         Some("loom") => loom(&args[1..]),
         Some("crash") => minutes(&args[1..]).and_then(|m| {
@@ -192,6 +229,7 @@ fn main() -> ExitCode {
                 m,
             )
         }),
+        Some("shuttle") => shuttle(&args[1..]),
         Some("corrupt") => minutes(&args[1..]).and_then(|m| {
             campaign(
                 "corruption campaign",
@@ -204,7 +242,7 @@ fn main() -> ExitCode {
     };
     if matches!(
         args.first().map(String::as_str),
-        Some("ci" | "test" | "loom" | "crash" | "corrupt")
+        Some("ci" | "test" | "loom" | "shuttle" | "crash" | "corrupt")
     ) {
         summary(&args[0]);
     }

@@ -56,30 +56,44 @@ mod time;
 pub use mutex::{Condvar, Mutex, MutexGuard};
 pub use time::{Deadline, Stopwatch};
 
-/// `Arc`, from std or loom.
+/// `Arc`, from std, loom or shuttle.
 #[cfg(loom)]
 pub use loom::sync::Arc;
-/// `Arc`, from std or loom.
-#[cfg(not(loom))]
+/// `Arc`, from std, loom or shuttle.
+#[cfg(shuttle)]
+pub use shuttle::sync::Arc;
+/// `Arc`, from std, loom or shuttle.
+#[cfg(not(any(loom, shuttle)))]
 pub use std::sync::Arc;
 
-/// Atomic integers and booleans, from std or loom.
+/// Atomic integers and booleans, from std, loom or shuttle.
 pub mod atomic {
     #[cfg(loom)]
     pub use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
+    #[cfg(shuttle)]
+    pub use shuttle::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
     pub use std::sync::atomic::Ordering;
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, shuttle)))]
     pub use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
 }
 
-/// Threads, from std or loom. `spawn`, `yield_now` and `JoinHandle` only:
-/// sleeping is not a synchronisation primitive in this workspace.
+/// Threads, from std, loom or shuttle. `spawn`, `yield_now` and
+/// `JoinHandle` only: sleeping is not a synchronisation primitive in this
+/// workspace.
 pub mod thread {
     #[cfg(loom)]
     pub use loom::thread::{current, spawn, yield_now, JoinHandle, ThreadId};
-    #[cfg(not(loom))]
+    #[cfg(shuttle)]
+    pub use shuttle::thread::{current, spawn, yield_now, JoinHandle, ThreadId};
+    #[cfg(not(any(loom, shuttle)))]
     pub use std::thread::{current, spawn, yield_now, JoinHandle, ThreadId};
 }
+
+/// The shuttle runtime, in a `--cfg shuttle` build: tests drive the whole
+/// stack under its random and PCT schedulers, and replay a failing
+/// schedule from its seed.
+#[cfg(shuttle)]
+pub use shuttle;
 
 /// Runs `f` as a loom model (every interleaving, bounded by
 /// `LOOM_MAX_PREEMPTIONS`), or simply calls it once outside loom.
@@ -98,7 +112,9 @@ where
         }
         builder.check(f);
     }
-    #[cfg(not(loom))]
+    #[cfg(shuttle)]
+    shuttle::check_random(f, 100);
+    #[cfg(not(any(loom, shuttle)))]
     f();
 }
 

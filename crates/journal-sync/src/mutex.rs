@@ -5,7 +5,9 @@ use std::ops::{Deref, DerefMut};
 
 #[cfg(loom)]
 use loom::sync as imp;
-#[cfg(not(loom))]
+#[cfg(shuttle)]
+use shuttle::sync as imp;
+#[cfg(not(any(loom, shuttle)))]
 use std::sync as imp;
 
 /// A mutual-exclusion lock that does not poison (see the crate docs for why).
@@ -76,20 +78,20 @@ impl Condvar {
 
     /// Like [`Condvar::wait`], but returns once `deadline` has passed.
     ///
-    /// The boolean is `true` when the deadline has expired. Under loom it is
-    /// always `false`: time does not pass in a model, so the caller must also
-    /// accept an explicit timer event (see the crate docs).
+    /// The boolean is `true` when the deadline has expired. Under loom and
+    /// shuttle it is always `false`: time does not pass in a model, so the
+    /// caller must also accept an explicit timer event (see the crate docs).
     pub fn wait_deadline<'a, T>(
         &self,
         guard: MutexGuard<'a, T>,
         deadline: &Deadline,
     ) -> (MutexGuard<'a, T>, bool) {
-        #[cfg(loom)]
+        #[cfg(any(loom, shuttle))]
         {
             let _ = deadline;
             (self.wait(guard), false)
         }
-        #[cfg(not(loom))]
+        #[cfg(not(any(loom, shuttle)))]
         {
             let Some(remaining) = deadline.remaining() else {
                 return (guard, true);

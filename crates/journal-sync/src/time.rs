@@ -9,19 +9,19 @@ use std::time::Duration;
 /// explicit events instead (see the crate docs).
 #[derive(Debug, Clone, Copy)]
 pub struct Deadline {
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, shuttle)))]
     at: std::time::Instant,
 }
 
 impl Deadline {
     /// A deadline `d` from now.
     pub fn after(d: Duration) -> Self {
-        #[cfg(loom)]
+        #[cfg(any(loom, shuttle))]
         {
             let _ = d;
             Self {}
         }
-        #[cfg(not(loom))]
+        #[cfg(not(any(loom, shuttle)))]
         Self {
             at: std::time::Instant::now() + d,
         }
@@ -29,11 +29,11 @@ impl Deadline {
 
     /// Time left before the deadline, or `None` once it has passed.
     pub fn remaining(&self) -> Option<Duration> {
-        #[cfg(loom)]
+        #[cfg(any(loom, shuttle))]
         {
             Some(Duration::from_secs(3600))
         }
-        #[cfg(not(loom))]
+        #[cfg(not(any(loom, shuttle)))]
         {
             let now = std::time::Instant::now();
             (now < self.at).then(|| self.at - now)
@@ -51,7 +51,7 @@ impl Deadline {
 /// if everything were instantaneous, and timers are explicit events.
 #[derive(Debug, Clone, Copy)]
 pub struct Stopwatch {
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, shuttle)))]
     start: std::time::Instant,
 }
 
@@ -59,18 +59,18 @@ impl Stopwatch {
     /// Starts measuring now.
     pub fn start() -> Self {
         Self {
-            #[cfg(not(loom))]
+            #[cfg(not(any(loom, shuttle)))]
             start: std::time::Instant::now(),
         }
     }
 
     /// Time since [`Stopwatch::start`] (zero under loom).
     pub fn elapsed(&self) -> Duration {
-        #[cfg(loom)]
+        #[cfg(any(loom, shuttle))]
         {
             Duration::ZERO
         }
-        #[cfg(not(loom))]
+        #[cfg(not(any(loom, shuttle)))]
         self.start.elapsed()
     }
 }

@@ -401,11 +401,11 @@ fn image(st: &State, policy: CrashPolicy) -> SimVfs {
 /// Spends `d` as a slow device would. Deliberate: this models the device's
 /// own latency; it is not a wait for progress (nothing here polls).
 fn model_latency(d: Duration) {
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, shuttle)))]
     if !d.is_zero() {
         std::thread::sleep(d);
     }
-    #[cfg(loom)]
+    #[cfg(any(loom, shuttle))]
     let _ = d;
 }
 
