@@ -151,6 +151,13 @@ impl Journal {
         })
     }
 
+    /// The journal's identity, also in every segment header. A program
+    /// that keeps files beside the journal stamps it into them, to tell a
+    /// file of another store from its own.
+    pub fn id(&self) -> JournalId {
+        self.inner.control.lock().current().journal_id
+    }
+
     /// The journal directory.
     pub fn dir(&self) -> &Path {
         &self.inner.dir

@@ -104,6 +104,15 @@ pub use jbd_batch::{BatchPolicy, GROUP_BUCKETS};
 pub use journal_vfs::{CrashPolicy, OsVfs, Prealloc, SimVfs, Vfs, VfsError, VfsFile};
 pub use segment_recycler::{JournalId, RecyclePolicy, StartupReport};
 
+/// The synchronisation primitives the journal is built on (the whole of
+/// `journal-sync`): poison-free `Mutex` and `Condvar` with deadlines,
+/// atomics, threads. They are std's in a normal build and loom's or
+/// shuttle's under `--cfg loom` / `--cfg shuttle`, so a program that uses
+/// them for its own locks is model-checked together with the journal.
+pub mod sync {
+    pub use journal_sync::*;
+}
+
 /// The filesystem boundary the journal runs on (the whole of
 /// `journal-vfs`): [`Vfs`] and [`VfsFile`], the real [`OsVfs`], and
 /// [`SimVfs`], the crash-simulating filesystem with fault injection, for

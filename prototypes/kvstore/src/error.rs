@@ -1,0 +1,130 @@
+//! The store's errors: typed, `#[non_exhaustive]`.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// A failed store operation.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Error {
+    /// A key longer than [`crate::MAX_KEY`]; nothing was written.
+    KeyTooLarge {
+        /// Its length.
+        len: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// A value longer than [`crate::MAX_VALUE`]; nothing was written.
+    ValueTooLarge {
+        /// Its length.
+        len: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// A transaction whose log record (its operations, plus the full
+    /// images of buckets it changes first since a checkpoint) exceeds what
+    /// one journal record holds; nothing was written.
+    TransactionTooLarge {
+        /// The record's size.
+        bytes: usize,
+        /// The journal's maximum.
+        max: usize,
+    },
+    /// The directory holds no store, or something that is not one.
+    NotAStore {
+        /// The offending path.
+        path: PathBuf,
+        /// Why.
+        reason: &'static str,
+    },
+    /// The data file belongs to another store (its journal id differs).
+    ForeignDataFile {
+        /// The data file.
+        path: PathBuf,
+    },
+    /// A data file or log record of a newer format.
+    UnsupportedVersion {
+        /// The version found.
+        found: u16,
+    },
+    /// A page with a bad checksum (a torn or damaged write) for which the
+    /// log holds no full image to restore it from.
+    TornPage {
+        /// The page number.
+        page: u32,
+    },
+    /// A log record the store cannot decode (its checksum held in the
+    /// journal, so this is a bug or a foreign writer).
+    BadRecord {
+        /// The record's LSN.
+        lsn: journal_core::Lsn,
+    },
+    /// The store directory is open in another store (in this process or
+    /// another).
+    Locked {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// The journal failed; a write or sync failure poisons the journal and
+    /// so the store (every later call fails).
+    Journal(journal_core::Error),
+    /// The store was closed.
+    Closed,
+}
+
+impl From<journal_core::Error> for Error {
+    fn from(e: journal_core::Error) -> Self {
+        match e {
+            journal_core::Error::Locked { dir } => Error::Locked { dir },
+            e => Error::Journal(e),
+        }
+    }
+}
+
+impl From<journal_core::VfsError> for Error {
+    fn from(e: journal_core::VfsError) -> Self {
+        Error::Journal(e.into())
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::KeyTooLarge { len, max } => write!(f, "key of {len} bytes exceeds {max}"),
+            Error::ValueTooLarge { len, max } => write!(f, "value of {len} bytes exceeds {max}"),
+            Error::TransactionTooLarge { bytes, max } => write!(
+                f,
+                "transaction's log record of {bytes} bytes exceeds the journal's {max}"
+            ),
+            Error::NotAStore { path, reason } => {
+                write!(f, "{}: not a store: {reason}", path.display())
+            }
+            Error::ForeignDataFile { path } => {
+                write!(f, "{}: data file of another store", path.display())
+            }
+            Error::UnsupportedVersion { found } => {
+                write!(f, "format version {found} is newer than this build")
+            }
+            Error::TornPage { page } => write!(
+                f,
+                "page {page} is torn or damaged and the log holds no image of it"
+            ),
+            Error::BadRecord { lsn } => write!(f, "undecodable log record at LSN {lsn}"),
+            Error::Locked { dir } => write!(f, "{} is open in another store", dir.display()),
+            Error::Journal(e) => write!(f, "journal: {e}"),
+            Error::Closed => f.write_str("store is closed"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Journal(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// The result type of store operations.
+pub type Result<T> = std::result::Result<T, Error>;

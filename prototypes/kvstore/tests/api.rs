@@ -1,0 +1,176 @@
+//! The store's API on the real filesystem and on SimVfs: reads, writes,
+//! transactions, scans, checkpoints, reopening, and bad input.
+
+use journal_core::vfs::{OpenOptions, SimVfs, Vfs};
+use kvstore::{Error, Options, Store, MAX_KEY, MAX_VALUE};
+use std::path::Path;
+use std::sync::Arc;
+
+fn small() -> Options {
+    Options {
+        buckets: 32,
+        checkpoint_interval: None,
+        ..Options::default()
+    }
+}
+
+fn sim_open(vfs: &SimVfs, o: Options) -> kvstore::Result<Store> {
+    let v: Arc<dyn Vfs> = Arc::new(vfs.clone());
+    Store::open_with(v, "/db", o)
+}
+
+#[test]
+fn reads_see_writes_and_a_reopen_keeps_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let s = Store::open(&dir, small()).unwrap();
+    for i in 0..500u32 {
+        s.put(
+            format!("key-{i:04}").as_bytes(),
+            &vec![i as u8; (i as usize * 37) % 3000],
+        )
+        .unwrap();
+    }
+    s.delete(b"key-0007").unwrap();
+    let mut t = s.transaction();
+    t.put(b"a", b"1").put(b"b", b"2").delete(b"key-0008");
+    t.commit().unwrap();
+    assert_eq!(s.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
+    assert_eq!(s.get(b"key-0007").unwrap(), None);
+    let range = s
+        .scan(b"key-0005".to_vec()..b"key-0011".to_vec())
+        .unwrap()
+        .into_iter()
+        .map(|(k, _)| String::from_utf8(k).unwrap())
+        .collect::<Vec<_>>();
+    assert_eq!(range, ["key-0005", "key-0006", "key-0009", "key-0010"]);
+    s.checkpoint().unwrap();
+    s.put(b"after", b"checkpoint").unwrap();
+    // A value committed without waiting is durable after sync.
+    let mut t = s.transaction();
+    t.put(b"lazy", b"yes");
+    t.commit_no_wait().unwrap();
+    s.sync().unwrap();
+    assert!(s.check().unwrap().is_empty());
+    s.close().unwrap();
+    assert!(matches!(s.get(b"a"), Err(Error::Closed)));
+    drop(s);
+    let s = Store::open(&dir, small()).unwrap();
+    assert_eq!(
+        s.get(b"after").unwrap().as_deref(),
+        Some(&b"checkpoint"[..])
+    );
+    assert_eq!(s.get(b"lazy").unwrap().as_deref(), Some(&b"yes"[..]));
+    assert_eq!(
+        s.get(b"key-0499").unwrap().unwrap().len(),
+        (499 * 37) % 3000
+    );
+    assert_eq!(s.scan(..).unwrap().len(), 500 - 2 + 4);
+    assert!(s.check().unwrap().is_empty());
+}
+
+#[test]
+fn a_crash_before_the_checkpoint_is_redone_from_the_log() {
+    let vfs = SimVfs::new();
+    let s = sim_open(&vfs, small()).unwrap();
+    for i in 0..300u32 {
+        s.put(format!("k{i}").as_bytes(), b"v").unwrap();
+    }
+    s.checkpoint().unwrap();
+    for i in 300..400u32 {
+        s.put(format!("k{i}").as_bytes(), b"w").unwrap();
+    }
+    let image = vfs.crash(journal_core::CrashPolicy::DropUnsynced);
+    drop(s);
+    let s = sim_open(&image, small()).unwrap();
+    let info = s.recovery_info().clone();
+    assert_eq!(info.ops_applied, 100, "{info:?}");
+    assert!(info.images_restored > 0);
+    for i in 0..400u32 {
+        let want: &[u8] = if i < 300 { b"v" } else { b"w" };
+        assert_eq!(
+            s.get(format!("k{i}").as_bytes()).unwrap().as_deref(),
+            Some(want)
+        );
+    }
+    assert!(s.check().unwrap().is_empty());
+}
+
+#[test]
+fn large_values_span_pages_and_oversized_input_writes_nothing() {
+    let vfs = SimVfs::new();
+    let s = sim_open(&vfs, small()).unwrap();
+    let big = vec![7u8; MAX_VALUE];
+    s.put(b"big", &big).unwrap();
+    s.put(&vec![b'k'; MAX_KEY], b"longest key").unwrap();
+    let before = s.journal().appended_lsn();
+    assert!(matches!(
+        s.put(&vec![0; MAX_KEY + 1], b"x"),
+        Err(Error::KeyTooLarge { len, max }) if len == MAX_KEY + 1 && max == MAX_KEY
+    ));
+    assert!(matches!(
+        s.put(b"x", &vec![0; MAX_VALUE + 1]),
+        Err(Error::ValueTooLarge { .. })
+    ));
+    let mut t = s.transaction();
+    t.put(b"fine", b"1").put(b"y", &vec![0; MAX_VALUE + 1]);
+    assert!(matches!(t.commit(), Err(Error::ValueTooLarge { .. })));
+    assert_eq!(s.journal().appended_lsn(), before, "nothing written");
+    assert_eq!(s.get(b"fine").unwrap(), None);
+    s.checkpoint().unwrap();
+    drop(s);
+    let s = sim_open(&vfs.crash(journal_core::CrashPolicy::DropUnsynced), small()).unwrap();
+    assert_eq!(s.get(b"big").unwrap().unwrap(), big);
+    assert!(s.check().unwrap().is_empty());
+}
+
+#[test]
+fn bad_stores_are_typed_errors_that_change_nothing() {
+    let vfs = SimVfs::new();
+    // A directory that is not a store.
+    vfs.create_dir_all(Path::new("/notes")).unwrap();
+    let f = vfs
+        .open(Path::new("/notes/todo.txt"), OpenOptions::create())
+        .unwrap();
+    f.write_at(b"milk", 0).unwrap();
+    let v: Arc<dyn Vfs> = Arc::new(vfs.clone());
+    assert!(matches!(
+        Store::open_with(v.clone(), "/notes", small()),
+        Err(Error::NotAStore { .. })
+    ));
+    assert_eq!(vfs.read_dir(Path::new("/notes")).unwrap(), ["todo.txt"]);
+    // A store that does not exist, without creation.
+    let no_create = Options {
+        create_if_missing: false,
+        ..small()
+    };
+    assert!(matches!(
+        Store::open_with(v.clone(), "/nothing", no_create),
+        Err(Error::NotAStore { .. })
+    ));
+    // Opened twice.
+    let s = sim_open(&vfs, small()).unwrap();
+    s.put(b"k", b"v").unwrap();
+    assert!(matches!(sim_open(&vfs, small()), Err(Error::Locked { .. })));
+    s.close().unwrap();
+    drop(s);
+    // A data file from another store.
+    let other = sim_open(&vfs, small()).unwrap();
+    drop(other);
+    let t = Store::open_with(v.clone(), "/other", small()).unwrap();
+    t.close().unwrap();
+    drop(t);
+    let theirs = vfs.live_contents(Path::new("/other/data.kv")).unwrap();
+    let ours = vfs.live_contents(Path::new("/db/data.kv")).unwrap();
+    let f = vfs
+        .open(Path::new("/db/data.kv"), OpenOptions::write())
+        .unwrap();
+    f.write_at(&theirs, 0).unwrap();
+    assert!(matches!(
+        sim_open(&vfs, small()),
+        Err(Error::ForeignDataFile { .. })
+    ));
+    f.write_at(&ours, 0).unwrap();
+    let s = sim_open(&vfs, small()).unwrap();
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+}
