@@ -241,21 +241,24 @@ impl Store {
             }
             create_data_file(&*vfs, &dir, &data_path, options.buckets, journal.id())?;
         }
-        let data = vfs.open(&data_path, OpenOptions::write())?;
-        let len = data.len()?;
-        let meta = match read_page(&*data, 0, len)?.map(|p| page::decode_meta(&p)) {
-            Some(MetaCheck::Valid(m)) => m,
-            Some(MetaCheck::Newer(v)) => return Err(Error::UnsupportedVersion { found: v }),
-            Some(MetaCheck::Zeroes) | None if fresh => {
-                drop(data);
-                create_data_file(&*vfs, &dir, &data_path, options.buckets, journal.id())?;
-                return Self::open_with(vfs, dir, options);
-            }
-            _ => {
-                return Err(Error::NotAStore {
-                    path: data_path,
-                    reason: "no valid meta page",
-                })
+        let mut data = vfs.open(&data_path, OpenOptions::write())?;
+        let meta = loop {
+            let len = data.len()?;
+            match read_page(&*data, 0, len)?.map(|p| page::decode_meta(&p)) {
+                Some(MetaCheck::Valid(m)) => break m,
+                Some(MetaCheck::Newer(v)) => return Err(Error::UnsupportedVersion { found: v }),
+                // A creation cut short by a crash: nothing was logged yet.
+                Some(MetaCheck::Zeroes) | None if fresh => {
+                    drop(data);
+                    create_data_file(&*vfs, &dir, &data_path, options.buckets, journal.id())?;
+                    data = vfs.open(&data_path, OpenOptions::write())?;
+                }
+                _ => {
+                    return Err(Error::NotAStore {
+                        path: data_path,
+                        reason: "no valid meta page",
+                    })
+                }
             }
         };
         if meta.journal_id != journal.id() {

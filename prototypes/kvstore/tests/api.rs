@@ -9,6 +9,11 @@ use std::sync::Arc;
 fn small() -> Options {
     Options {
         buckets: 32,
+        journal: journal_core::Options {
+            segment_size: 1 << 20,
+            logbsize: 256 << 10,
+            ..journal_core::Options::default()
+        },
         checkpoint_interval: None,
         ..Options::default()
     }
@@ -173,4 +178,22 @@ fn bad_stores_are_typed_errors_that_change_nothing() {
     f.write_at(&ours, 0).unwrap();
     let s = sim_open(&vfs, small()).unwrap();
     assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+}
+
+#[test]
+fn a_creation_cut_short_by_a_crash_is_created_again() {
+    // Crash at every mutating call of the creation in turn.
+    let mut k = 1;
+    loop {
+        let vfs = SimVfs::new();
+        vfs.arm_crash(k, journal_core::CrashPolicy::DropUnsynced);
+        let s = sim_open(&vfs, small()).unwrap();
+        drop(s);
+        let Some(image) = vfs.take_crash() else { break };
+        let s = sim_open(&image, small()).unwrap_or_else(|e| panic!("crash at call {k}: {e}"));
+        s.put(b"k", b"v").unwrap();
+        assert!(s.check().unwrap().is_empty(), "crash at call {k}");
+        k += 1;
+    }
+    assert!(k > 5, "the creation makes several calls");
 }
