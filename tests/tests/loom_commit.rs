@@ -51,3 +51,45 @@ fn a_commit_returns_only_once_its_record_is_durable() {
         t.join().unwrap();
     });
 }
+
+/// A task awaiting `commit_async` while a committer thread commits: the
+/// task's waker is registered against the completion path and the forcer,
+/// and whatever the interleaving it is woken, once its record is durable.
+#[test]
+fn an_async_commit_is_woken_once_its_record_is_durable() {
+    model(|| {
+        let vfs = SimVfs::new();
+        let j = Arc::new(open_sim(&vfs, options()).unwrap());
+        let (j2, v2) = (j.clone(), vfs.clone());
+        let t = thread::spawn(move || {
+            let l = j2.append_durable(b"from-thread").unwrap();
+            assert!(durable_entry(&v2, l, 11).is_some());
+        });
+        let l = j.append(b"from-task").unwrap();
+        journal_sync::future::block_on(j.commit_async(l)).unwrap();
+        assert_eq!(
+            durable_entry(&vfs, l, 9).as_deref(),
+            Some(&b"from-task"[..])
+        );
+        t.join().unwrap();
+        drop(j);
+    });
+}
+
+/// A task waiting on the durable-LSN watch (which forces nothing) while a
+/// committer thread makes its record durable: the registration of its
+/// waker races the completion path's wakeup, and no interleaving loses it.
+#[test]
+fn a_durable_lsn_watcher_is_never_left_asleep() {
+    model(|| {
+        let vfs = SimVfs::new();
+        let j = Arc::new(open_sim(&vfs, options()).unwrap());
+        let l = j.append(b"watched").unwrap();
+        let j2 = j.clone();
+        let t = thread::spawn(move || j2.commit(l).unwrap());
+        journal_sync::future::block_on(j.durable_lsn_watch().wait_for(l)).unwrap();
+        assert_eq!(durable_entry(&vfs, l, 7).as_deref(), Some(&b"watched"[..]));
+        t.join().unwrap();
+        drop(j);
+    });
+}

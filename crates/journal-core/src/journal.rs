@@ -1,7 +1,9 @@
 //! The Journal facade.
 
+use crate::async_commit::{AsyncCommits, CommitFuture, DurableWatch, Forcer};
 use crate::control::{read_control, Control, ControlFile};
 use crate::device::Device;
+use crate::poison::Poison;
 use crate::reader::LogReader;
 use crate::recovery::{self, RecoveryReport, SkippedRange};
 use crate::{Error, Geometry, Metrics, Options, Result};
@@ -46,10 +48,8 @@ struct Inner {
     batcher: Batcher<Lsn, SharedError>,
     store: SegmentStore,
     control: Mutex<ControlFile>,
-    /// Set once, with `poison` filled, by the first failure: every call
-    /// checks this flag (one load) and only then takes the lock.
-    poisoned: AtomicBool,
-    poison: Mutex<Option<Arc<Error>>>,
+    poison: Arc<Poison>,
+    asyncs: Arc<AsyncCommits>,
     closed: AtomicBool,
     recovery: RecoveryReport,
     startup: StartupReport,
@@ -138,8 +138,8 @@ impl Journal {
                 batcher,
                 store,
                 control: Mutex::new(control),
-                poisoned: AtomicBool::new(false),
-                poison: Mutex::new(None),
+                poison: Arc::new(Poison::default()),
+                asyncs: Arc::new(AsyncCommits::default()),
                 closed: AtomicBool::new(false),
                 recovery,
                 startup,
@@ -194,12 +194,8 @@ impl Journal {
 
     /// Refuses every call once the journal is poisoned or closed: two
     /// atomic loads in the common case.
-    fn check(&self) -> Result<()> {
-        if self.inner.poisoned.load(Ordering::Acquire) {
-            if let Some(e) = &*self.inner.poison.lock() {
-                return Err(Error::Poisoned(e.clone()));
-            }
-        }
+    pub(crate) fn check(&self) -> Result<()> {
+        self.inner.poison.check()?;
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
@@ -209,13 +205,10 @@ impl Journal {
     /// Records `e` as the journal's first failure (if it is the first) and
     /// returns the error every caller sees from now on.
     fn poison(&self, e: Error) -> Error {
-        if let Error::Poisoned(_) = e {
-            return e;
-        }
-        let mut p = self.inner.poison.lock();
-        let first = p.get_or_insert_with(|| Arc::new(e)).clone();
-        self.inner.poisoned.store(true, Ordering::Release);
-        Error::Poisoned(first)
+        let e = self.inner.poison.set(e);
+        // Every waiting task learns it at once.
+        self.inner.asyncs.wake_all();
+        e
     }
 
     /// Appends a record and returns its LSN. In memory only until
@@ -229,10 +222,14 @@ impl Journal {
                 max,
             });
         }
-        self.inner
+        let lsn = self
+            .inner
             .ring
             .append(record)
-            .map_err(|e| self.poison(ring_error(e)))
+            .map_err(|e| self.poison(ring_error(e)))?;
+        // A buffer switch may have written with FUA (EveryWrite).
+        self.wake_durable();
+        Ok(lsn)
     }
 
     /// Returns once the record at `lsn` is durable, group-committed with
@@ -259,6 +256,7 @@ impl Journal {
                     self.inner.already_durable.incr();
                 }
                 self.inner.commits.incr();
+                self.wake_durable();
                 Ok(())
             }
             Err(e) => Err(self.poison((*e).clone())),
@@ -287,16 +285,64 @@ impl Journal {
         r.map_err(|e| match ring_error(e) {
             e @ Error::LsnNotAppended { .. } => e,
             e => self.poison(e),
-        })
+        })?;
+        self.wake_durable();
+        Ok(())
     }
 
     /// Forces everything appended so far; returns the durable LSN.
     pub fn force_all(&self) -> Result<Lsn> {
         self.check()?;
-        self.inner
+        let end = self
+            .inner
             .ring
             .force_all()
-            .map_err(|e| self.poison(ring_error(e)))
+            .map_err(|e| self.poison(ring_error(e)))?;
+        self.wake_durable();
+        Ok(end)
+    }
+
+    /// A future that resolves once the record at `lsn` is durable (or with
+    /// the error that poisoned or closed the journal). It does not block a
+    /// thread: the task's waker is registered with the journal, and the
+    /// journal's forcer commits on behalf of every waiting task through
+    /// the batcher, so tasks share groups with each other and with
+    /// committer threads. Dropping it is safe and loses nothing.
+    pub fn commit_async(&self, lsn: Lsn) -> CommitFuture<'_> {
+        CommitFuture::new(self, lsn, true)
+    }
+
+    /// Appends a record and resolves once it is durable: the async
+    /// [`Journal::append_durable`].
+    pub async fn append_durable_async(&self, record: &[u8]) -> Result<Lsn> {
+        let lsn = self.append(record)?;
+        self.commit_async(lsn).await?;
+        self.inner.commits.incr();
+        Ok(lsn)
+    }
+
+    /// Lets tasks wait for the durable LSN to pass a position, without
+    /// forcing anything.
+    pub fn durable_lsn_watch(&self) -> DurableWatch<'_> {
+        DurableWatch { journal: self }
+    }
+
+    pub(crate) fn asyncs(&self) -> &Arc<AsyncCommits> {
+        &self.inner.asyncs
+    }
+
+    pub(crate) fn forcer(&self) -> Forcer {
+        Forcer {
+            ring: self.inner.ring.clone(),
+            batcher: self.inner.batcher.clone(),
+            poison: self.inner.poison.clone(),
+        }
+    }
+
+    /// Wakes the async waiters the durable LSN now covers (one atomic load
+    /// when none waits). Called after every path that can advance it.
+    fn wake_durable(&self) {
+        self.inner.asyncs.wake_durable(self.durable_lsn());
     }
 
     /// Every record below this LSN is durable.
@@ -493,8 +539,16 @@ impl Journal {
         }
         drop(control);
         self.inner.closed.store(true, Ordering::Release);
+        self.inner.asyncs.shut_down();
         self.inner.worker.lock().take();
         Ok(end)
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        // Stop the forcer (it holds the ring) and wake every waiter.
+        self.inner.asyncs.shut_down();
     }
 }
 

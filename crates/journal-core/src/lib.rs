@@ -77,6 +77,7 @@
 //! past the end are cleared so appends never chain into them.
 #![forbid(unsafe_code)]
 
+mod async_commit;
 mod control;
 mod damage;
 mod device;
@@ -85,9 +86,11 @@ mod geometry;
 mod journal;
 mod metrics;
 mod options;
+mod poison;
 pub mod reader;
 pub mod recovery;
 
+pub use async_commit::{CommitFuture, DurableWatch};
 pub use control::{read_control, Control, CONTROL_FILE, CONTROL_MAGIC, CONTROL_VERSION, SLOT_SIZE};
 pub use damage::Damage;
 pub use error::{Error, Result};

@@ -89,6 +89,40 @@ pub mod thread {
     pub use std::thread::{current, spawn, yield_now, JoinHandle, ThreadId};
 }
 
+/// Running a future to completion on this thread: loom's or shuttle's
+/// `block_on` in a model (so a model can await the journal's futures), a
+/// small park/unpark executor otherwise.
+pub mod future {
+    #[cfg(loom)]
+    pub use loom::future::block_on;
+    #[cfg(shuttle)]
+    pub use shuttle::future::block_on;
+
+    /// Polls `f` on this thread until it is ready, parking between polls
+    /// (the waker unparks the thread).
+    #[cfg(not(any(loom, shuttle)))]
+    pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        use std::sync::Arc;
+        use std::task::{Context, Poll, Wake, Waker};
+        struct Unpark(std::thread::Thread);
+        impl Wake for Unpark {
+            fn wake(self: Arc<Self>) {
+                self.0.unpark();
+            }
+        }
+        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        let mut f = std::pin::pin!(f);
+        loop {
+            match f.as_mut().poll(&mut cx) {
+                Poll::Ready(v) => return v,
+                // A spurious unpark only costs another poll.
+                Poll::Pending => std::thread::park(),
+            }
+        }
+    }
+}
+
 /// The shuttle runtime, in a `--cfg shuttle` build: tests drive the whole
 /// stack under its random and PCT schedulers, and replay a failing
 /// schedule from its seed.
