@@ -39,19 +39,23 @@ pub enum Scenario {
     XfsFlushFlags,
     /// Seed 001: record alignment 1, 512, 4096 with RWF_DSYNC writes.
     Alignment,
+    /// Async committers: 1, 64 and 1,024 tasks on a 2-worker tokio runtime
+    /// beside as many committer threads.
+    Async,
     /// Every scenario above, in order.
     All,
 }
 
 impl Scenario {
     /// Every scenario, in the order `all` runs them.
-    const EACH: [Scenario; 6] = [
+    const EACH: [Scenario; 7] = [
         Scenario::GroupCommit,
         Scenario::WtFlushWait,
         Scenario::JbdLoneWriter,
         Scenario::PgRecycle,
         Scenario::XfsFlushFlags,
         Scenario::Alignment,
+        Scenario::Async,
     ];
 
     fn name(self) -> &'static str {
@@ -62,6 +66,7 @@ impl Scenario {
             Scenario::PgRecycle => "pg-recycle",
             Scenario::XfsFlushFlags => "xfs-flush-flags",
             Scenario::Alignment => "alignment",
+            Scenario::Async => "async",
             Scenario::All => "all",
         }
     }
@@ -429,6 +434,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Scenario::PgRecycle => scenarios::pg_recycle(&env),
             Scenario::XfsFlushFlags => scenarios::xfs_flush_flags(&env),
             Scenario::Alignment => scenarios::alignment(&env),
+            Scenario::Async => scenarios::async_tasks(&env),
             Scenario::All => unreachable!("expanded above"),
         };
         env.progress.set_message("");

@@ -411,3 +411,101 @@ pub fn alignment(env: &Env) -> Result<Json, String> {
         json!({"scenario": "alignment", "results": results, "ratios": json!({"align_512_over_1": r512, "align_4096_over_1": r4096})}),
     )
 }
+
+/// Async committers (issue: the journal inside async services): N tasks on
+/// a 2-worker tokio runtime, each awaiting `append_durable_async` in a
+/// loop, beside N committer threads calling `append_durable`, same record.
+pub fn async_tasks(env: &Env) -> Result<Json, String> {
+    let levels: &[usize] = if env.smoke { &[1, 8] } else { &[1, 64, 1024] };
+    let record = Arc::new(vec![0x5Du8; 256]);
+    let mut rows = Vec::new();
+    let mut points = Vec::new();
+    for (i, &n) in levels.iter().enumerate() {
+        env.progress_bar(2 * i, 2 * levels.len(), &format!("async: {n} threads"));
+        let (j, dir) = fresh_journal(env, "threads", bench_options(env)).map_err(err)?;
+        let r = record.clone();
+        let threads = commit_load(&j, n, env.seconds, move |j, _, _| {
+            j.append_durable(&r).map(|_| ())
+        })
+        .map_err(err)?;
+        j.close().map_err(err)?;
+        drop(j);
+        env.discard(&dir);
+        env.progress_bar(2 * i + 1, 2 * levels.len(), &format!("async: {n} tasks"));
+        let (j, dir) = fresh_journal(env, "tasks", bench_options(env)).map_err(err)?;
+        let tasks = task_load(&j, n, env.seconds, record.clone())?;
+        j.close().map_err(err)?;
+        drop(j);
+        env.discard(&dir);
+        let (tr, ta) = (threads.rate(), tasks.0 as f64 / tasks.1.as_secs_f64());
+        let (t99, a99) = (threads.q(0.99), tasks.2.value_at_quantile(0.99));
+        rows.push(vec![
+            n.to_string(),
+            format!("{tr:.0}"),
+            t99.to_string(),
+            format!("{ta:.0}"),
+            a99.to_string(),
+            format!("{:.2}", ratio(ta, tr)),
+        ]);
+        points.push(json!({"concurrency": n, "threads_commits_per_s": tr, "threads_p99_us": t99,
+                           "tasks_commits_per_s": ta, "tasks_p99_us": a99, "tasks_over_threads": ratio(ta, tr)}));
+    }
+    println!("async: 256-byte records, tasks on a 2-worker tokio runtime vs committer threads");
+    table(
+        &[
+            "concurrency",
+            "threads c/s",
+            "p99 µs",
+            "tasks c/s",
+            "p99 µs",
+            "tasks/threads",
+        ],
+        &rows,
+    );
+    Ok(json!({"scenario": "async", "points": points}))
+}
+
+/// `n` tasks committing in a loop for `seconds` (after a short warm-up):
+/// commits, elapsed, latency.
+fn task_load(
+    j: &Arc<Journal>,
+    n: usize,
+    seconds: f64,
+    record: Arc<Vec<u8>>,
+) -> Result<(u64, Duration, hdrhistogram::Histogram<u64>), String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(err)?;
+    let run = |secs: f64| -> Result<(u64, Duration, hdrhistogram::Histogram<u64>), String> {
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs_f64(secs);
+        let tasks: Vec<_> = (0..n)
+            .map(|_| {
+                let (j, r) = (j.clone(), record.clone());
+                rt.spawn(async move {
+                    let mut h = histogram();
+                    let mut c = 0u64;
+                    while Instant::now() < deadline {
+                        let t = Instant::now();
+                        j.append_durable_async(&r).await?;
+                        h.record(micros(t.elapsed())).ok();
+                        c += 1;
+                    }
+                    Ok::<_, journal_core::Error>((c, h))
+                })
+            })
+            .collect();
+        let mut total = histogram();
+        let mut commits = 0;
+        for t in tasks {
+            let (c, h) = rt.block_on(t).map_err(err)?.map_err(err)?;
+            commits += c;
+            total.add(&h).ok();
+        }
+        Ok((commits, start.elapsed(), total))
+    };
+    run((seconds / 5.0).min(1.0))?;
+    run(seconds)
+}
