@@ -2,6 +2,7 @@
 
 use crate::format::{self, ENTRY_HEADER_SIZE, HEADER_SIZE};
 use crate::{Config, Error, FlushPolicy, IoFlags, LogDevice, Lsn};
+use journal_sync::atomic::{AtomicU64, Ordering};
 use journal_sync::{Arc, Condvar, Mutex, MutexGuard, StatCounter};
 
 /// The state of one buffer (XFS `ic_state`).
@@ -190,6 +191,12 @@ struct Inner<D: LogDevice> {
     /// Signalled on every completion, flush, flag change or poisoning.
     progress: Condvar,
     stats: Stats,
+    /// `stable_lsn`, published for readers that take no lock (set under
+    /// the state lock whenever it moves).
+    durable: AtomicU64,
+    /// The highest end of an entry reserved so far (a lower bound of what
+    /// is appended once `append` returned), for lock-free checks.
+    reserved_end: AtomicU64,
 }
 
 /// An XFS-style ring of in-core log buffers. Shared between threads by
@@ -244,6 +251,8 @@ impl<D: LogDevice> Ring<D> {
                 space: Condvar::new(),
                 progress: Condvar::new(),
                 stats: Stats::default(),
+                durable: AtomicU64::new(start.0),
+                reserved_end: AtomicU64::new(start.0),
             }),
         })
     }
@@ -320,7 +329,13 @@ impl<D: LogDevice> Ring<D> {
 
     /// Every record below this LSN is durable.
     pub fn durable_lsn(&self) -> Lsn {
-        self.inner.state.lock().stable_lsn
+        Lsn(self.inner.durable.load(Ordering::Acquire))
+    }
+
+    /// A lower bound of [`Ring::appended_lsn`] that takes no lock: every
+    /// entry whose `append` returned ends at or below it.
+    pub fn appended_lower_bound(&self) -> Lsn {
+        Lsn(self.inner.reserved_end.load(Ordering::Acquire))
     }
 
     /// The end of everything appended so far.
@@ -453,6 +468,9 @@ impl<D: LogDevice> Ring<D> {
                 slot.entries += 1;
                 slot.refs += 1;
                 let lsn = slot.lsn.plus((HEADER_SIZE + offset) as u64);
+                self.inner
+                    .reserved_end
+                    .fetch_max(lsn.0 + total as u64, Ordering::AcqRel);
                 return Ok((h, offset, lsn));
             }
             // Does not fit (and the buffer is not empty: `total <= cap`).
@@ -603,10 +621,12 @@ impl<D: LogDevice> Ring<D> {
             if issued.contains(IoFlags::PREFLUSH) {
                 // Every earlier write had completed before the flush.
                 st.stable_lsn = st.stable_lsn.max(lsn);
+                self.inner.durable.store(st.stable_lsn.0, Ordering::Release);
             }
             st.written_lsn = end;
             if issued.contains(IoFlags::FUA) && st.stable_lsn == lsn {
                 st.stable_lsn = end;
+                self.inner.durable.store(end.0, Ordering::Release);
             }
             st.slots[i].reset();
             st.oldest = (i + 1) % n;
@@ -644,7 +664,10 @@ impl<D: LogDevice> Ring<D> {
                 st = self.inner.state.lock();
                 st.flushing = false;
                 match result {
-                    Ok(()) => st.stable_lsn = st.stable_lsn.max(covered),
+                    Ok(()) => {
+                        st.stable_lsn = st.stable_lsn.max(covered);
+                        self.inner.durable.store(st.stable_lsn.0, Ordering::Release);
+                    }
                     Err(e) => {
                         if st.poisoned.is_none() {
                             st.poisoned = Some(e);

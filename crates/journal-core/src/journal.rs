@@ -39,6 +39,28 @@ pub struct CheckpointReport {
 /// The error type the batcher hands to every waiter of a failed group.
 type SharedError = Arc<Error>;
 
+/// A commit on its way ([`Journal::begin_commit`]). Dropping it without
+/// committing is safe: the batcher stops counting it.
+pub struct CommitHandle<'j> {
+    journal: &'j Journal,
+    handle: jbd_batch::Handle<Lsn, SharedError>,
+}
+
+impl std::fmt::Debug for CommitHandle<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommitHandle").finish_non_exhaustive()
+    }
+}
+
+impl CommitHandle<'_> {
+    /// Returns once the record at `lsn` (appended while this was open) is
+    /// durable, as [`Journal::commit`] does.
+    pub fn commit(self, lsn: Lsn) -> Result<()> {
+        self.journal.check()?;
+        self.journal.commit_with(self.handle, lsn)
+    }
+}
+
 struct Inner {
     vfs: Arc<dyn Vfs>,
     dir: PathBuf,
@@ -233,19 +255,40 @@ impl Journal {
     }
 
     /// Returns once the record at `lsn` is durable, group-committed with
-    /// concurrent committers through jbd-batch.
+    /// concurrent committers through jbd-batch. A committer that builds
+    /// its record while others commit should open [`Journal::begin_commit`]
+    /// first: then they see it coming and may take it into their group.
     pub fn commit(&self, lsn: Lsn) -> Result<()> {
         self.check()?;
-        let head = self.appended_lsn();
-        if lsn >= head {
-            return Err(Error::LsnNotAppended { lsn, head });
-        }
+        let handle = self.inner.batcher.start();
+        self.commit_with(handle, lsn)
+    }
+
+    /// Opens a commit before its record is built and appended: until it is
+    /// committed (or dropped), concurrent committers know another one is on
+    /// its way and the batcher may let it join their group (jbd's
+    /// `t_updates`); a lone committer still never waits.
+    pub fn begin_commit(&self) -> Result<CommitHandle<'_>> {
+        self.check()?;
+        Ok(CommitHandle {
+            journal: self,
+            handle: self.inner.batcher.start(),
+        })
+    }
+
+    fn commit_with(&self, handle: jbd_batch::Handle<Lsn, SharedError>, lsn: Lsn) -> Result<()> {
+        // Lock-free checks first: the ring publishes both values.
         if lsn < self.durable_lsn() {
             self.inner.already_durable.incr();
             self.inner.commits.incr();
             return Ok(());
         }
-        let handle = self.inner.batcher.start();
+        if lsn >= self.inner.ring.appended_lower_bound() {
+            let head = self.appended_lsn();
+            if lsn >= head {
+                return Err(Error::LsnNotAppended { lsn, head });
+            }
+        }
         self.stop(handle, lsn)
     }
 

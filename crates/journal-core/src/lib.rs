@@ -95,7 +95,7 @@ pub use control::{read_control, Control, CONTROL_FILE, CONTROL_MAGIC, CONTROL_VE
 pub use damage::Damage;
 pub use error::{Error, Result};
 pub use geometry::Geometry;
-pub use journal::{CheckpointReport, ForceMode, Journal, ReadIter};
+pub use journal::{CheckpointReport, CommitHandle, ForceMode, Journal, ReadIter};
 pub use metrics::Metrics;
 pub use options::{Options, RecoveryMode, SyncMethod};
 pub use recovery::{LogEnd, RecoveryReport, SkippedRange};

@@ -294,17 +294,24 @@ fn bench(args: &BenchArgs) -> Result<(), String> {
         let jdir = root.path().join(format!("journal-{i}"));
         let journal =
             Arc::new(Journal::open(&jdir, Options::default().journal).map_err(|e| e.to_string())?);
-        let record = vec![0x5Au8; 8 + 10 + 7 + key(0, 0).len() + size];
+        // The same client work as the store's (the key, its value, one
+        // record of the store's size for the put), then one durable append.
         let j = journal.clone();
         let jp = closed_loop(
             clients,
             seconds,
-            Arc::new(move |_, _| {
+            Arc::new(move |c, n| {
+                let k = key(c, n);
+                let mut record = Vec::with_capacity(25 + k.len() + size);
+                record.extend_from_slice(&[0x5A; 25]);
+                record.extend_from_slice(&k);
+                record.extend_from_slice(&bench_value(&k, size));
                 j.append_durable(&record)
                     .map(|_| ())
                     .map_err(|e| e.to_string())
             }),
         )?;
+        let jm = journal.metrics();
         journal.close().map_err(|e| e.to_string())?;
         drop(journal);
         bar.inc(1);
@@ -321,6 +328,7 @@ fn bench(args: &BenchArgs) -> Result<(), String> {
             }),
         )?;
         bar.inc(1);
+        let sm = store.journal().metrics();
         let overhead = 1.0 - sp.rate() / jp.rate();
         rows.push(format!(
             "{clients:>7} {:>10.0} {:>8} {:>8} {:>12.0} {:>9.1}%",
@@ -339,6 +347,9 @@ fn bench(args: &BenchArgs) -> Result<(), String> {
             "journal_commits_per_s": jp.rate(),
             "journal_p50_us": jp.latency.value_at_quantile(0.5),
             "overhead": overhead,
+            "avg_group_size": sm.avg_group_size,
+            "journal_avg_group_size": jm.avg_group_size,
+            "checkpoints": sm.checkpoints,
         }));
         if let Some((old, _)) = last_store.replace((store, sp.per_client)) {
             old.close().map_err(err)?;

@@ -111,11 +111,13 @@ struct Inner {
     /// Bumped by every checkpoint as it picks its redo position; the first
     /// change of a bucket in a newer epoch logs the bucket's full image.
     epoch: AtomicU64,
-    /// Held across the choice "image or not" and the append, and by a
-    /// checkpoint while it bumps the epoch and reads the log's end: every
-    /// record below a checkpoint's redo position was decided in an older
-    /// epoch, every record above it in the new one.
-    gate: Mutex<()>,
+    /// Held shared across the choice "image or not" and the append, and
+    /// exclusively by a checkpoint while it bumps the epoch and reads the
+    /// log's end: every record below a checkpoint's redo position was
+    /// decided in an older epoch, every record above it in the new one.
+    /// (A std `RwLock`: journal-sync has none, and this prototype is not
+    /// model-checked.)
+    gate: std::sync::RwLock<()>,
     pages: Mutex<Allocator>,
     /// One checkpoint at a time.
     checkpointing: Mutex<()>,
@@ -275,7 +277,7 @@ impl Store {
             data,
             buckets: buckets.into_iter().map(Mutex::new).collect(),
             epoch: AtomicU64::new(1),
-            gate: Mutex::new(()),
+            gate: std::sync::RwLock::new(()),
             pages: Mutex::new(alloc),
             checkpointing: Mutex::new(()),
             last_redo: AtomicU64::new(redo.0),
@@ -687,49 +689,72 @@ impl Inner {
         if ops.is_empty() {
             return Ok(self.journal.appended_lsn());
         }
+        // Open the commit before building the record: concurrent
+        // committers see it coming and may take it into their group.
+        let ticket = if wait {
+            Some(self.journal.begin_commit()?)
+        } else {
+            None
+        };
         let n = self.buckets.len() as u32;
-        let mut by_bucket: BTreeMap<u32, Vec<Op>> = BTreeMap::new();
-        for op in ops {
+        // One section per bucket, in ascending bucket order (a single-op
+        // transaction, the common case, allocates nothing more here).
+        let mut sections: Vec<Section> = if ops.len() == 1 {
+            let bucket = bucket_of(ops[0].key(), n);
+            vec![Section {
+                bucket,
+                image: Vec::new(),
+                ops,
+            }]
+        } else {
+            let mut by_bucket: BTreeMap<u32, Vec<Op>> = BTreeMap::new();
+            for op in ops {
+                by_bucket
+                    .entry(bucket_of(op.key(), n))
+                    .or_default()
+                    .push(op);
+            }
             by_bucket
-                .entry(bucket_of(op.key(), n))
-                .or_default()
-                .push(op);
-        }
+                .into_iter()
+                .map(|(bucket, ops)| Section {
+                    bucket,
+                    image: Vec::new(),
+                    ops,
+                })
+                .collect()
+        };
         // Buckets are locked in ascending order: no deadlock.
-        let mut guards: Vec<(u32, MutexGuard<'_, Bucket>)> = by_bucket
-            .keys()
-            .map(|&b| (b, self.buckets[b as usize].lock()))
+        let mut guards: Vec<MutexGuard<'_, Bucket>> = sections
+            .iter()
+            .map(|s| self.buckets[s.bucket as usize].lock())
             .collect();
         let max = self.journal.options().max_record();
-        let (lsn, epoch, sections) = loop {
+        let (lsn, epoch) = loop {
             let epoch = self.epoch.load(Ordering::Acquire);
-            let sections: Vec<Section> = guards
-                .iter()
-                .map(|(b, g)| Section {
-                    bucket: *b,
-                    image: if g.image_epoch < epoch {
-                        Self::image(*b, g)
-                    } else {
-                        Vec::new()
-                    },
-                    ops: by_bucket[b].clone(),
-                })
-                .collect();
+            for (s, g) in sections.iter_mut().zip(&guards) {
+                s.image = if g.image_epoch < epoch {
+                    Self::image(s.bucket, g)
+                } else {
+                    Vec::new()
+                };
+            }
             let bytes = record::encoded_len(&sections);
             if bytes > max {
                 return Err(Error::TransactionTooLarge { bytes, max });
             }
             let record = record::encode(&sections);
-            let gate = self.gate.lock();
+            // Shared: transactions append side by side; a checkpoint takes
+            // it exclusively for the instant it bumps the epoch.
+            let gate = self.gate.read().unwrap_or_else(|e| e.into_inner());
             if self.epoch.load(Ordering::Acquire) != epoch {
                 // A checkpoint began meanwhile: decide the images again.
                 continue;
             }
             let lsn = self.journal.append(&record)?;
             drop(gate);
-            break (lsn, epoch, sections);
+            break (lsn, epoch);
         };
-        for ((_, g), s) in guards.iter_mut().zip(sections) {
+        for (g, s) in guards.iter_mut().zip(sections) {
             for op in s.ops {
                 apply_op(&mut g.entries, op);
             }
@@ -738,10 +763,11 @@ impl Inner {
             g.image_epoch = epoch;
         }
         drop(guards);
-        if wait {
-            self.journal.commit(lsn)?;
+        if let Some(t) = ticket {
+            t.commit(lsn)?;
         }
-        let since = self.journal.appended_lsn().0 - self.last_redo.load(Ordering::Relaxed);
+        // (From our own LSN: the log's end would cost the ring's lock.)
+        let since = lsn.0.saturating_sub(self.last_redo.load(Ordering::Relaxed));
         if since > self.options.checkpoint_log_bytes {
             self.worker.lock().nudged = true;
             self.wake.notify_all();
@@ -753,7 +779,7 @@ impl Inner {
     fn checkpoint(&self) -> Result<CheckpointInfo> {
         let _one = self.checkpointing.lock();
         let redo = {
-            let _gate = self.gate.lock();
+            let _gate = self.gate.write().unwrap_or_else(|e| e.into_inner());
             self.epoch.fetch_add(1, Ordering::AcqRel);
             self.journal.appended_lsn()
         };
