@@ -332,6 +332,13 @@ impl<D: LogDevice> Ring<D> {
         Lsn(self.inner.durable.load(Ordering::Acquire))
     }
 
+    /// [`Ring::durable_lsn`], read under the ring's lock: ordered with
+    /// every completion, for a waiter that registered itself and must not
+    /// miss the wakeup of a completion racing its registration.
+    pub fn durable_lsn_locked(&self) -> Lsn {
+        self.inner.state.lock().stable_lsn
+    }
+
     /// A lower bound of [`Ring::appended_lsn`] that takes no lock: every
     /// entry whose `append` returned ends at or below it.
     pub fn appended_lower_bound(&self) -> Lsn {

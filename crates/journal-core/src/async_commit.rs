@@ -208,11 +208,20 @@ impl<'j> CommitFuture<'j> {
         }
     }
 
-    fn done(&mut self) -> Option<Result<()>> {
+    /// Ready? `registered`: this task's waker is registered, so the durable
+    /// LSN is read under the ring's lock — ordered with the completion that
+    /// advances it, whose wakeup then sees the registration (a lock-free
+    /// read here could miss both: the store-buffer race).
+    fn done(&mut self, registered: bool) -> Option<Result<()>> {
         if let Err(e) = self.journal.check() {
             return Some(Err(e));
         }
-        (self.lsn < self.journal.durable_lsn()).then_some(Ok(()))
+        let durable = if registered {
+            self.journal.durable_lsn_locked()
+        } else {
+            self.journal.durable_lsn()
+        };
+        (self.lsn < durable).then_some(Ok(()))
     }
 }
 
@@ -230,7 +239,7 @@ impl Future for CommitFuture<'_> {
                 }));
             }
         }
-        if let Some(r) = this.done() {
+        if let Some(r) = this.done(false) {
             if let Some(id) = this.registered.take() {
                 this.journal.asyncs().deregister(this.lsn, id);
             }
@@ -244,7 +253,7 @@ impl Future for CommitFuture<'_> {
             asyncs.request(this.lsn, || this.journal.forcer());
         }
         // Registered, then looked again: a wakeup in between is not lost.
-        match this.done() {
+        match this.done(true) {
             Some(r) => {
                 this.registered = None;
                 asyncs.deregister(this.lsn, id);

@@ -370,6 +370,11 @@ impl Journal {
         DurableWatch { journal: self }
     }
 
+    /// The durable LSN read under the ring's lock (see `CommitFuture`).
+    pub(crate) fn durable_lsn_locked(&self) -> Lsn {
+        self.inner.ring.durable_lsn_locked()
+    }
+
     pub(crate) fn asyncs(&self) -> &Arc<AsyncCommits> {
         &self.inner.asyncs
     }
