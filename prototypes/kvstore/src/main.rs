@@ -103,6 +103,10 @@ struct BenchArgs {
     /// crash tests that kill the process.
     #[arg(long, hide = true)]
     print_commits: bool,
+    /// Run only the store's points (no bare-journal comparison), for
+    /// profiling one side.
+    #[arg(long, hide = true)]
+    store_only: bool,
 }
 
 fn open(dir: &Path, create: bool) -> Result<Store, kvstore::Error> {
@@ -297,9 +301,10 @@ fn bench(args: &BenchArgs) -> Result<(), String> {
         // The same client work as the store's (the key, its value, one
         // record of the store's size for the put), then one durable append.
         let j = journal.clone();
+        let journal_seconds = if args.store_only { 0.05 } else { seconds };
         let jp = closed_loop(
             clients,
-            seconds,
+            journal_seconds,
             Arc::new(move |c, n| {
                 let k = key(c, n);
                 let mut record = Vec::with_capacity(25 + k.len() + size);
@@ -366,7 +371,7 @@ fn bench(args: &BenchArgs) -> Result<(), String> {
     }
     // The read phase: gets of keys the last point wrote.
     let mut reads = json!(null);
-    if let Some((store, written)) = last_store {
+    if let Some((store, written)) = last_store.filter(|_| !args.store_only) {
         let clients = written.len();
         let s = store.clone();
         let rp = closed_loop(
