@@ -232,6 +232,17 @@ fn rewrite(vfs: &SimVfs, path: &std::path::Path, bytes: &[u8]) {
     f.sync_all().unwrap();
 }
 
+/// Creates `path` durably, holding `len` random bytes; returns `len`.
+fn create_junk(vfs: &SimVfs, path: &std::path::Path, len: usize, rng: &mut SplitMix64) -> usize {
+    let mut junk = vec![0u8; len];
+    rng.fill(&mut junk);
+    let f = vfs.open(path, OpenOptions::create()).unwrap();
+    f.write_at(&junk, 0).unwrap();
+    f.sync_all().unwrap();
+    vfs.sync_dir(&sim_dir()).unwrap();
+    len
+}
+
 /// Applies one random mutation of `class` to `vfs` (a copy of the base).
 fn mutate(base: &Base, vfs: &SimVfs, class: &'static str, rng: &mut SplitMix64) -> Mutation {
     let all = files(vfs);
@@ -362,15 +373,10 @@ fn mutate(base: &Base, vfs: &SimVfs, class: &'static str, rng: &mut SplitMix64) 
             ];
             let name = names[rng.below(names.len() as u64) as usize];
             let p = sim_dir().join(name);
-            let mut junk = vec![0u8; rng.range(0, 5000) as usize];
-            rng.fill(&mut junk);
-            let f = vfs.open(&p, OpenOptions::create()).unwrap();
-            f.write_at(&junk, 0).unwrap();
-            f.sync_all().unwrap();
-            vfs.sync_dir(&sim_dir()).unwrap();
+            let len = create_junk(vfs, &p, rng.range(0, 5000) as usize, rng);
             Mutation {
                 class,
-                what: format!("create {} ({} bytes)", p.display(), junk.len()),
+                what: format!("create {} ({len} bytes)", p.display()),
                 outside: true,
             }
         }
@@ -384,15 +390,10 @@ fn mutate(base: &Base, vfs: &SimVfs, class: &'static str, rng: &mut SplitMix64) 
                 .unwrap_or(0);
             let n = top + rng.range(1, 4);
             let p = sim_dir().join(segment_name(n));
-            let mut junk = vec![0u8; rng.range(0, 70000) as usize];
-            rng.fill(&mut junk);
-            let f = vfs.open(&p, OpenOptions::create()).unwrap();
-            f.write_at(&junk, 0).unwrap();
-            f.sync_all().unwrap();
-            vfs.sync_dir(&sim_dir()).unwrap();
+            let len = create_junk(vfs, &p, rng.range(0, 70000) as usize, rng);
             Mutation {
                 class,
-                what: format!("create {} with {} garbage bytes", p.display(), junk.len()),
+                what: format!("create {} with {len} garbage bytes", p.display()),
                 outside: true,
             }
         }

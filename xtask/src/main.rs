@@ -156,22 +156,14 @@ fn shuttle(args: &[String]) -> Result<(), String> {
         "{} --cfg shuttle",
         env::var("RUSTFLAGS").unwrap_or_default()
     );
-    run_tests(
+    release_test(
         "shuttle",
-        cargo()
-            .args([
-                "test",
-                "--release",
-                "--package",
-                "journal-tests",
-                "--test",
-                "shuttle_journal",
-                "--",
-                "--nocapture",
-            ])
-            .env("RUSTFLAGS", &rustflags)
-            .env("CARGO_TARGET_DIR", "target/shuttle")
-            .env("JOURNAL_SHUTTLE_ITERATIONS", iterations.to_string()),
+        "shuttle_journal",
+        &[
+            ("RUSTFLAGS", rustflags),
+            ("CARGO_TARGET_DIR", "target/shuttle".into()),
+            ("JOURNAL_SHUTTLE_ITERATIONS", iterations.to_string()),
+        ],
     )
 }
 
@@ -189,21 +181,27 @@ fn minutes(args: &[String]) -> Result<f64, String> {
 /// Runs one campaign test of journal-tests in release mode for `minutes`,
 /// its budget passed in `budget_var`.
 fn campaign(what: &str, test: &str, budget_var: &str, minutes: f64) -> Result<(), String> {
-    run_tests(
-        what,
-        cargo()
-            .args([
-                "test",
-                "--release",
-                "--package",
-                "journal-tests",
-                "--test",
-                test,
-                "--",
-                "--nocapture",
-            ])
-            .env(budget_var, (minutes * 60.0).to_string()),
-    )
+    release_test(what, test, &[(budget_var, (minutes * 60.0).to_string())])
+}
+
+/// Runs one test target of journal-tests in release mode, its output shown,
+/// with `envs` set.
+fn release_test(what: &str, test: &str, envs: &[(&str, String)]) -> Result<(), String> {
+    let mut cmd = cargo();
+    cmd.args([
+        "test",
+        "--release",
+        "--package",
+        "journal-tests",
+        "--test",
+        test,
+        "--",
+        "--nocapture",
+    ]);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    run_tests(what, &mut cmd)
 }
 
 fn usage() -> String {

@@ -133,10 +133,16 @@ pub fn scan(
                 found,
             });
         }
-        // Did the log go on past this point? Then this is no end; the
-        // damage reaches to the first valid record after it.
-        if let Some(beyond) = beyond_the_window(reader, pos, window)? {
-            let next = reader.find_valid(pos.plus(1), beyond)?.unwrap_or(beyond);
+        // Did the log go on past this point? A valid record beyond the
+        // in-flight window, or one written after this one was durable
+        // (vouching that the damage here is no torn in-flight write): then
+        // this is no end, and the damage reaches to the next valid record.
+        let continued = match beyond_the_window(reader, pos, window)? {
+            Some(beyond) => Some(beyond),
+            None => vouched_durable(reader, pos, window)?,
+        };
+        if let Some(c) = continued {
+            let next = reader.find_valid(pos.plus(1), c.plus(1))?.unwrap_or(c);
             if mode == RecoveryMode::SkipCorrupt {
                 report.skipped.push(SkippedRange {
                     from: pos,
@@ -151,28 +157,6 @@ pub fn scan(
                 segment,
                 found,
                 next_valid: Some(next),
-            });
-        }
-        // A later record written after this one was durable vouches that
-        // the damage here is not a torn in-flight write.
-        if let Some(voucher) = vouched_durable(reader, pos, window)? {
-            if mode == RecoveryMode::SkipCorrupt {
-                let next = reader
-                    .find_valid(pos.plus(1), voucher.plus(1))?
-                    .unwrap_or(voucher);
-                report.skipped.push(SkippedRange {
-                    from: pos,
-                    to: next,
-                    found,
-                });
-                pos = next;
-                continue;
-            }
-            return Err(Error::Corruption {
-                lsn: pos,
-                segment,
-                found,
-                next_valid: Some(voucher),
             });
         }
         if mode == RecoveryMode::AbsoluteConsistency {
