@@ -12,6 +12,8 @@
 //!   minutes (release build); prints how many crash states it checked.
 //! - `cargo xtask corrupt --minutes N`: the corruption campaign for N
 //!   minutes (release build); prints counts per mutation class and mode.
+//! - `cargo xtask bench-peers [ARGS...]`: `journal bench --scenario peers`
+//!   built with the `peers` feature (okaywal and raft-engine), ARGS passed on.
 //! - `cargo xtask shuttle [--iterations N]`: the composed journal under
 //!   shuttle's random and PCT schedulers (release, `--cfg shuttle`, in
 //!   `target/shuttle`), N schedules in all (default 20,000; `ci` runs the
@@ -205,7 +207,7 @@ fn release_test(what: &str, test: &str, envs: &[(&str, String)]) -> Result<(), S
 }
 
 fn usage() -> String {
-    "usage: cargo xtask <ci | test | loom [CRATE...] | shuttle [--iterations N] | crash [--minutes N] | corrupt [--minutes N]>"
+    "usage: cargo xtask <ci | test | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | crash [--minutes N] | corrupt [--minutes N]>"
         .into()
 }
 
@@ -228,6 +230,23 @@ fn main() -> ExitCode {
             )
         }),
         Some("shuttle") => shuttle(&args[1..]),
+        Some("bench-peers") => run(
+            "bench-peers",
+            cargo()
+                .args([
+                    "run",
+                    "--release",
+                    "--package",
+                    "journal-cli",
+                    "--features",
+                    "peers",
+                    "--",
+                    "bench",
+                    "--scenario",
+                    "peers",
+                ])
+                .args(&args[1..]),
+        ),
         Some("corrupt") => minutes(&args[1..]).and_then(|m| {
             campaign(
                 "corruption campaign",

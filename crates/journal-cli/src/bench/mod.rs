@@ -6,6 +6,8 @@
 //! `--json FILE`, written as JSON; ratios are computed within one run.
 
 mod group_commit;
+#[cfg(feature = "peers")]
+mod peers;
 mod scenarios;
 pub mod svg;
 
@@ -42,6 +44,10 @@ pub enum Scenario {
     /// Async committers: 1, 64 and 1,024 tasks on a 2-worker tokio runtime
     /// beside as many committer threads.
     Async,
+    /// This journal beside okaywal, raft-engine and the bare device, same
+    /// workload, interleaved rounds (needs the `peers` feature: `cargo xtask
+    /// bench-peers`; not part of `all`).
+    Peers,
     /// Every scenario above, in order.
     All,
 }
@@ -67,6 +73,7 @@ impl Scenario {
             Scenario::XfsFlushFlags => "xfs-flush-flags",
             Scenario::Alignment => "alignment",
             Scenario::Async => "async",
+            Scenario::Peers => "peers",
             Scenario::All => "all",
         }
     }
@@ -155,12 +162,16 @@ impl Env {
         self.root.path().join(format!("{n:03}-{name}"))
     }
 
-    /// Removes a directory made by [`Env::fresh_dir`] (bench data only).
+    /// Removes a directory made by [`Env::fresh_dir`] and everything below
+    /// it (bench data only; peers make subdirectories).
     pub fn discard(&self, dir: &Path) {
         let vfs = OsVfs::new();
         if let Ok(names) = vfs.read_dir(dir) {
             for n in names {
-                let _ = vfs.remove_file(&dir.join(n));
+                let p = dir.join(n);
+                if vfs.remove_file(&p).is_err() {
+                    self.discard(&p);
+                }
             }
         }
         let _ = vfs.remove_dir(dir);
@@ -435,6 +446,12 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Scenario::XfsFlushFlags => scenarios::xfs_flush_flags(&env),
             Scenario::Alignment => scenarios::alignment(&env),
             Scenario::Async => scenarios::async_tasks(&env),
+            #[cfg(feature = "peers")]
+            Scenario::Peers => peers::peers(&env),
+            #[cfg(not(feature = "peers"))]
+            Scenario::Peers => {
+                Err("built without the peers feature: run `cargo xtask bench-peers`".into())
+            }
             Scenario::All => unreachable!("expanded above"),
         };
         env.progress.set_message("");

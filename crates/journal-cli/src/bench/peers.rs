@@ -1,0 +1,205 @@
+//! `--scenario peers` (feature `peers`): the same closed-loop workload —
+//! one 256-byte record, durably committed, per client per iteration —
+//! against this journal, okaywal and raft-engine (the Rust WALs a user
+//! would otherwise pick), and the bare device (each client its own file:
+//! pwrite of 4 KiB + fdatasync). Systems are interleaved within each round,
+//! rounds repeated, medians reported.
+
+use super::{err, histogram, micros, table, Env};
+use hdrhistogram::Histogram;
+use journal_core::vfs::{OpenOptions, OsVfs, Prealloc, Vfs};
+use journal_core::{Journal, Options};
+use serde_json::{json, Value as Json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+type Op = Arc<dyn Fn(usize) -> Result<(), String> + Send + Sync>;
+
+/// `n` threads running `op(client)` in a loop for `seconds`: commits/s and
+/// latency.
+fn closed_loop(n: usize, seconds: f64, op: Op) -> Result<(f64, Histogram<u64>), String> {
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(seconds);
+    let threads: Vec<_> = (0..n)
+        .map(|c| {
+            let op = op.clone();
+            std::thread::spawn(move || -> Result<(u64, Histogram<u64>), String> {
+                let mut h = histogram();
+                let mut k = 0;
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    op(c)?;
+                    h.record(micros(t.elapsed())).ok();
+                    k += 1;
+                }
+                Ok((k, h))
+            })
+        })
+        .collect();
+    let mut total = histogram();
+    let mut commits = 0;
+    for t in threads {
+        let (k, h) = t.join().map_err(|_| "a client panicked".to_string())??;
+        commits += k;
+        total.add(&h).ok();
+    }
+    Ok((commits as f64 / start.elapsed().as_secs_f64(), total))
+}
+
+const SYSTEMS: [&str; 4] = ["journal", "okaywal", "raft-engine", "device"];
+
+/// One measurement of `system` with `n` clients in a fresh directory.
+fn measure(env: &Env, system: &str, n: usize, record: &Arc<Vec<u8>>) -> Result<(f64, u64), String> {
+    let dir = env.fresh_dir(system);
+    let secs = env.seconds;
+    let warm = (secs / 5.0).min(1.0);
+    let result = match system {
+        "journal" => {
+            let j = Arc::new(Journal::open(&dir, Options::default()).map_err(err)?);
+            let (j2, r) = (j.clone(), record.clone());
+            let op: Op = Arc::new(move |_| j2.append_durable(&r).map(|_| ()).map_err(err));
+            closed_loop(n, warm, op.clone())?;
+            let out = closed_loop(n, secs, op)?;
+            j.close().map_err(err)?;
+            out
+        }
+        "okaywal" => {
+            let wal = okaywal::WriteAheadLog::recover(&dir, okaywal::LogVoid).map_err(err)?;
+            let r = record.clone();
+            let w = wal.clone();
+            let op: Op = Arc::new(move |_| {
+                let mut e = w.begin_entry().map_err(err)?;
+                e.write_chunk(&r).map_err(err)?;
+                e.commit().map(|_| ()).map_err(err)
+            });
+            closed_loop(n, warm, op.clone())?;
+            let out = closed_loop(n, secs, op)?;
+            wal.shutdown().map_err(err)?;
+            out
+        }
+        "raft-engine" => {
+            let cfg = raft_engine::Config {
+                dir: dir.to_string_lossy().into_owned(),
+                ..raft_engine::Config::default()
+            };
+            let engine = Arc::new(raft_engine::Engine::open(cfg).map_err(err)?);
+            let (e, r) = (engine.clone(), record.clone());
+            let op: Op = Arc::new(move |c| {
+                let mut batch = raft_engine::LogBatch::default();
+                batch
+                    .put(c as u64 + 1, b"k".to_vec(), r.to_vec())
+                    .map_err(err)?;
+                e.write(&mut batch, true).map(|_| ()).map_err(err)
+            });
+            closed_loop(n, warm, op.clone())?;
+            closed_loop(n, secs, op)?
+        }
+        _ => {
+            // The bare device: each client pwrites 4 KiB and fdatasyncs its
+            // own preallocated file, through the journal's filesystem.
+            let vfs = OsVfs::new();
+            vfs.create_dir_all(&dir).map_err(err)?;
+            let files: Vec<_> = (0..n)
+                .map(|c| -> Result<_, String> {
+                    let f = vfs
+                        .open(&dir.join(format!("dev-{c}")), OpenOptions::create_new())
+                        .map_err(err)?;
+                    f.preallocate(0, 4 << 20, Prealloc::ZeroFill).map_err(err)?;
+                    f.sync_all().map_err(err)?;
+                    Ok(f)
+                })
+                .collect::<Result<_, _>>()?;
+            let files = Arc::new(files);
+            let block = Arc::new(vec![0x5Au8; 4096]);
+            let counters: Arc<Vec<std::sync::atomic::AtomicU64>> =
+                Arc::new((0..n).map(|_| Default::default()).collect());
+            let op: Op = Arc::new(move |c| {
+                let k = counters[c].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let f = &files[c];
+                f.write_at(&block, (k % 1024) * 4096).map_err(err)?;
+                f.sync_data().map_err(err)
+            });
+            closed_loop(n, warm, op.clone())?;
+            closed_loop(n, secs, op)?
+        }
+    };
+    env.discard(&dir);
+    Ok((result.0, result.1.value_at_quantile(0.99)))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// `journal bench --scenario peers`.
+pub fn peers(env: &Env) -> Result<Json, String> {
+    let levels: &[usize] = if env.smoke { &[1, 4] } else { &[1, 4, 16, 64] };
+    let rounds = if env.smoke { 1 } else { 3 };
+    let record = Arc::new(vec![0xC3u8; 256]);
+    let mut rows = Vec::new();
+    let mut points = Vec::new();
+    let steps = levels.len() * rounds * SYSTEMS.len();
+    let mut step = 0;
+    for &n in levels {
+        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); SYSTEMS.len()];
+        let mut p99s: Vec<Vec<f64>> = vec![Vec::new(); SYSTEMS.len()];
+        for round in 0..rounds {
+            for (i, system) in SYSTEMS.iter().enumerate() {
+                env.progress_bar(
+                    step,
+                    steps,
+                    &format!("peers: {n} clients, {system}, round {}", round + 1),
+                );
+                step += 1;
+                let (rate, p99) = measure(env, system, n, &record)?;
+                rates[i].push(rate);
+                p99s[i].push(p99 as f64);
+            }
+        }
+        let r: Vec<f64> = rates.into_iter().map(median).collect();
+        let p: Vec<f64> = p99s.into_iter().map(median).collect();
+        let best_peer = r[1].max(r[2]);
+        let vs_peer = r[0] / best_peer;
+        let vs_device = r[0] / r[3];
+        rows.push(vec![
+            n.to_string(),
+            format!("{:.0}", r[0]),
+            format!("{:.0}", r[1]),
+            format!("{:.0}", r[2]),
+            format!("{:.0}", r[3]),
+            format!("{vs_peer:.2}"),
+            format!("{vs_device:.2}"),
+            format!("{:.0}", p[0]),
+            format!("{:.0}", p[1]),
+            format!("{:.0}", p[2]),
+        ]);
+        points.push(json!({
+            "clients": n, "rounds": rounds,
+            "commits_per_s": {"journal": r[0], "okaywal": r[1], "raft_engine": r[2], "device": r[3]},
+            "p99_us": {"journal": p[0], "okaywal": p[1], "raft_engine": p[2], "device": p[3]},
+            "journal_over_best_peer": vs_peer,
+            "journal_over_device": vs_device,
+        }));
+    }
+    println!(
+        "peers: 256-byte records, one durable commit per client per iteration, medians of {rounds} interleaved rounds, {} s per point",
+        env.seconds
+    );
+    table(
+        &[
+            "clients",
+            "journal c/s",
+            "okaywal",
+            "raft-engine",
+            "device",
+            "ours/peer",
+            "ours/dev",
+            "p99 ours",
+            "p99 okaywal",
+            "p99 raft-eng",
+        ],
+        &rows,
+    );
+    Ok(json!({"scenario": "peers", "record_size": 256, "points": points}))
+}
