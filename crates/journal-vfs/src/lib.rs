@@ -34,12 +34,14 @@ mod error;
 mod os;
 mod rng;
 mod sim;
+mod usage;
 
 pub use counters::{CounterSnapshot, Counters};
 pub use error::{Op, VfsError};
 pub use os::{FuaMode, OsVfs, OsVfsOptions};
 pub use rng::SplitMix64;
 pub use sim::{CrashPolicy, Fault, SimVfs};
+pub use usage::{process_usage, ProcessUsage};
 
 use std::fmt;
 use std::path::Path;

@@ -65,12 +65,15 @@ pub fn run(env: &Env, args: &BenchArgs) -> Result<Json, String> {
             load.q(0.99).to_string(),
             format!("{:.2}", load.avg_group()),
             format!("{:.3}", load.syncs_per_commit()),
+            format!("{:.0}", load.syncs_per_s()),
+            format!("{:.1}", load.cpu_us_per_commit()),
+            format!("{:.2}", load.switches_per_commit()),
             format!("{:.0}", dev.as_micros()),
             format!("{limit:.0}"),
             format!("{efficiency:.2}"),
         ]);
         points.push(
-            json!({"clients": c, "record_size": size, "seconds": load.elapsed.as_secs_f64(), "commits": load.commits, "commits_per_s": rate, "p50_us": load.q(0.5), "p99_us": load.q(0.99), "avg_group_size": load.avg_group(), "syncs_per_commit": load.syncs_per_commit(), "device_latency_us": dev.as_secs_f64() * 1e6, "limit": limit, "efficiency": efficiency}),
+            json!({"clients": c, "record_size": size, "seconds": load.elapsed.as_secs_f64(), "commits": load.commits, "commits_per_s": rate, "p50_us": load.q(0.5), "p99_us": load.q(0.99), "avg_group_size": load.avg_group(), "syncs_per_commit": load.syncs_per_commit(), "syncs_per_s": load.syncs_per_s(), "cpu_us_per_commit": load.cpu_us_per_commit(), "voluntary_switches_per_commit": load.switches_per_commit(), "device_latency_us": dev.as_secs_f64() * 1e6, "limit": limit, "efficiency": efficiency}),
         );
     }
     println!(
@@ -85,6 +88,9 @@ pub fn run(env: &Env, args: &BenchArgs) -> Result<Json, String> {
             "p99 µs",
             "group",
             "syncs/commit",
+            "syncs/s",
+            "cpu µs/c",
+            "vcsw/c",
             "device µs",
             "limit",
             "efficiency",

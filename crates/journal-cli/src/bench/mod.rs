@@ -267,6 +267,9 @@ pub struct Load {
     pub syncs: u64,
     /// Batching waits taken.
     pub waits_taken: u64,
+    /// What the process spent over the load (CPU, voluntary context
+    /// switches), all threads.
+    pub usage: journal_core::vfs::ProcessUsage,
 }
 
 impl Load {
@@ -285,6 +288,18 @@ impl Load {
     /// Latency quantile in µs.
     pub fn q(&self, q: f64) -> u64 {
         self.latency.value_at_quantile(q)
+    }
+    /// CPU µs spent per commit (all threads of the process).
+    pub fn cpu_us_per_commit(&self) -> f64 {
+        self.usage.cpu.as_secs_f64() * 1e6 / self.commits.max(1) as f64
+    }
+    /// Voluntary context switches per commit.
+    pub fn switches_per_commit(&self) -> f64 {
+        self.usage.voluntary_switches as f64 / self.commits.max(1) as f64
+    }
+    /// Device syncs per second.
+    pub fn syncs_per_s(&self) -> f64 {
+        self.syncs as f64 / self.elapsed.as_secs_f64()
     }
 }
 
@@ -314,6 +329,13 @@ fn run_clients(
 ) -> journal_core::Result<Load> {
     let m0 = journal.metrics();
     let v0 = journal.vfs().counters();
+    let u0 = journal_core::vfs::process_usage().map_err(|e| {
+        journal_core::Error::from(journal_core::VfsError::new(
+            journal_core::vfs::Op::Metadata,
+            Path::new("getrusage"),
+            e,
+        ))
+    })?;
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(seconds);
     let threads: Vec<_> = (0..clients)
@@ -342,6 +364,9 @@ fn run_clients(
     let elapsed = start.elapsed();
     let m1 = journal.metrics();
     let v1 = journal.vfs().counters();
+    let usage = journal_core::vfs::process_usage()
+        .map(|u1| u1.since(&u0))
+        .unwrap_or_default();
     Ok(Load {
         commits,
         elapsed,
@@ -349,6 +374,7 @@ fn run_clients(
         groups: m1.groups - m0.groups,
         syncs: v1.since(&v0).syncs(),
         waits_taken: m1.batch_waits_taken - m0.batch_waits_taken,
+        usage,
     })
 }
 
