@@ -3,10 +3,10 @@
 
 use crate::page::{self, Kind, Page, PAGE_PAYLOAD, PAGE_SIZE};
 use journal_core::Lsn;
-use std::collections::BTreeMap;
 
-/// A bucket's entries, in key order.
-pub(crate) type Entries = BTreeMap<Vec<u8>, Vec<u8>>;
+/// A bucket's entries (a hash map: inserts are the hot path; scans and
+/// page images sort).
+pub(crate) type Entries = std::collections::HashMap<Vec<u8>, Vec<u8>>;
 
 /// One bucket.
 #[derive(Debug, Default)]
@@ -31,7 +31,9 @@ pub(crate) fn serialize(entries: &Entries) -> Vec<u8> {
     let size: usize = entries.iter().map(|(k, v)| 6 + k.len() + v.len()).sum();
     let mut out = Vec::with_capacity(4 + size);
     out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
-    for (k, v) in entries {
+    let mut sorted: Vec<(&Vec<u8>, &Vec<u8>)> = entries.iter().collect();
+    sorted.sort_unstable();
+    for (k, v) in sorted {
         out.extend_from_slice(&(k.len() as u16).to_le_bytes());
         out.extend_from_slice(&(v.len() as u32).to_le_bytes());
         out.extend_from_slice(k);
@@ -44,7 +46,7 @@ pub(crate) fn serialize(entries: &Entries) -> Vec<u8> {
 pub(crate) fn deserialize(b: &[u8]) -> Option<Entries> {
     let count = u32::from_le_bytes(b.get(..4)?.try_into().ok()?);
     let mut at = 4;
-    let mut out = BTreeMap::new();
+    let mut out = Entries::with_capacity(count as usize);
     for _ in 0..count {
         let klen = u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?) as usize;
         let vlen = u32::from_le_bytes(b.get(at + 2..at + 6)?.try_into().ok()?) as usize;
@@ -122,26 +124,14 @@ pub(crate) fn read_chain<'a>(
     Some((deserialize(&content)?, chain, lsn))
 }
 
-/// Reads a bucket's full image from a log record: page images in chain
-/// order, each with the number it was encoded for.
-pub(crate) fn read_image(images: &[(u32, Page)]) -> Option<(Entries, Lsn)> {
-    let mut content = Vec::new();
-    let mut lsn = None;
-    for (number, p) in images {
-        let v = page::decode(p, *number)?;
-        lsn.get_or_insert(v.lsn);
-        content.extend_from_slice(v.payload);
-    }
-    Some((deserialize(&content)?, lsn?))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     #[test]
     fn a_bucket_round_trips_through_a_chain_of_pages() {
-        let mut e = BTreeMap::new();
+        let mut e = Entries::new();
         for i in 0..40u32 {
             e.insert(
                 format!("key-{i}").into_bytes(),
@@ -159,9 +149,8 @@ mod tests {
         let map: BTreeMap<u32, &Page> = pages.iter().map(|(n, p)| (*n, p)).collect();
         let (got, chain, lsn) = read_chain(5, |n| map.get(&n).map(|p| &***p), 100).unwrap();
         assert_eq!((got, chain, lsn), (e.clone(), numbers.clone(), Lsn(42)));
-        assert_eq!(read_image(&pages).unwrap(), (e, Lsn(42)));
         // An empty bucket is one head page.
-        let empty = to_pages(&[9], Lsn(1), &serialize(&BTreeMap::new()));
+        let empty = to_pages(&[9], Lsn(1), &serialize(&Entries::new()));
         assert_eq!(empty.len(), 1);
     }
 }

@@ -13,9 +13,11 @@
 //!   data file of another store is refused.
 //! - **Log records**: one per transaction, holding its operations grouped
 //!   by bucket. A bucket's first change after a checkpoint began also
-//!   logs the bucket's full page images (PostgreSQL's full_page_writes):
-//!   a page torn by a crash while a checkpoint wrote it is restored from
-//!   that image.
+//!   logs the bucket's full image (PostgreSQL's full_page_writes): its
+//!   content and pageLSN, from which its pages are rebuilt exactly — a page
+//!   torn by a crash while a checkpoint wrote it is restored from it. (The
+//!   pages are a pure function of the content, so their free space is left
+//!   out, as PostgreSQL leaves out a page's hole.)
 //! - **Checkpoints** (in the background, by log volume, and
 //!   [`Store::checkpoint`]): bump the image epoch and take the log's end
 //!   as the redo position; write every changed bucket home after forcing

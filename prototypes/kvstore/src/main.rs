@@ -282,7 +282,7 @@ fn bench(args: &BenchArgs) -> Result<(), String> {
     let bar = if args.quiet {
         ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden())
     } else {
-        ProgressBar::new(args.clients.len() as u64 * 2)
+        ProgressBar::new(args.clients.len() as u64 * 2 * if args.smoke { 1 } else { 3 })
     };
     bar.set_style(
         ProgressStyle::with_template("[{elapsed_precise}] {wide_bar} {pos}/{len} {msg}")
@@ -291,77 +291,93 @@ fn bench(args: &BenchArgs) -> Result<(), String> {
     let mut rows = Vec::new();
     let mut points = Vec::new();
     let mut last_store = None;
+    let rounds = if args.smoke || args.store_only { 1 } else { 3 };
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
     for (i, &clients) in args.clients.iter().enumerate() {
-        // The bare journal: one append_durable per commit, of the size of
-        // the store's record for one put.
-        bar.set_message(format!("journal, {clients} clients"));
-        let jdir = root.path().join(format!("journal-{i}"));
-        let journal =
-            Arc::new(Journal::open(&jdir, Options::default().journal).map_err(|e| e.to_string())?);
-        // The same client work as the store's (the key, its value, one
-        // record of the store's size for the put), then one durable append.
-        let j = journal.clone();
-        let journal_seconds = if args.store_only { 0.05 } else { seconds };
-        let jp = closed_loop(
-            clients,
-            journal_seconds,
-            Arc::new(move |c, n| {
-                let k = key(c, n);
-                let mut record = Vec::with_capacity(25 + k.len() + size);
-                record.extend_from_slice(&[0x5A; 25]);
-                record.extend_from_slice(&k);
-                record.extend_from_slice(&bench_value(&k, size));
-                j.append_durable(&record)
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            }),
-        )?;
-        let jm = journal.metrics();
-        journal.close().map_err(|e| e.to_string())?;
-        drop(journal);
-        bar.inc(1);
-        // The store.
-        bar.set_message(format!("store, {clients} clients"));
-        let store = Arc::new(open(&root.path().join(format!("store-{i}")), true).map_err(err)?);
-        let s = store.clone();
-        let sp = closed_loop(
-            clients,
-            seconds,
-            Arc::new(move |c, n| {
-                let k = key(c, n);
-                s.put(&k, &bench_value(&k, size)).map(|_| ()).map_err(err)
-            }),
-        )?;
-        bar.inc(1);
-        let sm = store.journal().metrics();
-        let overhead = 1.0 - sp.rate() / jp.rate();
+        // Rounds alternate the bare journal and the store, each on a fresh
+        // directory; medians over the rounds.
+        let (mut jr, mut sr, mut s50, mut s99, mut j50) = (vec![], vec![], vec![], vec![], vec![]);
+        let (mut groups, mut jgroups) = (vec![], vec![]);
+        for round in 0..rounds {
+            // The bare journal: one append_durable per commit of a record of
+            // the store's size, with the same client work (key, value).
+            bar.set_message(format!("journal, {clients} clients, round {}", round + 1));
+            let jdir = root.path().join(format!("journal-{i}-{round}"));
+            let journal = Arc::new(
+                Journal::open(&jdir, Options::default().journal).map_err(|e| e.to_string())?,
+            );
+            let j = journal.clone();
+            let journal_seconds = if args.store_only { 0.05 } else { seconds };
+            let jp = closed_loop(
+                clients,
+                journal_seconds,
+                Arc::new(move |c, n| {
+                    let k = key(c, n);
+                    let mut record = Vec::with_capacity(25 + k.len() + size);
+                    record.extend_from_slice(&[0x5A; 25]);
+                    record.extend_from_slice(&k);
+                    record.extend_from_slice(&bench_value(&k, size));
+                    j.append_durable(&record)
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                }),
+            )?;
+            jgroups.push(journal.metrics().avg_group_size);
+            journal.close().map_err(|e| e.to_string())?;
+            drop(journal);
+            bar.inc(1);
+            // The store.
+            bar.set_message(format!("store, {clients} clients, round {}", round + 1));
+            let store =
+                Arc::new(open(&root.path().join(format!("store-{i}-{round}")), true).map_err(err)?);
+            let s = store.clone();
+            let sp = closed_loop(
+                clients,
+                seconds,
+                Arc::new(move |c, n| {
+                    let k = key(c, n);
+                    s.put(&k, &bench_value(&k, size)).map(|_| ()).map_err(err)
+                }),
+            )?;
+            bar.inc(1);
+            groups.push(store.journal().metrics().avg_group_size);
+            jr.push(jp.rate());
+            sr.push(sp.rate());
+            j50.push(jp.latency.value_at_quantile(0.5) as f64);
+            s50.push(sp.latency.value_at_quantile(0.5) as f64);
+            s99.push(sp.latency.value_at_quantile(0.99) as f64);
+            if let Some((old, _)) = last_store.replace((store, sp.per_client)) {
+                old.close().map_err(err)?;
+            }
+        }
+        let (jrate, srate) = (median(jr), median(sr));
+        let overhead = 1.0 - srate / jrate;
+        let (p50, p99) = (median(s50), median(s99));
         rows.push(format!(
-            "{clients:>7} {:>10.0} {:>8} {:>8} {:>12.0} {:>9.1}%",
-            sp.rate(),
-            sp.latency.value_at_quantile(0.5),
-            sp.latency.value_at_quantile(0.99),
-            jp.rate(),
+            "{clients:>7} {srate:>10.0} {p50:>8.0} {p99:>8.0} {jrate:>12.0} {:>9.1}%",
             overhead * 100.0
         ));
         points.push(json!({
             "clients": clients,
             "value_size": size,
-            "commits_per_s": sp.rate(),
-            "p50_us": sp.latency.value_at_quantile(0.5),
-            "p99_us": sp.latency.value_at_quantile(0.99),
-            "journal_commits_per_s": jp.rate(),
-            "journal_p50_us": jp.latency.value_at_quantile(0.5),
+            "rounds": rounds,
+            "commits_per_s": srate,
+            "p50_us": p50,
+            "p99_us": p99,
+            "journal_commits_per_s": jrate,
+            "journal_p50_us": median(j50),
             "overhead": overhead,
-            "avg_group_size": sm.avg_group_size,
-            "journal_avg_group_size": jm.avg_group_size,
-            "checkpoints": sm.checkpoints,
+            "avg_group_size": median(groups),
+            "journal_avg_group_size": median(jgroups),
         }));
-        if let Some((old, _)) = last_store.replace((store, sp.per_client)) {
-            old.close().map_err(err)?;
-        }
     }
     bar.finish_and_clear();
-    println!("kvstore: one put ({size}-byte value) per durable transaction, {seconds} s per point");
+    println!(
+        "kvstore: one put ({size}-byte value) per durable transaction, {seconds} s per point, medians of {rounds} rounds"
+    );
     println!(
         "{:>7} {:>10} {:>8} {:>8} {:>12} {:>10}",
         "clients", "commits/s", "p50 µs", "p99 µs", "journal c/s", "overhead"

@@ -3,15 +3,21 @@
 //! the operations. Replay is idempotent: an operation applies only to a
 //! bucket whose pageLSN is below the record's LSN.
 //!
+//! The image is the bucket's whole content (serialized entries) with its
+//! pageLSN: its pages are a pure function of that, so it restores torn
+//! pages as page bytes would, without logging their free space (as
+//! PostgreSQL leaves the free "hole" of a page out of its images).
+//!
 //! ```text
 //! 0 4 magic "KVTX"   4 2 version   6 2 sections
-//! per section: 4 bucket, 2 image pages, 4 operations,
-//!              image pages × (4 page number, 4096 page bytes),
+//! per section: 4 bucket, 1 has image, 4 operations,
+//!              [image: 8 pageLSN, 4 length, serialized entries],
 //!              operations × (1 kind: 1 put, 2 delete; 2 key length;
 //!                            4 value length; key; value)
 //! ```
 
-use crate::page::{Page, FORMAT_VERSION, PAGE_SIZE};
+use crate::page::FORMAT_VERSION;
+use journal_core::Lsn;
 
 const MAGIC: &[u8; 4] = b"KVTX";
 
@@ -37,9 +43,9 @@ impl Op {
 #[derive(Debug)]
 pub(crate) struct Section {
     pub bucket: u32,
-    /// The bucket's full image (page number, page) before these operations,
-    /// or empty.
-    pub image: Vec<(u32, Page)>,
+    /// The bucket's full image before these operations (its pageLSN and
+    /// serialized entries), if this is its first change in the epoch.
+    pub image: Option<(Lsn, Vec<u8>)>,
     pub ops: Vec<Op>,
 }
 
@@ -48,7 +54,7 @@ pub(crate) fn encoded_len(sections: &[Section]) -> usize {
     8 + sections
         .iter()
         .map(|s| {
-            10 + s.image.len() * (4 + PAGE_SIZE)
+            9 + s.image.as_ref().map_or(0, |(_, b)| 12 + b.len())
                 + s.ops
                     .iter()
                     .map(|o| {
@@ -70,11 +76,12 @@ pub(crate) fn encode(sections: &[Section]) -> Vec<u8> {
     out.extend_from_slice(&(sections.len() as u16).to_le_bytes());
     for s in sections {
         out.extend_from_slice(&s.bucket.to_le_bytes());
-        out.extend_from_slice(&(s.image.len() as u16).to_le_bytes());
+        out.push(u8::from(s.image.is_some()));
         out.extend_from_slice(&(s.ops.len() as u32).to_le_bytes());
-        for (n, p) in &s.image {
-            out.extend_from_slice(&n.to_le_bytes());
-            out.extend_from_slice(&p[..]);
+        if let Some((lsn, bytes)) = &s.image {
+            out.extend_from_slice(&lsn.0.to_le_bytes());
+            out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+            out.extend_from_slice(bytes);
         }
         for o in &s.ops {
             let (kind, k, v): (u8, &[u8], &[u8]) = match o {
@@ -140,15 +147,17 @@ pub(crate) fn decode(b: &[u8]) -> Result<Vec<Section>, Undecodable> {
     let mut sections = Vec::with_capacity(n as usize);
     for _ in 0..n {
         let bucket = c.u32()?;
-        let images = c.u16()?;
+        let has_image = c.take(1)?[0];
         let ops = c.u32()?;
-        let mut image = Vec::with_capacity(images as usize);
-        for _ in 0..images {
-            let number = c.u32()?;
-            let mut p: Page = Box::new([0u8; PAGE_SIZE]);
-            p.copy_from_slice(c.take(PAGE_SIZE)?);
-            image.push((number, p));
-        }
+        let image = match has_image {
+            0 => None,
+            1 => {
+                let lsn = Lsn(u64::from_le_bytes(c.take(8)?.try_into().expect("8 bytes")));
+                let len = c.u32()? as usize;
+                Some((lsn, c.take(len)?.to_vec()))
+            }
+            _ => return Err(Undecodable::Malformed),
+        };
         let mut list = Vec::with_capacity(ops.min(1 << 16) as usize);
         for _ in 0..ops {
             let kind = c.take(1)?[0];
@@ -177,15 +186,13 @@ pub(crate) fn decode(b: &[u8]) -> Result<Vec<Section>, Undecodable> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::page::{encode as page, Kind};
-    use journal_core::Lsn;
 
     #[test]
     fn records_round_trip() {
         let s = vec![
             Section {
                 bucket: 3,
-                image: vec![(4, page(4, Kind::Head, Lsn(7), 0, b"x"))],
+                image: Some((Lsn(7), b"image".to_vec())),
                 ops: vec![
                     Op::Put(b"k".to_vec(), b"v".to_vec()),
                     Op::Delete(b"z".to_vec()),
@@ -193,7 +200,7 @@ mod tests {
             },
             Section {
                 bucket: 9,
-                image: vec![],
+                image: None,
                 ops: vec![Op::Put(vec![1; 1024], vec![2; 65536])],
             },
         ];
@@ -202,10 +209,10 @@ mod tests {
         let d = decode(&b).unwrap();
         assert_eq!(d.len(), 2);
         assert_eq!(
-            (d[0].bucket, d[0].image.len(), &d[0].ops),
-            (3, 1, &s[0].ops)
+            (d[0].bucket, d[0].image.is_some(), &d[0].ops),
+            (3, true, &s[0].ops)
         );
-        assert_eq!(d[0].image[0].1[..], s[0].image[0].1[..]);
+        assert_eq!(d[0].image, s[0].image);
         assert_eq!((d[1].bucket, &d[1].ops), (9, &s[1].ops));
         assert_eq!(
             decode(&b[..b.len() - 1]).unwrap_err(),
