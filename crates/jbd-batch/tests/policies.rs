@@ -194,3 +194,28 @@ fn concurrent_committers_share_groups_and_every_stop_is_covered() {
         "targets increase: one leader at a time"
     );
 }
+
+/// With `min_batch < max_batch` the adaptive window is the average commit
+/// time clamped between them — not `max_batch`: with no commit measured
+/// yet (average 0) a waiting committer's window is `min_batch` (zero
+/// here), so it ends by its timer at once instead of waiting 30 s for a
+/// joiner that never stops.
+#[test]
+fn the_adaptive_window_is_the_average_clamped_not_the_maximum() {
+    let (b, _) = batcher(BatchConfig {
+        policy: BatchPolicy::Adaptive,
+        min_batch: Duration::ZERO,
+        max_batch: Duration::from_secs(30),
+        fixed_window: Duration::from_millis(2),
+    });
+    let other = b.start(); // someone else has a handle open: not lone
+    assert_eq!(b.start().stop_sync(1), Ok(WaitDecision::EndedByTimer));
+    let s = b.stats();
+    assert_eq!(s.waits_taken, 1);
+    assert!(
+        s.wait_ns < Duration::from_secs(5).as_nanos() as u64,
+        "waited {} ns: the window was max_batch",
+        s.wait_ns
+    );
+    drop(other);
+}
