@@ -128,3 +128,31 @@ fn concurrent_committers_are_durable_and_each_counted_once() {
     .unwrap();
     journal_tests::verify(&j, &acked, "concurrent");
 }
+
+/// A commit opened before its record is built (`begin_commit`): the
+/// record is durable when it returns; a handle dropped unused changes
+/// nothing; an LSN never appended is refused without poisoning.
+#[test]
+fn begin_commit_makes_the_record_durable_and_a_dropped_handle_is_harmless() {
+    let vfs = SimVfs::new();
+    let j = open_sim(&vfs, small_options()).unwrap();
+    let h = j.begin_commit().unwrap();
+    let p = payload(3, 0, 500);
+    let l = j.append(&p).unwrap();
+    h.commit(l).unwrap();
+    drop(j.begin_commit().unwrap());
+    let head = j.appended_lsn();
+    assert!(matches!(
+        j.begin_commit().unwrap().commit(head),
+        Err(journal_core::Error::LsnNotAppended { .. })
+    ));
+    let l2 = j.append_durable(&payload(3, 1, 500)).unwrap();
+    assert_eq!(j.metrics().commits, 2);
+    drop(j);
+    let j = open_sim(
+        &vfs.crash(journal_core::vfs::CrashPolicy::DropUnsynced),
+        small_options(),
+    )
+    .unwrap();
+    journal_tests::verify(&j, &[(l, p), (l2, payload(3, 1, 500))], "begin_commit");
+}

@@ -221,7 +221,14 @@ impl<'j> CommitFuture<'j> {
         } else {
             self.journal.durable_lsn()
         };
-        (self.lsn < durable).then_some(Ok(()))
+        if self.lsn >= durable {
+            return None;
+        }
+        if self.force {
+            // A commit (not a passive watch): counted like a thread's.
+            self.journal.count_commit();
+        }
+        Some(Ok(()))
     }
 }
 

@@ -360,7 +360,6 @@ impl Journal {
     pub async fn append_durable_async(&self, record: &[u8]) -> Result<Lsn> {
         let lsn = self.append(record)?;
         self.commit_async(lsn).await?;
-        self.inner.commits.incr();
         Ok(lsn)
     }
 
@@ -373,6 +372,11 @@ impl Journal {
     /// The durable LSN read under the ring's lock (see `CommitFuture`).
     pub(crate) fn durable_lsn_locked(&self) -> Lsn {
         self.inner.ring.durable_lsn_locked()
+    }
+
+    /// Counts a commit that returned Ok (metrics).
+    pub(crate) fn count_commit(&self) {
+        self.inner.commits.incr();
     }
 
     pub(crate) fn asyncs(&self) -> &Arc<AsyncCommits> {

@@ -4,7 +4,8 @@
 /// (field by field) to measure an interval.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Metrics {
-    /// `commit` / `append_durable` calls that returned Ok.
+    /// Commits that returned Ok: `commit`, `append_durable`, and their
+    /// async forms.
     pub commits: u64,
     /// Commit groups (log forces run by a batching leader).
     pub groups: u64,
