@@ -64,6 +64,7 @@ pub fn check_payload(p: &[u8]) -> Option<(u8, u32)> {
 pub fn replay(j: &Journal) -> Vec<(Lsn, Vec<u8>)> {
     j.read_from(j.redo_lsn())
         .expect("read_from the tail")
+        .map(|r| r.map(|(l, b)| (l, b.to_vec())))
         .collect::<Result<Vec<_>, _>>()
         .expect("replay")
 }

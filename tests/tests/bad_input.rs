@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 fn a_record_over_the_maximum_is_refused_and_nothing_is_written() {
     let vfs = SimVfs::new();
     let opts = Options {
-        max_record_size: Some(1000),
+        max_record_size: 1000,
         ..small_options()
     };
     let j = open_sim(&vfs, opts).unwrap();
@@ -194,7 +194,7 @@ fn invalid_options_are_typed_errors_and_create_nothing() {
         (
             "max_record_size",
             Options {
-                max_record_size: Some(1 << 20),
+                max_record_size: (1 << 30) + 1,
                 ..small_options()
             },
         ),

@@ -51,7 +51,7 @@ fn craft_record(lsn: Lsn, body: &[u8]) -> Vec<u8> {
     framed.extend_from_slice(body);
     let mut rec = vec![0u8; record_size(framed.len(), 512) as usize];
     rec[HEADER_SIZE..HEADER_SIZE + framed.len()].copy_from_slice(&framed);
-    encode_header(&mut rec, lsn, Lsn(0), Lsn(0), IoFlags::FUA, 1, &framed);
+    encode_header(&mut rec, lsn, Lsn(0), Lsn(0), IoFlags::FUA, 0, 1, &framed);
     rec
 }
 

@@ -47,6 +47,10 @@ impl Default for Config {
 pub const MIN_LOGBSIZE: usize = 16 * 1024;
 /// Largest allowed `logbsize`.
 pub const MAX_LOGBSIZE: usize = 1024 * 1024;
+/// The largest entry [`crate::Ring::append`] accepts (1 GiB), chained
+/// across as many buffers as it needs; larger ones are refused with
+/// [`crate::Error::EntryTooLarge`].
+pub const MAX_RECORD_SIZE: usize = 1 << 30;
 /// Largest allowed alignment.
 pub const MAX_ALIGNMENT: u64 = 4096;
 
@@ -115,10 +119,10 @@ impl Config {
         Ok(())
     }
 
-    /// The largest entry payload a buffer can hold: entries never continue
-    /// across buffers, so this is the buffer size less the record header and
-    /// the entry's length prefix. Larger entries are refused with
-    /// [`crate::Error::EntryTooLarge`].
+    /// The largest entry one record holds: the buffer size less the record
+    /// header and the entry's length prefix. A larger entry (up to
+    /// [`MAX_RECORD_SIZE`]) is written as a chain of parts across buffers
+    /// (see [`crate::format`]).
     pub fn max_entry_size(&self) -> usize {
         self.logbsize - HEADER_SIZE - ENTRY_HEADER_SIZE
     }

@@ -9,11 +9,12 @@ use std::fmt;
 /// that mapping fail to compile rather than fall into a catch-all.
 #[derive(Debug, Clone)]
 pub enum Error<E = DeviceError> {
-    /// The entry is larger than a buffer can hold; nothing was written.
+    /// The entry is larger than [`crate::MAX_RECORD_SIZE`]; nothing was
+    /// written.
     EntryTooLarge {
         /// Its size.
         len: usize,
-        /// The largest accepted size ([`crate::Config::max_entry_size`]).
+        /// The largest accepted size.
         max: usize,
     },
     /// A force named an LSN that has not been appended yet.

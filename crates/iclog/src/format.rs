@@ -3,8 +3,9 @@
 //! ```text
 //! offset size field
 //!      0    4 magic        0x474C_4349 ("ICLG" as little-endian bytes)
-//!      4    2 version      1
-//!      6    2 flags        IoFlags the record was written with (informational)
+//!      4    2 version      2 (1 is still read)
+//!      6    2 flags        bits 0-1: IoFlags the record was written with
+//!                          (informational); bit 2 CONTINUED, bit 3 CONTINUES
 //!      8    8 lsn          the record's own LSN
 //!     16    8 tail_lsn     the log tail when the record was stamped
 //!     24    4 len          payload bytes (entries), excluding header and padding
@@ -23,8 +24,17 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 /// "ICLG" read as a little-endian `u32`.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"ICLG");
-/// The record format version this crate writes and reads.
-pub const VERSION: u16 = 1;
+/// The record format version this crate writes.
+pub const VERSION: u16 = 2;
+/// The oldest record format version this crate reads (version 1 has no
+/// continuation records; its flag bits 2 and 3 are always zero).
+pub const MIN_VERSION: u16 = 1;
+/// Header flag: the record's first entry continues the last entry of the
+/// previous record (a chain's middle or last part).
+pub const CONTINUED: u16 = 1 << 2;
+/// Header flag: the record's last entry continues in the next record (a
+/// chain's first or middle part).
+pub const CONTINUES: u16 = 1 << 3;
 /// Size of [`RecordHeader`].
 pub const HEADER_SIZE: usize = 48;
 /// Size of the length prefix of each entry.
@@ -38,7 +48,8 @@ pub struct RecordHeader {
     pub magic: U32,
     /// [`VERSION`].
     pub version: U16,
-    /// [`IoFlags`] bits the record was written with.
+    /// [`IoFlags`] bits the record was written with (bits 0-1), and the
+    /// chain bits [`CONTINUED`] and [`CONTINUES`].
     pub flags: U16,
     /// The record's own LSN.
     pub lsn: U64,
@@ -80,20 +91,24 @@ pub fn record_crc(header: &RecordHeader, payload: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(h.as_bytes()), payload)
 }
 
-/// Writes a complete header for `payload` into `out[..HEADER_SIZE]`.
+/// Writes a complete header for `payload` into `out[..HEADER_SIZE]`;
+/// `chain` is zero or a combination of [`CONTINUED`] and [`CONTINUES`].
+#[allow(clippy::too_many_arguments)]
 pub fn encode_header(
     out: &mut [u8],
     lsn: Lsn,
     tail_lsn: Lsn,
     durable_lsn: Lsn,
     flags: IoFlags,
+    chain: u16,
     entry_count: u32,
     payload: &[u8],
 ) {
+    debug_assert_eq!(chain & !(CONTINUED | CONTINUES), 0);
     let mut h = RecordHeader {
         magic: U32::new(MAGIC),
         version: U16::new(VERSION),
-        flags: U16::new(flags.bits()),
+        flags: U16::new(flags.bits() | chain),
         lsn: U64::new(lsn.0),
         tail_lsn: U64::new(tail_lsn.0),
         len: U32::new(payload.len() as u32),
@@ -139,6 +154,15 @@ impl<'a> Record<'a> {
     /// The flags it was written with (unknown bits dropped).
     pub fn flags(&self) -> IoFlags {
         IoFlags::from_bits_truncate(self.header.flags.get())
+    }
+    /// Whether its first entry continues the previous record's last one
+    /// ([`CONTINUED`]).
+    pub fn continued(&self) -> bool {
+        self.header.flags.get() & CONTINUED != 0
+    }
+    /// Whether its last entry continues in the next record ([`CONTINUES`]).
+    pub fn continues(&self) -> bool {
+        self.header.flags.get() & CONTINUES != 0
     }
     /// The entries: `(lsn of the entry, payload bytes)`.
     pub fn entries(&self) -> Entries<'a> {
@@ -269,7 +293,7 @@ pub fn parse_record(buf: &[u8], expected: Lsn, max_payload: usize, align: u64) -
     // The version is trusted only once the CRC vouches for it: a flipped
     // bit there is corruption, not a newer format (every version keeps
     // the 48-byte header and the CRC's place and coverage).
-    if h.version.get() != VERSION {
+    if !(MIN_VERSION..=VERSION).contains(&h.version.get()) {
         return RecordCheck::UnsupportedVersion {
             found: h.version.get(),
         };
@@ -286,4 +310,84 @@ pub fn parse_record(buf: &[u8], expected: Lsn, max_payload: usize, align: u64) -
 pub fn peek_header(buf: &[u8]) -> Option<RecordHeader> {
     let (h, _) = RecordHeader::read_from_prefix(buf).ok()?;
     (h.magic.get() == MAGIC).then_some(h)
+}
+
+/// A whole entry, as [`Assembler::feed`] hands it out.
+#[derive(Debug)]
+pub enum Whole<'a> {
+    /// An entry written in one piece: borrowed from the record.
+    Single(Lsn, &'a [u8]),
+    /// A chain whose last part this record held, its parts concatenated.
+    Chained(Lsn, Vec<u8>),
+}
+
+/// What [`Assembler::feed`] dropped: parts that can never make a whole
+/// entry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Dropped {
+    /// A chain begun at this LSN was not continued: the next record does
+    /// not start with a continuation. Only a crash in the middle of a chain
+    /// (an unacknowledged append, cut as a torn tail) followed by new
+    /// appends leaves this.
+    pub abandoned: Option<Lsn>,
+    /// The record started with a continuation of a chain whose beginning
+    /// was not fed (reading began in the middle of a chain).
+    pub orphan: bool,
+}
+
+/// Reassembles whole entries from valid records fed in LSN order, with no
+/// gap between them (format version 2 chains; see the module docs).
+#[derive(Debug, Default)]
+pub struct Assembler {
+    /// The chain being assembled: its first part's LSN and bytes so far.
+    open: Option<(Lsn, Vec<u8>)>,
+}
+
+impl Assembler {
+    /// An assembler with no chain open.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feeds the next record; `out` receives every whole entry it
+    /// completes, in LSN order.
+    pub fn feed<'a>(&mut self, rec: &Record<'a>, mut out: impl FnMut(Whole<'a>)) -> Dropped {
+        let mut dropped = Dropped::default();
+        let n = rec.header.entry_count.get() as usize;
+        let mut entries = rec.entries().enumerate();
+        if rec.continued() {
+            match (self.open.take(), entries.next()) {
+                (Some((first, mut bytes)), Some((i, (_, part)))) => {
+                    bytes.extend_from_slice(part);
+                    if i + 1 == n && rec.continues() {
+                        self.open = Some((first, bytes));
+                    } else {
+                        out(Whole::Chained(first, bytes));
+                    }
+                }
+                (None, Some(_)) => dropped.orphan = true,
+                (open, None) => self.open = open,
+            }
+        } else if let Some((first, _)) = self.open.take() {
+            dropped.abandoned = Some(first);
+        }
+        for (i, (lsn, bytes)) in entries {
+            if i + 1 == n && rec.continues() {
+                self.open = Some((lsn, bytes.to_vec()));
+            } else {
+                out(Whole::Single(lsn, bytes));
+            }
+        }
+        dropped
+    }
+
+    /// The first LSN of a chain still open (its last part not fed yet).
+    pub fn pending(&self) -> Option<Lsn> {
+        self.open.as_ref().map(|(l, _)| *l)
+    }
+
+    /// Forgets the open chain (the reader skipped ahead); returns its LSN.
+    pub fn reset(&mut self) -> Option<Lsn> {
+        self.open.take().map(|(l, _)| l)
+    }
 }

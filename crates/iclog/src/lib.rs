@@ -90,7 +90,9 @@ pub mod format;
 mod lsn;
 mod ring;
 
-pub use config::{Config, ConfigError, FlushPolicy, MAX_ALIGNMENT, MAX_LOGBSIZE, MIN_LOGBSIZE};
+pub use config::{
+    Config, ConfigError, FlushPolicy, MAX_ALIGNMENT, MAX_LOGBSIZE, MAX_RECORD_SIZE, MIN_LOGBSIZE,
+};
 pub use device::{DeviceError, IoFlags, LogDevice};
 pub use error::Error;
 pub use lsn::Lsn;

@@ -46,6 +46,8 @@ struct Slot {
     tail: Option<Lsn>,
     /// Flags the write was issued with.
     issued: IoFlags,
+    /// Chain bits of the record ([`format::CONTINUED`], [`format::CONTINUES`]).
+    chain: u16,
 }
 
 impl Slot {
@@ -59,6 +61,7 @@ impl Slot {
             need: IoFlags::empty(),
             tail: None,
             issued: IoFlags::empty(),
+            chain: 0,
         }
     }
 
@@ -108,6 +111,12 @@ struct RingState<E> {
     /// waiting).
     progress_waiters: u32,
     space_waiters: u32,
+    /// A chain (an entry larger than a buffer) is being appended: every
+    /// other append waits, so its parts are in consecutive records.
+    chain_active: bool,
+    /// Chains not yet known durable: first part's LSN → last part's LSN
+    /// (what a commit of the entry must force).
+    chains: std::collections::BTreeMap<Lsn, Lsn>,
 }
 
 impl<E: Clone> RingState<E> {
@@ -197,6 +206,9 @@ struct Inner<D: LogDevice> {
     /// The highest end of an entry reserved so far (a lower bound of what
     /// is appended once `append` returned), for lock-free checks.
     reserved_end: AtomicU64,
+    /// `chains.len()`, so [`Ring::commit_point`] takes no lock when no
+    /// chain is pending.
+    open_chains: AtomicU64,
 }
 
 /// An XFS-style ring of in-core log buffers. Shared between threads by
@@ -246,6 +258,8 @@ impl<D: LogDevice> Ring<D> {
                     poisoned: None,
                     progress_waiters: 0,
                     space_waiters: 0,
+                    chain_active: false,
+                    chains: std::collections::BTreeMap::new(),
                 }),
                 data,
                 space: Condvar::new(),
@@ -253,6 +267,7 @@ impl<D: LogDevice> Ring<D> {
                 stats: Stats::default(),
                 durable: AtomicU64::new(start.0),
                 reserved_end: AtomicU64::new(start.0),
+                open_chains: AtomicU64::new(0),
             }),
         })
     }
@@ -276,27 +291,170 @@ impl<D: LogDevice> Ring<D> {
     /// no buffer is ACTIVE, waiting for one: a "noiclog" wait), copies the
     /// entry without the ring lock, and releases the reservation; the last
     /// writer to release a switched-out buffer writes it.
+    ///
+    /// An entry larger than [`Config::max_entry_size`] (up to
+    /// [`crate::MAX_RECORD_SIZE`]) is written as a chain of parts over
+    /// consecutive buffers ([`crate::format`]); other appends wait while a
+    /// chain is being laid out. Its LSN is its first part's; force it
+    /// through [`Ring::commit_point`].
     pub fn append(&self, payload: &[u8]) -> Result<Lsn, Error<D::Error>> {
-        let max = self.inner.config.max_entry_size();
-        if payload.len() > max {
+        if payload.len() > crate::config::MAX_RECORD_SIZE {
             return Err(Error::EntryTooLarge {
                 len: payload.len(),
-                max,
+                max: crate::config::MAX_RECORD_SIZE,
             });
         }
-        let (idx, offset, lsn) = self.reserve(ENTRY_HEADER_SIZE + payload.len())?;
-        {
-            let mut buf = self.inner.data[idx].lock();
-            let at = HEADER_SIZE + offset;
-            buf[at..at + ENTRY_HEADER_SIZE].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-            buf[at + ENTRY_HEADER_SIZE..at + ENTRY_HEADER_SIZE + payload.len()]
-                .copy_from_slice(payload);
+        if payload.len() > self.inner.config.max_entry_size() {
+            return self.append_chain(payload);
         }
+        let (idx, offset, lsn) = self.reserve(ENTRY_HEADER_SIZE + payload.len())?;
+        self.copy_entry(idx, offset, payload);
         self.release(idx)?;
         let s = &self.inner.stats;
         s.appends.incr();
         s.entry_bytes.add(payload.len() as u64);
         Ok(lsn)
+    }
+
+    /// The LSN a commit of the entry at `lsn` must force: `lsn` itself, or,
+    /// for an entry appended as a chain, its last part (forcing a part
+    /// forces everything before it). Takes no lock unless a chain is
+    /// pending.
+    pub fn commit_point(&self, lsn: Lsn) -> Lsn {
+        if self.inner.open_chains.load(Ordering::Acquire) == 0 {
+            return lsn;
+        }
+        let mut st = self.inner.state.lock();
+        let Some(&last) = st.chains.get(&lsn) else {
+            return lsn;
+        };
+        if last < st.stable_lsn {
+            st.chains.remove(&lsn);
+            self.inner
+                .open_chains
+                .store(st.chains.len() as u64, Ordering::Release);
+        }
+        last
+    }
+
+    fn copy_entry(&self, idx: usize, offset: usize, payload: &[u8]) {
+        let mut buf = self.inner.data[idx].lock();
+        let at = HEADER_SIZE + offset;
+        buf[at..at + ENTRY_HEADER_SIZE].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        buf[at + ENTRY_HEADER_SIZE..at + ENTRY_HEADER_SIZE + payload.len()]
+            .copy_from_slice(payload);
+    }
+
+    /// Appends an entry too large for one buffer as a chain: the first
+    /// part ends the ACTIVE buffer (flagged CONTINUES), each later part
+    /// starts the next one (CONTINUED; a middle part fills it alone), and
+    /// the last part leaves its buffer ACTIVE for the appends that follow.
+    /// Other appends wait for the whole chain (`chain_active`), so nothing
+    /// interleaves with its parts.
+    fn append_chain(&self, payload: &[u8]) -> Result<Lsn, Error<D::Error>> {
+        {
+            let mut st = self.inner.state.lock();
+            loop {
+                st.poison()?;
+                if !st.chain_active {
+                    break;
+                }
+                st = self.wait_space(st);
+            }
+            st.chain_active = true;
+        }
+        let result = self.chain_parts(payload);
+        let mut st = self.inner.state.lock();
+        st.chain_active = false;
+        if let Ok((first, last)) = result {
+            let stable = st.stable_lsn;
+            st.chains.retain(|_, l| *l >= stable);
+            st.chains.insert(first, last);
+            self.inner
+                .open_chains
+                .store(st.chains.len() as u64, Ordering::Release);
+        }
+        // Appends waiting for the chain wait for space too.
+        if st.space_waiters > 0 {
+            self.inner.space.notify_all();
+        }
+        drop(st);
+        let (first, _) = result?;
+        let s = &self.inner.stats;
+        s.appends.incr();
+        s.entry_bytes.add(payload.len() as u64);
+        Ok(first)
+    }
+
+    /// The parts of a chain; returns the LSNs of the first and last parts.
+    fn chain_parts(&self, payload: &[u8]) -> Result<(Lsn, Lsn), Error<D::Error>> {
+        let cap = self.inner.config.max_payload();
+        let mut rest = payload;
+        let mut first: Option<Lsn> = None;
+        loop {
+            let (idx, offset, lsn, len) = {
+                let mut st = self.inner.state.lock();
+                let mut waited = false;
+                loop {
+                    st.poison()?;
+                    let h = st.head;
+                    if st.slots[h].state != BufState::Active {
+                        if !waited {
+                            waited = true;
+                            self.inner.stats.noiclog_waits.incr();
+                        }
+                        st = self.wait_space(st);
+                        continue;
+                    }
+                    let next = st.next_lsn;
+                    let slot = &mut st.slots[h];
+                    if slot.used == 0 {
+                        slot.lsn = next;
+                    }
+                    let room = cap - slot.used;
+                    if room <= ENTRY_HEADER_SIZE {
+                        // Not a byte of payload fits: start in the next buffer.
+                        if self.switch(&mut st) {
+                            st = self.submit(st, h)?;
+                        }
+                        continue;
+                    }
+                    // Every part after the first starts its buffer: nobody
+                    // else appends while the chain is laid out, and the
+                    // previous part switched its buffer out.
+                    debug_assert!(first.is_none() || slot.used == 0);
+                    let len = rest.len().min(room - ENTRY_HEADER_SIZE);
+                    let offset = slot.used;
+                    slot.used += ENTRY_HEADER_SIZE + len;
+                    slot.entries += 1;
+                    slot.refs += 1;
+                    if first.is_some() {
+                        slot.chain |= format::CONTINUED;
+                    }
+                    let lsn = slot.lsn.plus((HEADER_SIZE + offset) as u64);
+                    let more = len < rest.len();
+                    if more {
+                        slot.chain |= format::CONTINUES;
+                        // Nothing may follow this part in its record: switch
+                        // it out now (we hold a reference, so our release
+                        // writes it).
+                        let submit = self.switch(&mut st);
+                        debug_assert!(!submit);
+                    }
+                    self.inner
+                        .reserved_end
+                        .fetch_max(lsn.0 + (ENTRY_HEADER_SIZE + len) as u64, Ordering::AcqRel);
+                    break (h, offset, lsn, len);
+                }
+            };
+            self.copy_entry(idx, offset, &rest[..len]);
+            self.release(idx)?;
+            let first = *first.get_or_insert(lsn);
+            rest = &rest[len..];
+            if rest.is_empty() {
+                return Ok((first, lsn));
+            }
+        }
     }
 
     /// Returns when the entry at `lsn` (and everything before it) is
@@ -455,6 +613,11 @@ impl<D: LogDevice> Ring<D> {
         let mut waited = false;
         loop {
             st.poison()?;
+            if st.chain_active {
+                // A chain is being laid out: its parts must be consecutive.
+                st = self.wait_space(st);
+                continue;
+            }
             let h = st.head;
             if st.slots[h].state != BufState::Active {
                 if !waited {
@@ -570,14 +733,23 @@ impl<D: LogDevice> Ring<D> {
         let tail = *slot.tail.get_or_insert(tail);
         slot.issued = flags;
         slot.state = BufState::Syncing;
-        let (lsn, used, entries) = (slot.lsn, slot.used, slot.entries);
+        let (lsn, used, entries, chain) = (slot.lsn, slot.used, slot.entries, slot.chain);
         drop(st);
 
         let size = format::record_size(used, cfg.alignment) as usize;
         let result = {
             let mut buf = self.inner.data[i].lock();
             let (head, rest) = buf.split_at_mut(HEADER_SIZE);
-            format::encode_header(head, lsn, tail, durable, flags, entries, &rest[..used]);
+            format::encode_header(
+                head,
+                lsn,
+                tail,
+                durable,
+                flags,
+                chain,
+                entries,
+                &rest[..used],
+            );
             buf[HEADER_SIZE + used..size].fill(0);
             self.inner.device.write(lsn, &buf[..size], flags)
         };

@@ -115,18 +115,84 @@ fn forcing_a_record_written_plain_issues_a_bare_flush() {
 }
 
 #[test]
-fn an_entry_larger_than_a_buffer_is_refused_and_nothing_is_written() {
-    let cfg = small();
-    let (r, dev) = ring(cfg);
-    let max = cfg.max_entry_size();
-    match r.append(&vec![0u8; max + 1]) {
-        Err(Error::EntryTooLarge { len, max: m }) => assert_eq!((len, m), (max + 1, max)),
+fn an_entry_above_the_record_limit_is_refused_and_nothing_is_written() {
+    let (r, dev) = ring(small());
+    // Never touched, so never backed by memory.
+    let huge = vec![0u8; iclog::MAX_RECORD_SIZE + 1];
+    match r.append(&huge) {
+        Err(Error::EntryTooLarge { len, max }) => {
+            assert_eq!((len, max), (huge.len(), iclog::MAX_RECORD_SIZE))
+        }
         other => panic!("{other:?}"),
     }
     assert_eq!(r.appended_lsn(), Lsn(0));
-    let l = r.append(&vec![0u8; max]).unwrap();
-    r.force(l).unwrap();
-    assert_eq!(dev.writes(), [(Lsn(0), cfg.logbsize, F)]);
+    assert!(dev.writes().is_empty());
+}
+
+#[test]
+fn an_entry_larger_than_a_buffer_is_chained_across_buffers() {
+    let cfg = small();
+    let (r, dev) = ring(cfg);
+    let before = r.append(b"before").unwrap();
+    // 3.5 buffers: a first part ending buffer 0, two middle parts, a last
+    // part that leaves its buffer ACTIVE for the next append.
+    let big: Vec<u8> = (0..cfg.max_payload() * 7 / 2)
+        .map(|i| (i * 7 % 251) as u8)
+        .collect();
+    let lsn = r.append(&big).unwrap();
+    let after = r.append(b"after").unwrap();
+    assert!(before < lsn && lsn < after);
+    // The chain's LSN is its first part's; a commit forces the last part.
+    let point = r.commit_point(lsn);
+    assert!(point > lsn && point < after, "{point} in ({lsn}, {after})");
+    r.force(point).unwrap();
+    assert!(r.durable_lsn() > point);
+    let chain_bits: Vec<u16> = {
+        let mut recs = dev.state.0.lock().records.clone();
+        recs.sort_by_key(|r| r.0);
+        recs.iter()
+            .map(|(_, b)| u16::from_le_bytes([b[6], b[7]]) & 0b1100)
+            .collect()
+    };
+    use iclog::format::{CONTINUED as C, CONTINUES as S};
+    assert_eq!(chain_bits, [S, C | S, C | S, C]);
+    let e = dev.entries(&cfg);
+    assert_eq!(e.len(), 3, "`after` shares the last part's record");
+    assert_eq!(e[2], (after, b"after".to_vec()));
+    assert_eq!(e[0], (before, b"before".to_vec()));
+    assert_eq!(e[1].0, lsn);
+    assert!(e[1].1 == big, "the chain reassembles byte for byte");
+    // A durable chain no longer needs translating.
+    assert_eq!(r.commit_point(after), after);
+}
+
+#[test]
+fn appends_wait_for_a_chain_and_never_land_between_its_parts() {
+    let cfg = small();
+    let (r, dev) = ring(cfg);
+    let big = vec![9u8; cfg.max_payload() * 5 / 2];
+    std::thread::scope(|s| {
+        let r = &r;
+        let chainer = s.spawn(move || r.append(&big).unwrap());
+        let small: Vec<_> = (0..4)
+            .map(|t| {
+                s.spawn(move || {
+                    (0..50)
+                        .map(|i| r.append(format!("{t}-{i}").as_bytes()).unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for h in small {
+            h.join().unwrap();
+        }
+        chainer.join().unwrap();
+    });
+    r.force_all().unwrap();
+    // `entries` asserts every chain is whole and contiguous.
+    let e = dev.entries(&cfg);
+    assert_eq!(e.len(), 201);
+    assert_eq!(e.iter().filter(|(_, b)| b.len() > 1000).count(), 1);
 }
 
 #[test]

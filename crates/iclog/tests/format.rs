@@ -2,7 +2,8 @@
 #![cfg(not(loom))]
 
 use iclog::format::{
-    encode_header, parse_record, record_size, RecordCheck, ENTRY_HEADER_SIZE, HEADER_SIZE, MAGIC,
+    encode_header, parse_record, record_size, Assembler, Dropped, RecordCheck, Whole, CONTINUED,
+    CONTINUES, ENTRY_HEADER_SIZE, HEADER_SIZE, MAGIC,
 };
 use iclog::{IoFlags, Lsn};
 
@@ -24,6 +25,7 @@ fn record(lsn: Lsn, tail: Lsn, entries: &[&[u8]]) -> Vec<u8> {
         tail,
         Lsn(0),
         IoFlags::FUA,
+        0,
         entries.len() as u32,
         &payload,
     );
@@ -61,7 +63,7 @@ fn round_trip() {
     // Fixed bytes of the header, as docs/FORMAT.md gives them.
     assert_eq!(&bytes[0..4], b"ICLG");
     assert_eq!(u32::from_le_bytes(bytes[0..4].try_into().unwrap()), MAGIC);
-    assert_eq!(&bytes[4..6], &1u16.to_le_bytes());
+    assert_eq!(&bytes[4..6], &2u16.to_le_bytes());
     assert_eq!(&bytes[8..16], &4096u64.to_le_bytes());
     assert_eq!(&bytes[16..24], &512u64.to_le_bytes());
     assert_eq!(&bytes[28..32], &3u32.to_le_bytes());
@@ -148,7 +150,7 @@ fn a_torn_payload_is_a_crc_mismatch() {
 #[test]
 fn a_newer_version_is_refused_once_its_crc_holds() {
     let mut b = sample();
-    b[4..6].copy_from_slice(&2u16.to_le_bytes());
+    b[4..6].copy_from_slice(&3u16.to_le_bytes());
     // A record a newer writer made: its CRC covers the version.
     let len = u32::from_le_bytes(b[24..28].try_into().unwrap()) as usize;
     let mut h = b[..HEADER_SIZE].to_vec();
@@ -158,7 +160,7 @@ fn a_newer_version_is_refused_once_its_crc_holds() {
     b[32..36].copy_from_slice(&crc.to_le_bytes());
     assert!(matches!(
         parse_record(&b, Lsn(4096), MAX, ALIGN),
-        RecordCheck::UnsupportedVersion { found: 2 }
+        RecordCheck::UnsupportedVersion { found: 3 }
     ));
 }
 
@@ -170,4 +172,96 @@ fn a_flipped_version_bit_is_corruption_not_a_newer_format() {
         parse_record(&b, Lsn(4096), MAX, ALIGN),
         RecordCheck::CrcMismatch { .. }
     ));
+}
+
+#[test]
+fn version_1_records_are_still_read() {
+    let mut b = sample();
+    b[4..6].copy_from_slice(&1u16.to_le_bytes());
+    let len = u32::from_le_bytes(b[24..28].try_into().unwrap()) as usize;
+    let mut h = b[..HEADER_SIZE].to_vec();
+    h[32..36].fill(0);
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&h), &b[HEADER_SIZE..HEADER_SIZE + len]);
+    b[32..36].copy_from_slice(&crc.to_le_bytes());
+    assert!(matches!(
+        parse_record(&b, Lsn(4096), MAX, ALIGN),
+        RecordCheck::Valid(_)
+    ));
+}
+
+/// A record at `lsn` with the given entries and chain bits.
+fn chained(lsn: Lsn, chain: u16, entries: &[&[u8]]) -> Vec<u8> {
+    let mut payload = Vec::new();
+    for e in entries {
+        payload.extend_from_slice(&(e.len() as u32).to_le_bytes());
+        payload.extend_from_slice(e);
+    }
+    let mut out = vec![0u8; record_size(payload.len(), ALIGN) as usize];
+    out[HEADER_SIZE..HEADER_SIZE + payload.len()].copy_from_slice(&payload);
+    let n = entries.len() as u32;
+    encode_header(
+        &mut out,
+        lsn,
+        Lsn(0),
+        Lsn(0),
+        IoFlags::FUA,
+        chain,
+        n,
+        &payload,
+    );
+    out
+}
+
+/// Feeds records in order; returns the whole entries and what was dropped.
+fn assemble(recs: &[Vec<u8>], start: Lsn) -> (Vec<(Lsn, Vec<u8>)>, Vec<Dropped>, Option<Lsn>) {
+    let mut a = Assembler::new();
+    let (mut out, mut dropped) = (Vec::new(), Vec::new());
+    let mut at = start;
+    for b in recs {
+        let RecordCheck::Valid(r) = parse_record(b, at, MAX, ALIGN) else {
+            panic!("invalid record at {at}");
+        };
+        dropped.push(a.feed(&r, |w| match w {
+            Whole::Single(l, b) => out.push((l, b.to_vec())),
+            Whole::Chained(l, b) => out.push((l, b)),
+        }));
+        at = r.end();
+    }
+    (out, dropped, a.pending())
+}
+
+#[test]
+fn an_assembler_joins_parts_and_drops_what_can_never_be_whole() {
+    // first part (after an entry) · middle · last part (and an entry after).
+    let r0 = chained(Lsn(0), CONTINUES, &[b"one", b"AB"]);
+    let r1 = chained(Lsn(512), CONTINUED | CONTINUES, &[b"CD"]);
+    let r2 = chained(Lsn(1024), CONTINUED, &[b"EF", b"two"]);
+    let (out, dropped, pending) = assemble(&[r0.clone(), r1.clone(), r2], Lsn(0));
+    let first = Lsn(HEADER_SIZE as u64 + 4 + 3);
+    assert_eq!(
+        out,
+        [
+            (Lsn(HEADER_SIZE as u64), b"one".to_vec()),
+            (first, b"ABCDEF".to_vec()),
+            (Lsn(1024 + HEADER_SIZE as u64 + 6), b"two".to_vec()),
+        ]
+    );
+    assert!(dropped.iter().all(|d| *d == Dropped::default()));
+    assert_eq!(pending, None);
+    // Cut after the middle part: the chain stays open, nothing of it is out.
+    let (out, _, pending) = assemble(&[r0.clone(), r1.clone()], Lsn(0));
+    assert_eq!(out.len(), 1);
+    assert_eq!(pending, Some(first));
+    // A record after it that does not continue it: the chain was abandoned.
+    let fresh = chained(Lsn(1024), 0, &[b"new"]);
+    let (out, dropped, pending) = assemble(&[r0, r1.clone(), fresh], Lsn(0));
+    assert_eq!(out.len(), 2);
+    assert_eq!(out[1].1, b"new");
+    assert_eq!(dropped[2].abandoned, Some(first));
+    assert_eq!(pending, None);
+    // Reading from the middle of a chain: the orphan parts are dropped.
+    let r2 = chained(Lsn(1024), CONTINUED, &[b"EF", b"two"]);
+    let (out, dropped, _) = assemble(&[r1, r2], Lsn(512));
+    assert_eq!(out, [(Lsn(1024 + HEADER_SIZE as u64 + 6), b"two".to_vec())]);
+    assert!(dropped.iter().all(|d| d.orphan));
 }

@@ -161,3 +161,31 @@ fn switching_writers_and_a_forcer_on_two_buffers() {
             .all(|s| *s == iclog::BufState::Active));
     });
 }
+
+/// Two appenders race a chain across a buffer switch on two buffers: one
+/// appends an entry of 1.5 buffers (its first part fills buffer 0, its
+/// last part starts buffer 1), the other a small entry and then forces the
+/// chain through its commit point. Nothing lands between the parts, the
+/// small appender never waits forever for the chain (or the chain for
+/// space), and a force of the chain's commit point makes all of it
+/// durable.
+#[test]
+fn a_chain_races_an_append_across_a_buffer_switch() {
+    model(|| {
+        let c = cfg(2);
+        let (r, dev) = ring(c);
+        let big = vec![7u8; c.max_payload() * 3 / 2];
+        let r2 = r.clone();
+        let t = thread::spawn(move || r2.append(&[1u8; 40]).unwrap());
+        let chain = r.append(&big).unwrap();
+        let point = r.commit_point(chain);
+        r.force(point).unwrap();
+        assert!(r.durable_lsn() > point, "the whole chain is durable");
+        let small = t.join().unwrap();
+        r.force_all().unwrap();
+        let e = dev.entries(&c);
+        assert_eq!(e.len(), 2);
+        assert!(e.contains(&(small, vec![1u8; 40])));
+        assert!(e.contains(&(chain, big)));
+    });
+}

@@ -58,6 +58,14 @@ pub enum Damage {
         /// The checksum computed.
         computed: u32,
     },
+    /// The log ends inside a chained record (one written in parts across
+    /// records): its last part never made it. Reported by
+    /// [`crate::RecoveryMode::AbsoluteConsistency`]; the other modes cut
+    /// the chain like a torn tail ([`crate::RecoveryReport::torn_chain`]).
+    ChainCut {
+        /// The LSN of the chain's first part (the record's LSN).
+        first: Lsn,
+    },
 }
 
 impl Damage {
@@ -119,6 +127,9 @@ impl fmt::Display for Damage {
                 f,
                 "checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
             ),
+            Damage::ChainCut { first } => {
+                write!(f, "the log ends inside the chained record at {first}")
+            }
         }
     }
 }

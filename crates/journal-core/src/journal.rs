@@ -4,7 +4,7 @@ use crate::async_commit::{AsyncCommits, CommitFuture, DurableWatch, Forcer};
 use crate::control::{read_control, Control, ControlFile};
 use crate::device::Device;
 use crate::poison::Poison;
-use crate::reader::LogReader;
+use crate::reader::{Entry, LogReader, SegmentPin, SegmentPins};
 use crate::recovery::{self, RecoveryReport, SkippedRange};
 use crate::{Error, Geometry, Metrics, Options, Result};
 use iclog::{Lsn, Ring};
@@ -78,6 +78,8 @@ struct Inner {
     commits: StatCounter,
     already_durable: StatCounter,
     worker: Mutex<Option<Worker>>,
+    /// Segments readers map or will read: never recycled while pinned.
+    pins: Arc<SegmentPins>,
     _lock: DirLock,
 }
 
@@ -168,6 +170,7 @@ impl Journal {
                 commits: StatCounter::new(),
                 already_durable: StatCounter::new(),
                 worker: Mutex::new(worker),
+                pins: Arc::new(SegmentPins::default()),
                 _lock: lock,
             },
         })
@@ -235,6 +238,12 @@ impl Journal {
 
     /// Appends a record and returns its LSN. In memory only until
     /// [`Journal::commit`] or [`Journal::force`].
+    ///
+    /// A record of any size up to [`Options::max_record_size`] is accepted:
+    /// one larger than a log buffer holds is written as a chain of parts
+    /// over consecutive buffers and segments (other appends wait for it),
+    /// and its LSN is its first part's; committing or forcing that LSN
+    /// covers the whole chain.
     pub fn append(&self, record: &[u8]) -> Result<Lsn> {
         self.check()?;
         let max = self.inner.options.max_record();
@@ -277,6 +286,8 @@ impl Journal {
     }
 
     fn commit_with(&self, handle: jbd_batch::Handle<Lsn, SharedError>, lsn: Lsn) -> Result<()> {
+        // A chained record is durable once its last part is.
+        let lsn = self.inner.ring.commit_point(lsn);
         // Lock-free checks first: the ring publishes both values.
         if lsn < self.durable_lsn() {
             self.inner.already_durable.incr();
@@ -313,7 +324,7 @@ impl Journal {
         self.check()?;
         let handle = self.inner.batcher.start();
         let lsn = self.append(record)?;
-        self.stop(handle, lsn)?;
+        self.stop(handle, self.inner.ring.commit_point(lsn))?;
         Ok(lsn)
     }
 
@@ -321,6 +332,7 @@ impl Journal {
     /// [`ForceMode::Durable`] returns when it is durable. No batching.
     pub fn force(&self, lsn: Lsn, mode: ForceMode) -> Result<()> {
         self.check()?;
+        let lsn = self.inner.ring.commit_point(lsn);
         let r = match mode {
             ForceMode::Written => self.inner.ring.force_async(lsn),
             ForceMode::Durable => self.inner.ring.force(lsn),
@@ -352,7 +364,7 @@ impl Journal {
     /// the batcher, so tasks share groups with each other and with
     /// committer threads. Dropping it is safe and loses nothing.
     pub fn commit_async(&self, lsn: Lsn) -> CommitFuture<'_> {
-        CommitFuture::new(self, lsn, true)
+        CommitFuture::new(self, self.inner.ring.commit_point(lsn), true)
     }
 
     /// Appends a record and resolves once it is durable: the async
@@ -464,7 +476,11 @@ impl Journal {
                 end_lsn: ring.durable_lsn().max(current.end_lsn),
                 ..current
             })?;
-            let redo_seg = self.inner.geometry.segment_of(scan);
+            // Segments a reader maps (or will read) stay until it is done.
+            let mut redo_seg = self.inner.geometry.segment_of(scan);
+            if let Some(pinned) = self.inner.pins.lowest() {
+                redo_seg = redo_seg.min(pinned);
+            }
             let r = self.inner.store.recycle(redo_seg)?;
             Ok(CheckpointReport {
                 redo_lsn: redo,
@@ -484,7 +500,7 @@ impl Journal {
         }
         let mut reader = self.reader();
         let mut pos = from;
-        while let Ok((_, end)) = reader.record(pos)? {
+        while let Ok(end) = reader.record_end(pos)? {
             if lsn < end {
                 break;
             }
@@ -495,27 +511,52 @@ impl Journal {
 
     /// Iterates over the entries with LSN at or after `lsn`, up to the
     /// durable LSN, reading the segment files: `(lsn, bytes)` for replay.
+    ///
+    /// Sealed segments are memory-mapped and entries come out as views of
+    /// them ([`EntryBytes`](crate::reader::EntryBytes), no copy; a chained
+    /// record is reassembled into a buffer of its own). A chained record
+    /// whose last part is not durable yet is not returned. While the
+    /// iterator (or any entry it returned) lives, checkpoints leave the
+    /// segments it reads in place.
     pub fn read_from(&self, lsn: Lsn) -> Result<ReadIter> {
         self.check()?;
-        let control = self.inner.control.lock().current();
-        let redo = control.redo_lsn;
+        // Under the control lock, so no checkpoint recycles below the pin
+        // between reading the tail and pinning it.
+        let control = self.inner.control.lock();
+        let c = control.current();
+        let redo = c.redo_lsn;
         if lsn < redo {
             return Err(Error::LsnNotInLog { lsn, tail: redo });
         }
+        let floor = self
+            .inner
+            .pins
+            .pin(self.inner.geometry.segment_of(c.scan_lsn));
+        drop(control);
         Ok(ReadIter {
             reader: self.reader(),
-            pos: control.scan_lsn,
+            pos: c.scan_lsn,
             from: lsn,
             end: self.durable_lsn(),
-            pending: Vec::new().into_iter(),
+            pending: std::collections::VecDeque::new(),
+            chains: iclog::format::Assembler::new(),
             failed: false,
             skipped: self.inner.recovery.skipped.clone(),
+            _floor: floor,
         })
     }
 
-    /// A read-only reader of this journal's segment files.
+    /// A read-only reader of this journal's segment files, mapping the
+    /// segments wholly below the durable LSN (bytes never rewritten) and
+    /// pinning them against recycling.
     fn reader(&self) -> LogReader {
-        LogReader::new(self.inner.vfs.clone(), &self.inner.dir, self.inner.geometry)
+        LogReader::mapping(
+            self.inner.vfs.clone(),
+            &self.inner.dir,
+            self.inner.geometry,
+            self.durable_lsn(),
+            Some(self.inner.pins.clone()),
+        )
     }
 
     /// The layout of the log over its segment files.
@@ -620,10 +661,14 @@ pub struct ReadIter {
     pos: Lsn,
     from: Lsn,
     end: Lsn,
-    pending: std::vec::IntoIter<(Lsn, Vec<u8>)>,
+    pending: std::collections::VecDeque<Entry>,
+    /// Reassembles chained records.
+    chains: iclog::format::Assembler,
     failed: bool,
     /// Corrupt ranges recovery skipped ([`crate::RecoveryMode::SkipCorrupt`]).
     skipped: Vec<SkippedRange>,
+    /// Holds every segment from the scan start up against recycling.
+    _floor: SegmentPin,
 }
 
 impl std::fmt::Debug for ReadIter {
@@ -636,28 +681,34 @@ impl std::fmt::Debug for ReadIter {
 }
 
 impl Iterator for ReadIter {
-    type Item = Result<(Lsn, Vec<u8>)>;
+    type Item = Result<Entry>;
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            if let Some(e) = self.pending.next() {
-                return Some(Ok(e));
+            if let Some(e) = self.pending.pop_front() {
+                if e.0 >= self.from {
+                    return Some(Ok(e));
+                }
+                continue;
             }
+            // A chain still open at the end is not durable as a whole (or
+            // was cut by a crash): none of it is returned.
             if self.failed || self.pos >= self.end {
                 return None;
             }
             if let Some(s) = self.skipped.iter().find(|s| s.from == self.pos) {
                 self.pos = s.to;
+                self.chains.reset();
                 continue;
             }
-            match self.reader.record(self.pos) {
-                Ok(Ok((entries, next))) => {
-                    let from = self.from;
-                    self.pending = entries
-                        .into_iter()
-                        .filter(|(l, _)| *l >= from)
-                        .collect::<Vec<_>>()
-                        .into_iter();
+            match self
+                .reader
+                .entries(self.pos, &mut self.chains, &mut self.pending)
+            {
+                Ok(Ok((next, _dropped))) => {
+                    // Dropped parts (a chain a crash cut, before the
+                    // recovered end; parts of a chain begun before the
+                    // scan start) were never whole records: nothing lost.
                     self.pos = next;
                 }
                 Ok(Err(found)) => {
@@ -762,9 +813,13 @@ fn recover(
 ) -> Result<RecoveryReport> {
     let c = control.current();
     let window = c.inflight_window.max(options.inflight_window());
-    let mut reader = LogReader::new(vfs.clone(), dir, geometry);
+    // Nothing writes the log during recovery: every segment may be mapped
+    // (and no checkpoint runs, so no pins are needed).
+    let mut reader = LogReader::mapping(vfs.clone(), dir, geometry, Lsn(u64::MAX), None);
     let mut report = recovery::scan(&mut reader, &c, options.recovery_mode, window)?;
     let leftovers = recovery::in_flight_leftovers(&mut reader, report.end_lsn, window)?;
+    // Unmap before writing into the files.
+    drop(reader);
     let mut touched = std::collections::BTreeSet::new();
     for lsn in &leftovers {
         let (seg, off) = geometry.locate(*lsn);

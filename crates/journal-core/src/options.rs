@@ -84,14 +84,19 @@ pub struct Options {
     pub max_segments: u64,
     /// How recovery treats bad records (default tolerate a torn tail).
     pub recovery_mode: RecoveryMode,
-    /// Largest record accepted by `append` (default: the most a log buffer
-    /// holds, `logbsize - 52`).
-    pub max_record_size: Option<usize>,
+    /// Largest record accepted by `append` (default 64 MiB; 1 byte to
+    /// 1 GiB). A record larger than what one log buffer holds
+    /// (`logbsize - 52`) is written as a chain of parts over consecutive
+    /// buffers and segments (docs/FORMAT.md, "Continuation records").
+    pub max_record_size: usize,
     /// Prepare segments ahead on a background thread (default true). When
     /// false, segments are prepared at open and the writer creates the rest
     /// itself (counted as stalls): for single-threaded embedders and loom.
     pub background_preallocation: bool,
 }
+
+/// The default [`Options::max_record_size`]: 64 MiB.
+pub const DEFAULT_MAX_RECORD_SIZE: usize = 64 << 20;
 
 impl Default for Options {
     fn default() -> Self {
@@ -111,7 +116,7 @@ impl Default for Options {
             preallocate_ahead: 2,
             max_segments: 64,
             recovery_mode: RecoveryMode::TolerateTornTail,
-            max_record_size: None,
+            max_record_size: DEFAULT_MAX_RECORD_SIZE,
             background_preallocation: true,
         }
     }
@@ -146,10 +151,14 @@ impl Options {
         }
     }
 
-    /// The largest record `append` accepts.
+    /// The largest record `append` accepts ([`Options::max_record_size`]).
     pub fn max_record(&self) -> usize {
         self.max_record_size
-            .unwrap_or_else(|| self.iclog().max_entry_size())
+    }
+
+    /// The largest record written in one piece (larger ones are chained).
+    pub fn max_unchained_record(&self) -> usize {
+        self.iclog().max_entry_size()
     }
 
     /// Bytes that may be in flight (written, not yet durable) at a crash:
@@ -183,15 +192,11 @@ impl Options {
                 ),
             );
         }
-        let max = self.iclog().max_entry_size();
         match self.max_record_size {
-            Some(0) => bad("max_record_size", "must be at least 1".into()),
-            Some(m) if m > max => bad(
+            0 => bad("max_record_size", "must be at least 1".into()),
+            m if m > iclog::MAX_RECORD_SIZE => bad(
                 "max_record_size",
-                format!(
-                    "{m} exceeds what a {}-byte log buffer holds ({max})",
-                    self.logbsize
-                ),
+                format!("{m} exceeds the limit of {}", iclog::MAX_RECORD_SIZE),
             ),
             _ => Ok(()),
         }

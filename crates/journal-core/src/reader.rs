@@ -1,22 +1,219 @@
-//! Reading the log by LSN: records across segments, with a read-ahead
-//! buffer. Used by recovery, `read_from`, and the inspection tools.
+//! Reading the log by LSN: records across segments, and whole entries
+//! (chains reassembled) handed out without copying. Used by recovery,
+//! `read_from`, and the inspection tools.
+//!
+//! # Where the bytes come from
+//!
+//! A *sealed* segment — one whose every data byte lies below the reader's
+//! `sealed_below` bound (the durable end of the log when the reader was
+//! made, or everything during recovery, when nothing writes) — is mapped
+//! whole with [`VfsFile::map`] (`mmap` on the real filesystem, an
+//! in-memory copy on `SimVfs`) and records are parsed in place. Bytes the
+//! journal never rewrites are the only ones read through a mapping, and a
+//! mapped segment is pinned ([`SegmentPins`]) so a checkpoint does not
+//! recycle it while any view of it lives. Everything else (the segment
+//! holding the end of the log, a record crossing a segment boundary, a
+//! segment file of the wrong size, and every read of the inspection tools
+//! of a journal another process has open) is read with `pread` into a
+//! read-ahead buffer, shared the same way.
+//!
+//! Entries come out as [`EntryBytes`]: a range of a mapping or buffer,
+//! reference-counted, so handing one out costs an atomic increment. A
+//! chain (an entry written in parts, docs/FORMAT.md) is concatenated into
+//! a buffer of its own, the only copy made.
 
 use crate::{Damage, Geometry, Result};
-use iclog::format::{parse_record, Record, RecordCheck};
+use iclog::format::{parse_record, Assembler, Dropped, Record, RecordCheck, Whole, HEADER_SIZE};
 use iclog::{Lsn, MAX_LOGBSIZE};
-use journal_vfs::{OpenOptions, Vfs, VfsFile};
+use journal_sync::Mutex;
+use journal_vfs::{Mapping, OpenOptions, Vfs, VfsFile};
 use segment_recycler::segment_name;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// An entry read back: its LSN and bytes.
-pub type Entry = (Lsn, Vec<u8>);
+pub type Entry = (Lsn, EntryBytes);
 
 /// The largest payload any record can have (a 1 MiB buffer less its header).
-pub const MAX_PAYLOAD: usize = MAX_LOGBSIZE - iclog::format::HEADER_SIZE;
+pub const MAX_PAYLOAD: usize = MAX_LOGBSIZE - HEADER_SIZE;
 
 const CHUNK: usize = 256 << 10;
+
+/// Segments that must not be recycled: each pin holds one segment (and,
+/// by the journal's rule, every segment above it) until dropped.
+#[derive(Debug, Default)]
+pub struct SegmentPins {
+    held: Mutex<BTreeMap<u64, usize>>,
+}
+
+impl SegmentPins {
+    /// Pins segment `seg` until the returned guard drops.
+    pub fn pin(self: &Arc<Self>, seg: u64) -> SegmentPin {
+        *self.held.lock().entry(seg).or_insert(0) += 1;
+        SegmentPin {
+            pins: self.clone(),
+            seg,
+        }
+    }
+
+    /// The lowest pinned segment, if any: checkpoints recycle only below it.
+    pub fn lowest(&self) -> Option<u64> {
+        self.held.lock().keys().next().copied()
+    }
+}
+
+/// A pin on one segment ([`SegmentPins::pin`]).
+#[derive(Debug)]
+pub struct SegmentPin {
+    pins: Arc<SegmentPins>,
+    seg: u64,
+}
+
+impl Drop for SegmentPin {
+    fn drop(&mut self) {
+        let mut held = self.pins.held.lock();
+        if let Some(n) = held.get_mut(&self.seg) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.seg);
+            }
+        }
+    }
+}
+
+/// Bytes entries borrow: a mapped segment (pinned while it lives) or a
+/// buffer filled with `pread` (or a reassembled chain).
+#[derive(Debug)]
+struct Source {
+    bytes: Mapping,
+    _pin: Option<SegmentPin>,
+}
+
+impl Source {
+    fn owned(bytes: Vec<u8>) -> Arc<Self> {
+        Arc::new(Self {
+            bytes: Mapping::from_vec(bytes),
+            _pin: None,
+        })
+    }
+}
+
+/// The bytes of one entry read from the log: a view into a mapped
+/// segment (no copy), into a read buffer, or a reassembled chain.
+/// Dereferences to `[u8]`; cloning is cheap (a reference count). Holding
+/// one keeps its segment mapped and pinned against recycling (or its read
+/// buffer alive): copy out ([`EntryBytes::to_vec`]) what you keep long.
+#[derive(Clone)]
+pub struct EntryBytes {
+    src: Arc<Source>,
+    start: usize,
+    len: usize,
+}
+
+impl EntryBytes {
+    fn new(src: &Arc<Source>, bytes: &[u8]) -> Self {
+        // `bytes` is a sub-slice of `src`: its offset follows from the
+        // addresses (no unsafe: plain integer arithmetic on the pointers).
+        let start = bytes.as_ptr() as usize - src.bytes.as_ptr() as usize;
+        debug_assert!(start + bytes.len() <= src.bytes.len());
+        Self {
+            src: src.clone(),
+            start,
+            len: bytes.len(),
+        }
+    }
+
+    fn owned(bytes: Vec<u8>) -> Self {
+        let len = bytes.len();
+        Self {
+            src: Source::owned(bytes),
+            start: 0,
+            len,
+        }
+    }
+
+    /// Whether the bytes are read in place from a memory-mapped segment.
+    pub fn is_mapped(&self) -> bool {
+        self.src.bytes.is_mapped()
+    }
+
+    /// The bytes as an owned vector (a copy).
+    pub fn into_vec(self) -> Vec<u8> {
+        self.to_vec()
+    }
+}
+
+impl Deref for EntryBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.src.bytes[self.start..self.start + self.len]
+    }
+}
+
+impl AsRef<[u8]> for EntryBytes {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl fmt::Debug for EntryBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EntryBytes")
+            .field("len", &self.len)
+            .field("mapped", &self.is_mapped())
+            .finish()
+    }
+}
+
+impl PartialEq for EntryBytes {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+impl Eq for EntryBytes {}
+impl PartialEq<[u8]> for EntryBytes {
+    fn eq(&self, other: &[u8]) -> bool {
+        **self == *other
+    }
+}
+impl PartialEq<&[u8]> for EntryBytes {
+    fn eq(&self, other: &&[u8]) -> bool {
+        **self == **other
+    }
+}
+impl PartialEq<Vec<u8>> for EntryBytes {
+    fn eq(&self, other: &Vec<u8>) -> bool {
+        **self == other[..]
+    }
+}
+impl<const N: usize> PartialEq<[u8; N]> for EntryBytes {
+    fn eq(&self, other: &[u8; N]) -> bool {
+        **self == other[..]
+    }
+}
+impl<const N: usize> PartialEq<&[u8; N]> for EntryBytes {
+    fn eq(&self, other: &&[u8; N]) -> bool {
+        **self == other[..]
+    }
+}
+impl From<EntryBytes> for Vec<u8> {
+    fn from(e: EntryBytes) -> Self {
+        e.to_vec()
+    }
+}
+
+/// A segment file as the reader sees it.
+enum Seg {
+    /// No such file.
+    Missing,
+    /// Read with `pread`.
+    Read(Box<dyn VfsFile>),
+    /// Mapped whole (sealed, full size).
+    Mapped(Arc<Source>),
+}
 
 /// Reads log bytes by LSN from the segment files of a directory, opened
 /// read-only. A missing segment reads as zeros (the end of the log).
@@ -24,30 +221,64 @@ pub struct LogReader {
     vfs: Arc<dyn Vfs>,
     dir: PathBuf,
     geometry: Geometry,
-    files: HashMap<u64, Option<Box<dyn VfsFile>>>,
-    /// Bytes of the log starting at `buf_lsn`.
-    buf: Vec<u8>,
+    segs: HashMap<u64, Seg>,
+    /// Segments whose data lies wholly below this are mapped.
+    sealed_below: Lsn,
+    /// Where mapped segments are pinned (none: nothing recycles meanwhile).
+    pins: Option<Arc<SegmentPins>>,
+    /// The read-ahead buffer: log bytes starting at `buf_lsn`.
+    buf: Arc<Source>,
     buf_lsn: Lsn,
+    /// The source of the last record parsed (what [`LogReader::check`]
+    /// borrows).
+    cur: Arc<Source>,
 }
 
-impl std::fmt::Debug for LogReader {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for LogReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LogReader")
             .field("dir", &self.dir)
+            .field("sealed_below", &self.sealed_below)
             .finish_non_exhaustive()
     }
 }
 
 impl LogReader {
-    /// A reader of the journal in `dir` with the given geometry.
+    /// A reader of the journal in `dir` with the given geometry that maps
+    /// nothing: every read is a `pread` (for a journal another process may
+    /// be writing).
     pub fn new(vfs: Arc<dyn Vfs>, dir: &Path, geometry: Geometry) -> Self {
+        let empty = Source::owned(Vec::new());
         Self {
             vfs,
             dir: dir.to_path_buf(),
             geometry,
-            files: HashMap::new(),
-            buf: Vec::new(),
+            segs: HashMap::new(),
+            sealed_below: Lsn(0),
+            pins: None,
+            buf: empty.clone(),
             buf_lsn: Lsn(0),
+            cur: empty,
+        }
+    }
+
+    /// A reader that maps every segment whose data lies wholly below
+    /// `sealed_below`, pinning each in `pins` while any view of it lives.
+    /// The caller guarantees nothing below `sealed_below` is rewritten
+    /// while the reader or its entries live, except by recycling a
+    /// segment, which the pins hold off (pass `None` only when nothing
+    /// recycles: recovery, or a directory this process holds locked).
+    pub fn mapping(
+        vfs: Arc<dyn Vfs>,
+        dir: &Path,
+        geometry: Geometry,
+        sealed_below: Lsn,
+        pins: Option<Arc<SegmentPins>>,
+    ) -> Self {
+        Self {
+            sealed_below,
+            pins,
+            ..Self::new(vfs, dir, geometry)
         }
     }
 
@@ -66,28 +297,42 @@ impl LogReader {
         self.geometry.segment_of(lsn)
     }
 
-    /// Forgets cached bytes and handles (after the files changed).
+    /// Forgets cached bytes, mappings and handles (after the files changed).
     pub fn invalidate(&mut self) {
-        self.buf.clear();
-        self.files.clear();
+        self.buf = Source::owned(Vec::new());
+        self.cur = self.buf.clone();
+        self.segs.clear();
     }
 
-    fn file(&mut self, seg: u64) -> Result<Option<&dyn VfsFile>> {
-        if !self.files.contains_key(&seg) {
-            let path = self.dir.join(segment_name(seg));
-            let f = if self.vfs.exists(&path)? {
-                Some(self.vfs.open(&path, OpenOptions::read())?)
+    fn seg(&mut self, n: u64) -> Result<&Seg> {
+        if !self.segs.contains_key(&n) {
+            let path = self.dir.join(segment_name(n));
+            let s = if !self.vfs.exists(&path)? {
+                Seg::Missing
             } else {
-                None
+                let f = self.vfs.open(&path, OpenOptions::read())?;
+                let sealed = self.geometry.segment_start(n + 1) <= self.sealed_below;
+                if sealed && f.len()? == self.geometry.segment_size() {
+                    // Pin first: from here on no checkpoint recycles it.
+                    let pin = self.pins.as_ref().map(|p| p.pin(n));
+                    let bytes = f.map()?;
+                    if bytes.len() as u64 == self.geometry.segment_size() {
+                        Seg::Mapped(Arc::new(Source { bytes, _pin: pin }))
+                    } else {
+                        Seg::Read(f)
+                    }
+                } else {
+                    Seg::Read(f)
+                }
             };
-            self.files.insert(seg, f);
+            self.segs.insert(n, s);
         }
-        Ok(self.files[&seg].as_deref())
+        Ok(&self.segs[&n])
     }
 
     /// Whether segment `seg` exists.
     pub fn segment_exists(&mut self, seg: u64) -> Result<bool> {
-        Ok(self.file(seg)?.is_some())
+        Ok(!matches!(self.seg(seg)?, Seg::Missing))
     }
 
     /// The numbers of the segment files in the directory, ascending.
@@ -114,8 +359,12 @@ impl LogReader {
             let (seg, offset) = self.geometry.locate(at);
             let n = (self.geometry.room_in_segment(at) as usize).min(out.len() - done);
             let dst = &mut out[done..done + n];
-            match self.file(seg)? {
-                Some(f) => {
+            match self.seg(seg)? {
+                Seg::Mapped(m) => {
+                    let o = offset as usize;
+                    dst.copy_from_slice(&m.bytes[o..o + n]);
+                }
+                Seg::Read(f) => {
                     let mut got = 0;
                     while got < n {
                         let r = f.read_at(&mut dst[got..], offset + got as u64)?;
@@ -126,42 +375,60 @@ impl LogReader {
                     }
                     dst[got..].fill(0);
                 }
-                None => dst.fill(0),
+                Seg::Missing => dst.fill(0),
             }
             done += n;
         }
         Ok(())
     }
 
-    /// The bytes at `lsn`, at least `len` of them, from the read-ahead buffer.
-    fn bytes(&mut self, lsn: Lsn, len: usize) -> Result<&[u8]> {
-        let have =
-            lsn >= self.buf_lsn && lsn.0 + len as u64 <= self.buf_lsn.0 + self.buf.len() as u64;
+    /// The bytes at `lsn`, at least `len` of them: `(source, offset)`. In
+    /// place from a mapped segment when they lie inside one, else from the
+    /// read-ahead buffer (refilled when it does not hold them).
+    fn view(&mut self, lsn: Lsn, len: usize) -> Result<(Arc<Source>, usize)> {
+        let (seg, offset) = self.geometry.locate(lsn);
+        if (len as u64) <= self.geometry.room_in_segment(lsn) {
+            if let Seg::Mapped(m) = self.seg(seg)? {
+                return Ok((m.clone(), offset as usize));
+            }
+        }
+        let have = lsn >= self.buf_lsn
+            && lsn.0 + len as u64 <= self.buf_lsn.0 + self.buf.bytes.len() as u64;
         if !have {
-            let want = len.max(CHUNK);
-            let mut buf = std::mem::take(&mut self.buf);
-            buf.resize(want, 0);
+            let mut buf = vec![0u8; len.max(CHUNK)];
             self.read(lsn, &mut buf)?;
-            self.buf = buf;
+            self.buf = Source::owned(buf);
             self.buf_lsn = lsn;
         }
-        let start = (lsn.0 - self.buf_lsn.0) as usize;
-        Ok(&self.buf[start..])
+        Ok((self.buf.clone(), (lsn.0 - self.buf_lsn.0) as usize))
     }
 
-    /// Parses what is at `lsn` as a record expected there. The returned
-    /// check borrows the reader's buffer.
-    pub fn check(&mut self, lsn: Lsn) -> Result<RecordCheck<'_>> {
-        let align = self.alignment();
-        // Read the header first, then as much as its length field asks.
-        let header = self.bytes(lsn, iclog::format::HEADER_SIZE)?;
-        let claimed = match iclog::format::peek_header(header) {
+    /// The bytes of the record expected at `lsn`: its header, and as many
+    /// bytes as its length field asks (when plausible).
+    fn view_record(&mut self, lsn: Lsn) -> Result<(Arc<Source>, usize)> {
+        let (src, off) = self.view(lsn, HEADER_SIZE)?;
+        let claimed = match iclog::format::peek_header(&src.bytes[off..]) {
             Some(h) if (h.len.get() as usize) <= MAX_PAYLOAD => h.len.get() as usize,
             _ => 0,
         };
-        let need = iclog::format::HEADER_SIZE + claimed;
-        let bytes = self.bytes(lsn, need)?;
-        Ok(parse_record(bytes, lsn, MAX_PAYLOAD, align))
+        if src.bytes.len() - off >= HEADER_SIZE + claimed {
+            return Ok((src, off));
+        }
+        self.view(lsn, HEADER_SIZE + claimed)
+    }
+
+    /// Parses what is at `lsn` as a record expected there. The returned
+    /// check borrows the reader.
+    pub fn check(&mut self, lsn: Lsn) -> Result<RecordCheck<'_>> {
+        let align = self.alignment();
+        let (src, off) = self.view_record(lsn)?;
+        self.cur = src;
+        Ok(parse_record(
+            &self.cur.bytes[off..],
+            lsn,
+            MAX_PAYLOAD,
+            align,
+        ))
     }
 
     /// The record at `lsn` if it is valid, or what was found instead
@@ -178,8 +445,8 @@ impl LogReader {
     /// Whether a record header claiming exactly `lsn` starts at `lsn` (magic
     /// and LSN only; no checksum).
     pub fn claims(&mut self, lsn: Lsn) -> Result<bool> {
-        let b = self.bytes(lsn, iclog::format::HEADER_SIZE)?;
-        Ok(iclog::format::peek_header(b).is_some_and(|h| h.lsn.get() == lsn.0))
+        let (src, off) = self.view(lsn, HEADER_SIZE)?;
+        Ok(iclog::format::peek_header(&src.bytes[off..]).is_some_and(|h| h.lsn.get() == lsn.0))
     }
 
     /// The first LSN in `[from, to)` (stepping by the alignment) where a
@@ -196,11 +463,38 @@ impl LogReader {
         Ok(None)
     }
 
-    /// The record at `lsn`: its entries and its end if it is valid, or
-    /// what was found instead.
-    pub fn record(&mut self, lsn: Lsn) -> Result<std::result::Result<(Vec<Entry>, Lsn), Damage>> {
-        Ok(self
-            .examine(lsn)?
-            .map(|r| (r.entries().map(|(l, b)| (l, b.to_vec())).collect(), r.end())))
+    /// The end of the valid record at `lsn`, or what was found instead.
+    pub fn record_end(&mut self, lsn: Lsn) -> Result<std::result::Result<Lsn, Damage>> {
+        Ok(self.examine(lsn)?.map(|r| r.end()))
+    }
+
+    /// Feeds the record at `lsn` to `chains` and pushes the whole entries
+    /// it completes onto `out`, without copying (a completed chain is the
+    /// one copy). Returns the record's end and what the assembler dropped,
+    /// or what was found instead of a valid record.
+    pub fn entries(
+        &mut self,
+        lsn: Lsn,
+        chains: &mut Assembler,
+        out: &mut impl Extend<Entry>,
+    ) -> Result<std::result::Result<(Lsn, Dropped), Damage>> {
+        let geometry = self.geometry;
+        let segment = geometry.segment_of(lsn);
+        if !self.segment_exists(segment)? {
+            return Ok(Err(Damage::NoSegment { segment }));
+        }
+        let (src, off) = self.view_record(lsn)?;
+        let check = parse_record(&src.bytes[off..], lsn, MAX_PAYLOAD, geometry.alignment());
+        let record = match Damage::classify(check, lsn, geometry) {
+            Ok(r) => r,
+            Err(d) => return Ok(Err(d)),
+        };
+        let dropped = chains.feed(&record, |w| {
+            out.extend(std::iter::once(match w {
+                Whole::Single(l, b) => (l, EntryBytes::new(&src, b)),
+                Whole::Chained(l, v) => (l, EntryBytes::owned(v)),
+            }))
+        });
+        Ok(Ok((record.end(), dropped)))
     }
 }

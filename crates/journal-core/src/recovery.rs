@@ -39,6 +39,13 @@
 //! | anything, a valid record beyond the window | error (corruption) | error (corruption) | skipped to it, reported |
 //! | anything, below the checkpoint's durable end | error (log ends early) | error | error |
 //! | a record with a valid CRC and a newer version | error | error | error |
+//! | the end falls inside a chained record (its last part missing) | chain cut, reported | error | chain cut, reported |
+//!
+//! A chained record (one written in parts over consecutive records) whose
+//! last part is missing at the end was never acknowledged — a commit of it
+//! waits for the last part. Its parts stay below the end; readers never
+//! return them (the next record appended does not continue the chain, and
+//! that is how a reader knows to drop them).
 
 use crate::reader::LogReader;
 use crate::{Control, Damage, Error, RecoveryMode, Result};
@@ -91,6 +98,9 @@ pub struct RecoveryReport {
     /// Record headers of unacknowledged in-flight writes found past the end
     /// and cleared, so later appends can never chain into them.
     pub cleared: Vec<Lsn>,
+    /// The LSN of a chained record the end of the log cut (its last part
+    /// never written): an unacknowledged append, dropped like a torn tail.
+    pub torn_chain: Option<Lsn>,
 }
 
 /// Scans the log from the checkpoint `control` records (read-only), with
@@ -113,13 +123,22 @@ pub fn scan(
         },
         skipped: Vec::new(),
         cleared: Vec::new(),
+        torn_chain: None,
     };
     let mut pos = control.scan_lsn;
+    // The first part of a chained record whose last part is not seen yet.
+    let mut open_chain: Option<Lsn> = None;
     loop {
         let found = match reader.examine(pos)? {
             Ok(r) => {
                 report.records += 1;
                 report.entries += r.header.entry_count.get() as u64;
+                let middle = r.continued() && r.header.entry_count.get() == 1;
+                open_chain = match (r.continues(), middle) {
+                    (false, _) => None,
+                    (true, true) => open_chain,
+                    (true, false) => r.entries().last().map(|(l, _)| l),
+                };
                 pos = r.end();
                 continue;
             }
@@ -150,6 +169,7 @@ pub fn scan(
                     found,
                 });
                 pos = next;
+                open_chain = None;
                 continue;
             }
             return Err(Error::Corruption {
@@ -180,6 +200,17 @@ pub fn scan(
                 checkpoint_end: control.end_lsn,
                 found,
             });
+        }
+        if let Some(first) = open_chain {
+            if mode == RecoveryMode::AbsoluteConsistency {
+                return Err(Error::Corruption {
+                    lsn: first,
+                    segment: reader.segment_of(first),
+                    found: Damage::ChainCut { first },
+                    next_valid: None,
+                });
+            }
+            report.torn_chain = Some(first);
         }
         report.end = if found.is_bad_record() {
             LogEnd::TornTail { lsn: pos, found }

@@ -16,6 +16,7 @@ pub struct Counters {
     pub(crate) renames: StatCounter,
     pub(crate) creates: StatCounter,
     pub(crate) removes: StatCounter,
+    pub(crate) maps: StatCounter,
 }
 
 /// A point-in-time copy of [`Counters`].
@@ -42,6 +43,8 @@ pub struct CounterSnapshot {
     pub creates: u64,
     /// Files removed.
     pub removes: u64,
+    /// Files memory-mapped for reading.
+    pub maps: u64,
 }
 
 impl Counters {
@@ -58,6 +61,7 @@ impl Counters {
             renames: self.renames.get(),
             creates: self.creates.get(),
             removes: self.removes.get(),
+            maps: self.maps.get(),
         }
     }
 }
@@ -82,6 +86,7 @@ impl CounterSnapshot {
             renames: self.renames - earlier.renames,
             creates: self.creates - earlier.creates,
             removes: self.removes - earlier.removes,
+            maps: self.maps - earlier.maps,
         }
     }
 }

@@ -27,10 +27,11 @@
 //!   to the file durable.
 //! - A create, rename or remove is durable only after [`Vfs::sync_dir`] on the
 //!   directory holding the name.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 mod counters;
 mod error;
+mod mapping;
 mod os;
 mod rng;
 mod sim;
@@ -38,6 +39,7 @@ mod usage;
 
 pub use counters::{CounterSnapshot, Counters};
 pub use error::{Op, VfsError};
+pub use mapping::Mapping;
 pub use os::{FuaMode, OsVfs, OsVfsOptions};
 pub use rng::SplitMix64;
 pub use sim::{CrashPolicy, Fault, SimVfs};
@@ -183,6 +185,25 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
     /// Whether the file is empty.
     fn is_empty(&self) -> Result<bool> {
         Ok(self.len()? == 0)
+    }
+
+    /// The whole file, read-only: a memory mapping on [`OsVfs`] (see
+    /// [`Mapping`] for what the caller must guarantee while it lives), a
+    /// copy read with [`VfsFile::read_at`] otherwise (the default, which
+    /// [`SimVfs`] keeps, so its read faults apply).
+    fn map(&self) -> Result<Mapping> {
+        let len = self.len()? as usize;
+        let mut buf = vec![0u8; len];
+        let mut done = 0;
+        while done < len {
+            let n = self.read_at(&mut buf[done..], done as u64)?;
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        buf.truncate(done);
+        Ok(Mapping::from_vec(buf))
     }
 }
 

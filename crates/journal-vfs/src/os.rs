@@ -1,8 +1,10 @@
-//! The real filesystem, on std and rustix (no `unsafe`: rustix wraps the raw
-//! calls).
+//! The real filesystem, on std and rustix (rustix wraps the raw calls). The
+//! one `unsafe` block of the workspace is here: mapping a segment file for
+//! reading ([`VfsFile::map`]).
 
 use crate::{
-    CounterSnapshot, Counters, DirLock, Op, OpenOptions, Prealloc, Result, Vfs, VfsError, VfsFile,
+    CounterSnapshot, Counters, DirLock, Mapping, Op, OpenOptions, Prealloc, Result, Vfs, VfsError,
+    VfsFile,
 };
 use journal_sync::atomic::{AtomicU8, Ordering};
 use journal_sync::Arc;
@@ -230,6 +232,38 @@ impl OsFile {
 impl VfsFile for OsFile {
     fn path(&self) -> &Path {
         &self.path
+    }
+
+    fn map(&self) -> Result<Mapping> {
+        if self
+            .file
+            .metadata()
+            .map_err(err(Op::Read, &self.path))?
+            .len()
+            == 0
+        {
+            // mmap(2) refuses an empty length.
+            return Ok(Mapping::from_vec(Vec::new()));
+        }
+        let mut opts = memmap2::MmapOptions::new();
+        // Pre-fault the pages: a reader touches all of them, and one
+        // populate is far cheaper than a page fault per 4 KiB.
+        opts.populate();
+        // SAFETY: `Mmap` hands out `&[u8]` over file pages, which is sound
+        // only while no byte the caller reads changes and the file is not
+        // truncated below the mapped length (a touched page past the end
+        // raises SIGBUS). `Mapping`'s documentation makes that the caller's
+        // contract; its one caller, the journal's log reader, maps only
+        // sealed segments (every byte below the durable end of the log,
+        // never rewritten), which are never truncated (created full size,
+        // recycled by rename, removed by unlinking, which leaves a mapping
+        // valid) and are pinned against recycling while any view of them
+        // lives. The mapping is read-only (`PROT_READ`), so nothing here
+        // writes through it.
+        #[allow(unsafe_code)]
+        let map = unsafe { opts.map(&self.file) }.map_err(err(Op::Read, &self.path))?;
+        self.shared.counters.maps.incr();
+        Ok(Mapping::mapped(map))
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {

@@ -1,7 +1,7 @@
 //! An in-memory LogDevice that records every write, for tests and models.
 #![allow(dead_code)]
 
-use iclog::format::{parse_record, RecordCheck};
+use iclog::format::{parse_record, Assembler, RecordCheck, Whole};
 use iclog::{Config, DeviceError, IoFlags, LogDevice, Lsn};
 use journal_sync::{Arc, Condvar, Mutex};
 
@@ -73,11 +73,13 @@ impl MemDevice {
             st = cv.wait(st);
         }
     }
-    /// Every entry of every record written, in LSN order, parsed and checked.
+    /// Every whole entry of every record written (chains reassembled), in
+    /// LSN order, parsed and checked.
     pub fn entries(&self, cfg: &Config) -> Vec<(Lsn, Vec<u8>)> {
         let mut recs = self.state.0.lock().records.clone();
         recs.sort_by_key(|r| r.0);
         let mut out = Vec::new();
+        let mut chains = Assembler::new();
         let mut expect = recs.first().map(|r| r.0);
         for (lsn, bytes) in &recs {
             assert_eq!(Some(*lsn), expect, "records are contiguous");
@@ -85,11 +87,16 @@ impl MemDevice {
                 RecordCheck::Valid(r) => {
                     assert_eq!(r.size as usize, bytes.len());
                     expect = Some(r.end());
-                    out.extend(r.entries().map(|(l, b)| (l, b.to_vec())));
+                    let dropped = chains.feed(&r, |w| match w {
+                        Whole::Single(l, b) => out.push((l, b.to_vec())),
+                        Whole::Chained(l, b) => out.push((l, b)),
+                    });
+                    assert_eq!(dropped, Default::default(), "no chain was broken");
                 }
                 other => panic!("record at {lsn} does not parse: {other:?}"),
             }
         }
+        assert_eq!(chains.pending(), None, "no chain left open");
         out
     }
 }
