@@ -1,14 +1,17 @@
 //! `journal dump`, `journal verify`, `journal stat`: read-only inspection.
 //!
-//! They open every file read-only and never take the directory lock, so a
-//! live writer is never blocked; what they report about a journal being
-//! written is a snapshot that may end mid-flight.
+//! They open every file read-only. They take the directory lock only when
+//! it is free, for as long as they run: then no writer can change the
+//! segments, and they are read in place through memory mappings. When a
+//! live writer holds the lock they read with `pread` instead, never
+//! blocking it, and what they report is a snapshot that may end
+//! mid-flight.
 
 use clap::Args;
 use journal_core::format::{scan_segments, HeaderCheck, IoFlags, ScanReport};
 use journal_core::reader::LogReader;
 use journal_core::recovery::{self, LogEnd};
-use journal_core::vfs::{OsVfs, Vfs};
+use journal_core::vfs::{DirLock, OsVfs, Vfs};
 use journal_core::{read_control, Control, Error, Geometry, Lsn, RecoveryMode};
 use serde_json::json;
 use std::path::PathBuf;
@@ -126,6 +129,8 @@ struct Opened {
     vfs: Arc<dyn Vfs>,
     control: Control,
     reader: LogReader,
+    /// Held when it was free: the segments are then mapped.
+    _lock: Option<DirLock>,
 }
 
 impl Opened {
@@ -155,12 +160,19 @@ fn open(args: &DirArgs) -> Result<Opened, Failure> {
         Err(e) => return Err(fail(e)),
     };
     let geometry = Geometry::new(control.segment_size, control.alignment);
-    let reader = LogReader::new(vfs.clone(), &dir, geometry);
+    // Only an unlocked journal may be mapped: nothing writes it while we
+    // hold its lock. A live one is read with pread.
+    let lock = vfs.lock_dir(&dir).ok();
+    let reader = match lock {
+        Some(_) => LogReader::mapping(vfs.clone(), &dir, geometry, Lsn(u64::MAX), None),
+        None => LogReader::new(vfs.clone(), &dir, geometry),
+    };
     Ok(Opened {
         dir,
         vfs,
         control,
         reader,
+        _lock: lock,
     })
 }
 
@@ -201,6 +213,9 @@ pub fn dump(args: &DumpArgs) -> Result<u8, Failure> {
     }
     let mut pos = c.scan_lsn;
     let mut shown = 0;
+    // The chained record being read: its first part's LSN, bytes so far,
+    // parts so far.
+    let mut chain: Option<(Lsn, u64, u32)> = None;
     while shown < limit {
         let r = match j.reader.examine(pos).map_err(fail)? {
             Ok(r) => r,
@@ -222,21 +237,72 @@ pub fn dump(args: &DumpArgs) -> Result<u8, Failure> {
             }
         };
         let end = r.end();
+        let n = r.header.entry_count.get() as usize;
+        // Each entry's role: whole, or part k of the chain at some LSN.
+        let mut roles = Vec::with_capacity(n);
+        let mut completed = None;
+        if !r.continued() {
+            // A chain this record does not continue was cut by a crash.
+            chain = None;
+        }
+        for (i, (l, b)) in r.entries().enumerate() {
+            let continues_here = i + 1 == n && r.continues();
+            let role = if i == 0 && r.continued() {
+                match chain.take() {
+                    Some((first, len, parts)) => {
+                        let c = (first, len + b.len() as u64, parts + 1);
+                        if continues_here {
+                            chain = Some(c);
+                        } else {
+                            completed = Some(c);
+                        }
+                        Some(c)
+                    }
+                    // Begun before where we started reading.
+                    None => Some((Lsn(0), b.len() as u64, 0)),
+                }
+            } else if continues_here {
+                chain = Some((l, b.len() as u64, 1));
+                chain
+            } else {
+                None
+            };
+            roles.push(role);
+        }
         if end > from {
             if args.json {
                 let entries: Vec<_> = r
                     .entries()
-                    .map(|(l, b)| json!({"lsn": l.0, "len": b.len()}))
+                    .zip(&roles)
+                    .map(|((l, b), role)| match role {
+                        None => json!({"lsn": l.0, "len": b.len()}),
+                        Some((first, _, part)) => json!({"lsn": l.0, "len": b.len(),
+                            "part_of": first.0, "part": part}),
+                    })
                     .collect();
                 println!(
                     "{}",
                     json!({"lsn": r.lsn().0, "len": r.header.len.get(), "size": r.size,
                            "flags": flags(r.flags()), "entry_count": r.header.entry_count.get(),
+                           "continued": r.continued(), "continues": r.continues(),
                            "tail": r.tail_lsn().0, "crc_ok": true, "entries": entries})
                 );
+                if let Some((first, len, parts)) = completed {
+                    println!(
+                        "{}",
+                        json!({"chained_record": {"lsn": first.0, "len": len, "parts": parts}})
+                    );
+                }
             } else {
+                let cont = match (r.continued(), r.continues()) {
+                    (false, false) => "",
+                    (true, false) => " chain=last",
+                    (false, true) => " chain=first",
+                    (true, true) if n == 1 => " chain=middle",
+                    (true, true) => " chain=last,first",
+                };
                 println!(
-                    "lsn={} len={} size={} flags={} entries={} tail={} crc=ok",
+                    "lsn={} len={} size={} flags={} entries={} tail={} crc=ok{cont}",
                     r.lsn(),
                     r.header.len.get(),
                     r.size,
@@ -245,14 +311,22 @@ pub fn dump(args: &DumpArgs) -> Result<u8, Failure> {
                     r.tail_lsn()
                 );
                 if args.entries {
-                    for (l, b) in r.entries() {
+                    for ((l, b), role) in r.entries().zip(&roles) {
                         let more = if b.len() > 16 { "…" } else { "" };
+                        let what = match role {
+                            None => "entry".to_string(),
+                            Some((Lsn(0), _, 0)) => "part of a chain begun earlier".to_string(),
+                            Some((first, _, part)) => format!("part {part} of {first}:"),
+                        };
                         println!(
-                            "  entry lsn={l} len={} {}{more}",
+                            "  {what} lsn={l} len={} {}{more}",
                             b.len(),
                             hex(&b[..b.len().min(16)])
                         );
                     }
+                }
+                if let Some((first, len, parts)) = completed {
+                    println!("  chained record lsn={first} len={len} parts={parts}");
                 }
             }
             shown += 1;
@@ -327,6 +401,9 @@ pub fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
             if let LogEnd::TornTail { lsn, found } = &r.end {
                 eprintln!("journal verify: warning: torn tail at LSN {lsn} ({found}): recovery will cut it off");
             }
+            if let Some(first) = r.torn_chain {
+                eprintln!("journal verify: warning: the log ends inside the chained record at LSN {first}: recovery will cut it off");
+            }
             for s in &r.skipped {
                 eprintln!(
                     "journal verify: warning: corrupt range {}..{} ({}) skipped",
@@ -334,10 +411,11 @@ pub fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
                 );
             }
             println!(
-                "{}: {} records, {} entries from LSN {} to {}",
+                "{}: {} records, {} entries ({} chained records) from LSN {} to {}",
                 j.dir.display(),
                 r.records,
                 r.entries,
+                r.chained,
                 r.redo_lsn,
                 r.end_lsn
             );

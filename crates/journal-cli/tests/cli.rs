@@ -397,3 +397,45 @@ fn dump_and_stat_speak_json() {
     assert_eq!(s["segment_size"], SEG);
     assert_eq!(s["end"], "clean end");
 }
+
+#[test]
+fn dump_shows_chain_parts_and_whole_records_and_verify_counts_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("wal");
+    let big = vec![0x5Au8; 50_000]; // four parts over 16 KiB buffers
+    {
+        let j = Journal::open(&dir, options()).unwrap();
+        j.append_durable(b"small one").unwrap();
+        let lsn = j.append_durable(&big).unwrap();
+        j.append_durable(b"small two").unwrap();
+        j.close().unwrap();
+        let out = journal(&["dump", "--entries", dir.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let s = text(&out.stdout);
+        assert!(s.contains("chain=first"), "{s}");
+        assert!(s.contains("chain=middle"), "{s}");
+        assert!(s.contains("chain=last"), "{s}");
+        assert!(s.contains(&format!("part 1 of {lsn}:")), "{s}");
+        assert!(
+            s.contains(&format!("chained record lsn={lsn} len=50000 parts=4")),
+            "{s}"
+        );
+        let out = journal(&["dump", "--json", dir.to_str().unwrap()]);
+        let s = text(&out.stdout);
+        let whole: Vec<serde_json::Value> = s
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter_map(|v| v.get("chained_record").cloned())
+            .collect();
+        assert_eq!(whole.len(), 1, "{s}");
+        assert_eq!(whole[0]["lsn"], lsn.0);
+        assert_eq!(whole[0]["len"], 50_000);
+    }
+    let out = journal(&["verify", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("(1 chained records)"),
+        "{}",
+        text(&out.stdout)
+    );
+}

@@ -89,8 +89,10 @@ pub struct RecoveryReport {
     pub end_lsn: Lsn,
     /// Valid records scanned.
     pub records: u64,
-    /// Entries in them.
+    /// Entries in them (a chained record counts once per part).
     pub entries: u64,
+    /// Chained records (written in parts) among them, counted whole.
+    pub chained: u64,
     /// How the log ended.
     pub end: LogEnd,
     /// Ranges skipped as corrupt ([`RecoveryMode::SkipCorrupt`] only).
@@ -118,6 +120,7 @@ pub fn scan(
         end_lsn: control.scan_lsn,
         records: 0,
         entries: 0,
+        chained: 0,
         end: LogEnd::Clean {
             found: Damage::Zeroes,
         },
@@ -134,6 +137,9 @@ pub fn scan(
                 report.records += 1;
                 report.entries += r.header.entry_count.get() as u64;
                 let middle = r.continued() && r.header.entry_count.get() == 1;
+                if r.continued() && open_chain.is_some() && !(middle && r.continues()) {
+                    report.chained += 1;
+                }
                 open_chain = match (r.continues(), middle) {
                     (false, _) => None,
                     (true, true) => open_chain,
