@@ -212,8 +212,11 @@ fn chained(lsn: Lsn, chain: u16, entries: &[&[u8]]) -> Vec<u8> {
     out
 }
 
+/// Whole entries, what each record dropped, and the chain left open.
+type Assembled = (Vec<(Lsn, Vec<u8>)>, Vec<Dropped>, Option<Lsn>);
+
 /// Feeds records in order; returns the whole entries and what was dropped.
-fn assemble(recs: &[Vec<u8>], start: Lsn) -> (Vec<(Lsn, Vec<u8>)>, Vec<Dropped>, Option<Lsn>) {
+fn assemble(recs: &[Vec<u8>], start: Lsn) -> Assembled {
     let mut a = Assembler::new();
     let (mut out, mut dropped) = (Vec::new(), Vec::new());
     let mut at = start;
