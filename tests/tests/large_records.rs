@@ -177,7 +177,7 @@ fn appenders_never_land_inside_another_threads_chain() {
             let (j, acked) = (&j, &acked);
             s.spawn(move || {
                 for i in 0..40u32 {
-                    let len = if (i + t as u32) % 7 == 0 {
+                    let len = if (i + t as u32).is_multiple_of(7) {
                         40_000 + i as usize * 997
                     } else {
                         100 + i as usize
