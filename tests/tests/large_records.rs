@@ -197,3 +197,49 @@ fn appenders_never_land_inside_another_threads_chain() {
     verify(&j, &acked, "recovered");
     assert_eq!(replay(&j).len(), acked.len());
 }
+
+#[test]
+fn entries_are_read_in_place_and_their_segments_outlive_checkpoints() {
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = small_options();
+    let j = Journal::open(tmp.path().join("wal"), opts).unwrap();
+    let first = payload(1, 0, 4000);
+    let l0 = j.append(&first).unwrap();
+    for i in 1..40 {
+        j.append(&payload(1, i, 4000)).unwrap();
+    }
+    // A chained record among them.
+    let chained = big(2, 40_000);
+    let lc = j.append(&chained).unwrap();
+    let end = j.force_all().unwrap();
+    assert!(j.geometry().segment_of(end) >= 2);
+    let (e0, ec) = {
+        let mut it = j.read_from(j.redo_lsn()).unwrap();
+        let (l, e0) = it.next().unwrap().unwrap();
+        assert_eq!(l, l0);
+        let ec = it.find(|r| r.as_ref().unwrap().0 == lc).unwrap().unwrap().1;
+        (e0, ec)
+    };
+    // Segment 0 is sealed (wholly below the durable end): mapped.
+    assert!(e0.is_mapped());
+    assert!(e0 == first);
+    assert!(ec.is_chained());
+    assert!(ec.parts().count() >= 3);
+    assert_eq!(ec.parts().flatten().copied().collect::<Vec<u8>>(), chained);
+    assert!(ec == chained);
+    // A checkpoint past segment 0 leaves it: an entry still views it.
+    j.checkpoint(lc).unwrap();
+    assert!(j.segments().contains(&0), "{:?}", j.segments());
+    for i in 0..200 {
+        j.append(&payload(3, i, 3000)).unwrap();
+    }
+    j.force_all().unwrap();
+    assert!(
+        e0 == first,
+        "the mapped bytes never changed under the entry"
+    );
+    // Dropped: the next checkpoint recycles it.
+    drop((e0, ec));
+    j.checkpoint(j.appended_lsn()).unwrap();
+    assert!(!j.segments().contains(&0), "{:?}", j.segments());
+}

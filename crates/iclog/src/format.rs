@@ -312,6 +312,103 @@ pub fn peek_header(buf: &[u8]) -> Option<RecordHeader> {
     (h.magic.get() == MAGIC).then_some(h)
 }
 
+/// One piece of the entry structure, as [`Chains::feed`] hands it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece<'a> {
+    /// An entry written in one piece.
+    Whole(Lsn, &'a [u8]),
+    /// A part of a chain; the chain's LSN is `first` (the first part's).
+    /// The parts of a chain come in order, the first with `lsn == first`.
+    Part {
+        /// The chain's LSN.
+        first: Lsn,
+        /// This part's bytes.
+        bytes: &'a [u8],
+        /// Whether this is the last part: the chain is whole.
+        last: bool,
+    },
+    /// The open chain begun at this LSN will never be whole: the record
+    /// just fed does not continue it. Only a crash in the middle of a
+    /// chain (an unacknowledged append, cut as a torn tail) followed by new
+    /// appends leaves this. Discard its parts.
+    Abandoned(Lsn),
+}
+
+/// What [`Chains::feed`] dropped: parts that can never make a whole
+/// entry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Dropped {
+    /// A chain begun at this LSN was not continued (also reported as
+    /// [`Piece::Abandoned`]).
+    pub abandoned: Option<Lsn>,
+    /// The record started with a continuation of a chain whose beginning
+    /// was not fed (reading began in the middle of a chain): skipped.
+    pub orphan: bool,
+}
+
+/// Follows the chain structure of valid records fed in LSN order, with no
+/// gap between them (format version 2; see the module docs), and tells
+/// each entry's place in it. It copies nothing: [`Assembler`] builds on
+/// it to concatenate chains, a zero-copy reader keeps the parts as views.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Chains {
+    /// The LSN of the chain whose next part is expected.
+    open: Option<Lsn>,
+}
+
+impl Chains {
+    /// No chain open.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feeds the next record; `out` receives its pieces in LSN order.
+    pub fn feed<'a>(&mut self, rec: &Record<'a>, mut out: impl FnMut(Piece<'a>)) -> Dropped {
+        let mut dropped = Dropped::default();
+        let n = rec.header.entry_count.get() as usize;
+        let mut entries = rec.entries().enumerate();
+        if rec.continued() {
+            match (self.open.take(), entries.next()) {
+                (Some(first), Some((i, (_, bytes)))) => {
+                    let last = !(i + 1 == n && rec.continues());
+                    out(Piece::Part { first, bytes, last });
+                    if !last {
+                        self.open = Some(first);
+                    }
+                }
+                (None, Some(_)) => dropped.orphan = true,
+                (open, None) => self.open = open,
+            }
+        } else if let Some(first) = self.open.take() {
+            dropped.abandoned = Some(first);
+            out(Piece::Abandoned(first));
+        }
+        for (i, (lsn, bytes)) in entries {
+            if i + 1 == n && rec.continues() {
+                self.open = Some(lsn);
+                out(Piece::Part {
+                    first: lsn,
+                    bytes,
+                    last: false,
+                });
+            } else {
+                out(Piece::Whole(lsn, bytes));
+            }
+        }
+        dropped
+    }
+
+    /// The LSN of a chain still open (its last part not fed yet).
+    pub fn pending(&self) -> Option<Lsn> {
+        self.open
+    }
+
+    /// Forgets the open chain (the reader skipped ahead); returns its LSN.
+    pub fn reset(&mut self) -> Option<Lsn> {
+        self.open.take()
+    }
+}
+
 /// A whole entry, as [`Assembler::feed`] hands it out.
 #[derive(Debug)]
 pub enum Whole<'a> {
@@ -321,26 +418,13 @@ pub enum Whole<'a> {
     Chained(Lsn, Vec<u8>),
 }
 
-/// What [`Assembler::feed`] dropped: parts that can never make a whole
-/// entry.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Dropped {
-    /// A chain begun at this LSN was not continued: the next record does
-    /// not start with a continuation. Only a crash in the middle of a chain
-    /// (an unacknowledged append, cut as a torn tail) followed by new
-    /// appends leaves this.
-    pub abandoned: Option<Lsn>,
-    /// The record started with a continuation of a chain whose beginning
-    /// was not fed (reading began in the middle of a chain).
-    pub orphan: bool,
-}
-
-/// Reassembles whole entries from valid records fed in LSN order, with no
-/// gap between them (format version 2 chains; see the module docs).
+/// Reassembles whole entries from valid records fed in LSN order, copying
+/// each chain's parts into one buffer ([`Chains`] does the bookkeeping).
 #[derive(Debug, Default)]
 pub struct Assembler {
-    /// The chain being assembled: its first part's LSN and bytes so far.
-    open: Option<(Lsn, Vec<u8>)>,
+    chains: Chains,
+    /// The bytes of the open chain so far.
+    bytes: Vec<u8>,
 }
 
 impl Assembler {
@@ -352,42 +436,31 @@ impl Assembler {
     /// Feeds the next record; `out` receives every whole entry it
     /// completes, in LSN order.
     pub fn feed<'a>(&mut self, rec: &Record<'a>, mut out: impl FnMut(Whole<'a>)) -> Dropped {
-        let mut dropped = Dropped::default();
-        let n = rec.header.entry_count.get() as usize;
-        let mut entries = rec.entries().enumerate();
-        if rec.continued() {
-            match (self.open.take(), entries.next()) {
-                (Some((first, mut bytes)), Some((i, (_, part)))) => {
-                    bytes.extend_from_slice(part);
-                    if i + 1 == n && rec.continues() {
-                        self.open = Some((first, bytes));
-                    } else {
-                        out(Whole::Chained(first, bytes));
-                    }
+        let bytes = &mut self.bytes;
+        self.chains.feed(rec, |p| match p {
+            Piece::Whole(l, b) => out(Whole::Single(l, b)),
+            Piece::Part {
+                first,
+                bytes: b,
+                last,
+            } => {
+                bytes.extend_from_slice(b);
+                if last {
+                    out(Whole::Chained(first, std::mem::take(bytes)));
                 }
-                (None, Some(_)) => dropped.orphan = true,
-                (open, None) => self.open = open,
             }
-        } else if let Some((first, _)) = self.open.take() {
-            dropped.abandoned = Some(first);
-        }
-        for (i, (lsn, bytes)) in entries {
-            if i + 1 == n && rec.continues() {
-                self.open = Some((lsn, bytes.to_vec()));
-            } else {
-                out(Whole::Single(lsn, bytes));
-            }
-        }
-        dropped
+            Piece::Abandoned(_) => bytes.clear(),
+        })
     }
 
     /// The first LSN of a chain still open (its last part not fed yet).
     pub fn pending(&self) -> Option<Lsn> {
-        self.open.as_ref().map(|(l, _)| *l)
+        self.chains.pending()
     }
 
     /// Forgets the open chain (the reader skipped ahead); returns its LSN.
     pub fn reset(&mut self) -> Option<Lsn> {
-        self.open.take().map(|(l, _)| l)
+        self.bytes.clear();
+        self.chains.reset()
     }
 }

@@ -300,6 +300,7 @@ fn bench_smoke_runs_every_scenario_and_writes_json_and_svg() {
             "xfs-flush-flags",
             "alignment",
             "async",
+            "replay",
         ]
     );
     let points = scenarios[0]["points"].as_array().unwrap();
@@ -324,6 +325,20 @@ fn bench_smoke_runs_every_scenario_and_writes_json_and_svg() {
     for p in scenarios[6]["points"].as_array().unwrap() {
         assert!(p["tasks_commits_per_s"].as_f64().unwrap() > 0.0, "{p}");
     }
+    // Replay: both record sizes read back whole, with rates and the ratio.
+    let replay = scenarios[7]["results"].as_array().unwrap();
+    assert_eq!(replay.len(), 2);
+    for r in replay {
+        for field in [
+            "recovery_mb_per_s",
+            "read_from_mb_per_s",
+            "plain_read_mb_per_s",
+            "read_over_plain",
+        ] {
+            assert!(r[field].as_f64().unwrap() > 0.0, "{field} in {r}");
+        }
+    }
+    assert_eq!(replay[1]["record_size"], 1 << 20);
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
     let table = text(&out.stdout);
     assert!(

@@ -4,7 +4,7 @@ use crate::async_commit::{AsyncCommits, CommitFuture, DurableWatch, Forcer};
 use crate::control::{read_control, Control, ControlFile};
 use crate::device::Device;
 use crate::poison::Poison;
-use crate::reader::{Entry, LogReader, SegmentPin, SegmentPins};
+use crate::reader::{Entry, LogReader, OpenChain, SegmentPin, SegmentPins};
 use crate::recovery::{self, RecoveryReport, SkippedRange};
 use crate::{Error, Geometry, Metrics, Options, Result};
 use iclog::{Lsn, Ring};
@@ -539,7 +539,8 @@ impl Journal {
             from: lsn,
             end: self.durable_lsn(),
             pending: std::collections::VecDeque::new(),
-            chains: iclog::format::Assembler::new(),
+            chains: iclog::format::Chains::new(),
+            open: OpenChain::default(),
             failed: false,
             skipped: self.inner.recovery.skipped.clone(),
             _floor: floor,
@@ -662,8 +663,9 @@ pub struct ReadIter {
     from: Lsn,
     end: Lsn,
     pending: std::collections::VecDeque<Entry>,
-    /// Reassembles chained records.
-    chains: iclog::format::Assembler,
+    /// Follows chained records, and the parts of the one being read.
+    chains: iclog::format::Chains,
+    open: OpenChain,
     failed: bool,
     /// Corrupt ranges recovery skipped ([`crate::RecoveryMode::SkipCorrupt`]).
     skipped: Vec<SkippedRange>,
@@ -699,12 +701,15 @@ impl Iterator for ReadIter {
             if let Some(s) = self.skipped.iter().find(|s| s.from == self.pos) {
                 self.pos = s.to;
                 self.chains.reset();
+                self.open.clear();
                 continue;
             }
-            match self
-                .reader
-                .entries(self.pos, &mut self.chains, &mut self.pending)
-            {
+            match self.reader.entries(
+                self.pos,
+                &mut self.chains,
+                &mut self.open,
+                &mut self.pending,
+            ) {
                 Ok(Ok((next, _dropped))) => {
                     // Dropped parts (a chain a crash cut, before the
                     // recovered end; parts of a chain begun before the

@@ -19,13 +19,14 @@
 //!
 //! Entries come out as [`EntryBytes`]: a range of a mapping or buffer,
 //! reference-counted, so handing one out costs an atomic increment. A
-//! chain (an entry written in parts, docs/FORMAT.md) is concatenated into
-//! a buffer of its own, the only copy made.
+//! chain (an entry written in parts, docs/FORMAT.md) comes out as the list
+//! of its parts' ranges: [`EntryBytes::parts`] reads them in place, and
+//! only dereferencing it as one slice concatenates them (once, cached).
 
 use crate::{Damage, Geometry, Result};
-use iclog::format::{parse_record, Assembler, Dropped, Record, RecordCheck, Whole, HEADER_SIZE};
+use iclog::format::{parse_record, Chains, Dropped, Piece, Record, RecordCheck, HEADER_SIZE};
 use iclog::{Lsn, MAX_LOGBSIZE};
-use journal_sync::Mutex;
+use journal_sync::{Mutex, OnceLock};
 use journal_vfs::{Mapping, OpenOptions, Vfs, VfsFile};
 use segment_recycler::segment_name;
 use std::collections::{BTreeMap, HashMap};
@@ -101,22 +102,18 @@ impl Source {
     }
 }
 
-/// The bytes of one entry read from the log: a view into a mapped
-/// segment (no copy), into a read buffer, or a reassembled chain.
-/// Dereferences to `[u8]`; cloning is cheap (a reference count). Holding
-/// one keeps its segment mapped and pinned against recycling (or its read
-/// buffer alive): copy out ([`EntryBytes::to_vec`]) what you keep long.
-#[derive(Clone)]
-pub struct EntryBytes {
+/// A range of a [`Source`].
+#[derive(Debug, Clone)]
+struct View {
     src: Arc<Source>,
     start: usize,
     len: usize,
 }
 
-impl EntryBytes {
+impl View {
     fn new(src: &Arc<Source>, bytes: &[u8]) -> Self {
         // `bytes` is a sub-slice of `src`: its offset follows from the
-        // addresses (no unsafe: plain integer arithmetic on the pointers).
+        // addresses (plain integer arithmetic on the pointers).
         let start = bytes.as_ptr() as usize - src.bytes.as_ptr() as usize;
         debug_assert!(start + bytes.len() <= src.bytes.len());
         Self {
@@ -126,18 +123,59 @@ impl EntryBytes {
         }
     }
 
-    fn owned(bytes: Vec<u8>) -> Self {
-        let len = bytes.len();
-        Self {
-            src: Source::owned(bytes),
-            start: 0,
-            len,
-        }
+    fn bytes(&self) -> &[u8] {
+        &self.src.bytes[self.start..self.start + self.len]
+    }
+}
+
+/// The parts of a chained record, and their concatenation once asked for.
+#[derive(Debug)]
+struct Chained {
+    parts: Vec<View>,
+    len: usize,
+    joined: OnceLock<Box<[u8]>>,
+}
+
+#[derive(Debug, Clone)]
+enum Repr {
+    One(View),
+    Parts(Arc<Chained>),
+}
+
+/// The bytes of one entry read from the log: a view into a mapped
+/// segment (no copy) or into a read buffer; for a chained record, the list
+/// of its parts' views. Dereferences to `[u8]` (a chained record is then
+/// concatenated, once; [`EntryBytes::parts`] reads it without copying);
+/// cloning is cheap (a reference count). Holding one keeps its segments
+/// mapped and pinned against recycling (or its read buffers alive): copy
+/// out ([`EntryBytes::to_vec`]) what you keep long.
+#[derive(Clone)]
+pub struct EntryBytes {
+    repr: Repr,
+}
+
+impl EntryBytes {
+    /// The entry's bytes in the order written, without copying: one slice,
+    /// or one per part of a chained record.
+    pub fn parts(&self) -> impl Iterator<Item = &[u8]> {
+        let (one, many): (Option<&View>, &[View]) = match &self.repr {
+            Repr::One(v) => (Some(v), &[]),
+            Repr::Parts(c) => (None, &c.parts),
+        };
+        one.into_iter().chain(many).map(View::bytes)
     }
 
-    /// Whether the bytes are read in place from a memory-mapped segment.
+    /// Whether the entry was written as a chain of parts.
+    pub fn is_chained(&self) -> bool {
+        matches!(self.repr, Repr::Parts(_))
+    }
+
+    /// Whether every byte is read in place from memory-mapped segments.
     pub fn is_mapped(&self) -> bool {
-        self.src.bytes.is_mapped()
+        match &self.repr {
+            Repr::One(v) => v.src.bytes.is_mapped(),
+            Repr::Parts(c) => c.parts.iter().all(|v| v.src.bytes.is_mapped()),
+        }
     }
 
     /// The bytes as an owned vector (a copy).
@@ -149,7 +187,16 @@ impl EntryBytes {
 impl Deref for EntryBytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.src.bytes[self.start..self.start + self.len]
+        match &self.repr {
+            Repr::One(v) => v.bytes(),
+            Repr::Parts(c) => c.joined.get_or_init(|| {
+                let mut all = Vec::with_capacity(c.len);
+                for p in &c.parts {
+                    all.extend_from_slice(p.bytes());
+                }
+                all.into_boxed_slice()
+            }),
+        }
     }
 }
 
@@ -161,8 +208,13 @@ impl AsRef<[u8]> for EntryBytes {
 
 impl fmt::Debug for EntryBytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let len = match &self.repr {
+            Repr::One(v) => v.len,
+            Repr::Parts(c) => c.len,
+        };
         f.debug_struct("EntryBytes")
-            .field("len", &self.len)
+            .field("len", &len)
+            .field("chained", &self.is_chained())
             .field("mapped", &self.is_mapped())
             .finish()
     }
@@ -469,13 +521,14 @@ impl LogReader {
     }
 
     /// Feeds the record at `lsn` to `chains` and pushes the whole entries
-    /// it completes onto `out`, without copying (a completed chain is the
-    /// one copy). Returns the record's end and what the assembler dropped,
-    /// or what was found instead of a valid record.
+    /// it completes onto `out`, without copying (`open` collects the views
+    /// of the chain being read). Returns the record's end and what was
+    /// dropped, or what was found instead of a valid record.
     pub fn entries(
         &mut self,
         lsn: Lsn,
-        chains: &mut Assembler,
+        chains: &mut Chains,
+        open: &mut OpenChain,
         out: &mut impl Extend<Entry>,
     ) -> Result<std::result::Result<(Lsn, Dropped), Damage>> {
         let geometry = self.geometry;
@@ -489,12 +542,44 @@ impl LogReader {
             Ok(r) => r,
             Err(d) => return Ok(Err(d)),
         };
-        let dropped = chains.feed(&record, |w| {
-            out.extend(std::iter::once(match w {
-                Whole::Single(l, b) => (l, EntryBytes::new(&src, b)),
-                Whole::Chained(l, v) => (l, EntryBytes::owned(v)),
-            }))
+        let dropped = chains.feed(&record, |p| match p {
+            Piece::Whole(l, b) => out.extend(std::iter::once((
+                l,
+                EntryBytes {
+                    repr: Repr::One(View::new(&src, b)),
+                },
+            ))),
+            Piece::Part { first, bytes, last } => {
+                open.0.push(View::new(&src, bytes));
+                if last {
+                    let parts = std::mem::take(&mut open.0);
+                    let len = parts.iter().map(|v| v.len).sum();
+                    out.extend(std::iter::once((
+                        first,
+                        EntryBytes {
+                            repr: Repr::Parts(Arc::new(Chained {
+                                parts,
+                                len,
+                                joined: OnceLock::new(),
+                            })),
+                        },
+                    )));
+                }
+            }
+            Piece::Abandoned(_) => open.0.clear(),
         });
         Ok(Ok((record.end(), dropped)))
+    }
+}
+
+/// The views of the parts of a chained record being read, kept between
+/// calls of [`LogReader::entries`] (opaque).
+#[derive(Debug, Default)]
+pub struct OpenChain(Vec<View>);
+
+impl OpenChain {
+    /// Forgets the parts collected (the reader skipped ahead).
+    pub fn clear(&mut self) {
+        self.0.clear();
     }
 }

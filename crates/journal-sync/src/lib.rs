@@ -56,6 +56,11 @@ mod time;
 pub use mutex::{Condvar, Mutex, MutexGuard};
 pub use time::{Deadline, Stopwatch};
 
+/// A write-once cell, std's under every build: neither loom nor shuttle
+/// models one. For caches of values that are the same whoever computes
+/// them (a reassembled record's bytes), never for a protocol's state.
+pub use std::sync::OnceLock;
+
 /// `Arc`, from std, loom or shuttle.
 #[cfg(loom)]
 pub use loom::sync::Arc;

@@ -7,7 +7,8 @@ use std::ops::Deref;
 /// The bytes of a whole file, read-only, as returned by [`crate::VfsFile::map`].
 ///
 /// On [`crate::OsVfs`] this is a shared memory mapping (`mmap(2)`,
-/// `PROT_READ`, `MAP_SHARED`, pre-faulted): reading it copies nothing. On
+/// `PROT_READ`, `MAP_SHARED`, `MADV_SEQUENTIAL`): reading it copies
+/// nothing. On
 /// [`crate::SimVfs`] (and any other backend that keeps the default of
 /// [`crate::VfsFile::map`]) it is an owned snapshot of the file read at the
 /// call. Either way it dereferences to `[u8]`.

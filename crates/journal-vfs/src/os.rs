@@ -245,10 +245,11 @@ impl VfsFile for OsFile {
             // mmap(2) refuses an empty length.
             return Ok(Mapping::from_vec(Vec::new()));
         }
-        let mut opts = memmap2::MmapOptions::new();
-        // Pre-fault the pages: a reader touches all of them, and one
-        // populate is far cheaper than a page fault per 4 KiB.
-        opts.populate();
+        // No MAP_POPULATE: recovery probes only the first bytes of some
+        // segments, and populating would read whole files from a cold
+        // disk; faults with fault-around cost the same on a warm one
+        // (measured by `journal bench --scenario replay`).
+        let opts = memmap2::MmapOptions::new();
         // SAFETY: `Mmap` hands out `&[u8]` over file pages, which is sound
         // only while no byte the caller reads changes and the file is not
         // truncated below the mapped length (a touched page past the end
@@ -262,6 +263,9 @@ impl VfsFile for OsFile {
         // writes through it.
         #[allow(unsafe_code)]
         let map = unsafe { opts.map(&self.file) }.map_err(err(Op::Read, &self.path))?;
+        // Readers go front to back: ask for aggressive readahead. Advice
+        // only; a kernel that refuses it reads the same bytes.
+        let _ = map.advise(memmap2::Advice::Sequential);
         self.shared.counters.maps.incr();
         Ok(Mapping::mapped(map))
     }

@@ -8,6 +8,7 @@
 mod group_commit;
 #[cfg(feature = "peers")]
 mod peers;
+mod replay;
 mod scenarios;
 pub mod svg;
 
@@ -44,6 +45,9 @@ pub enum Scenario {
     /// Async committers: 1, 64 and 1,024 tasks on a 2-worker tokio runtime
     /// beside as many committer threads.
     Async,
+    /// Reading a 1 GiB log back (recovery, `read_from`) against a plain
+    /// sequential read of its files; 4 KiB and 1 MiB (chained) records.
+    Replay,
     /// This journal beside okaywal, raft-engine and the bare device, same
     /// workload, interleaved rounds (needs the `peers` feature: `cargo xtask
     /// bench-peers`; not part of `all`).
@@ -54,7 +58,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in the order `all` runs them.
-    const EACH: [Scenario; 7] = [
+    const EACH: [Scenario; 8] = [
         Scenario::GroupCommit,
         Scenario::WtFlushWait,
         Scenario::JbdLoneWriter,
@@ -62,6 +66,7 @@ impl Scenario {
         Scenario::XfsFlushFlags,
         Scenario::Alignment,
         Scenario::Async,
+        Scenario::Replay,
     ];
 
     fn name(self) -> &'static str {
@@ -73,6 +78,7 @@ impl Scenario {
             Scenario::XfsFlushFlags => "xfs-flush-flags",
             Scenario::Alignment => "alignment",
             Scenario::Async => "async",
+            Scenario::Replay => "replay",
             Scenario::Peers => "peers",
             Scenario::All => "all",
         }
@@ -135,6 +141,14 @@ pub struct BenchArgs {
     /// (group-commit scenario).
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
+    /// Size of the log the replay scenario writes and reads back, MiB
+    /// [default: 1024, or 8 with --smoke].
+    #[arg(long, value_name = "MIB")]
+    log_mib: Option<u64>,
+    /// Record size of the replay scenario's first variant, bytes (the
+    /// second is always 1 MiB).
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(usize))]
+    replay_record_size: usize,
     /// Tiny runs that only prove every path works (CI).
     #[arg(long)]
     smoke: bool,
@@ -472,6 +486,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Scenario::XfsFlushFlags => scenarios::xfs_flush_flags(&env),
             Scenario::Alignment => scenarios::alignment(&env),
             Scenario::Async => scenarios::async_tasks(&env),
+            Scenario::Replay => replay::replay(&env, args),
             #[cfg(feature = "peers")]
             Scenario::Peers => peers::peers(&env),
             #[cfg(not(feature = "peers"))]
