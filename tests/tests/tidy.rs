@@ -165,6 +165,47 @@ fn unsafe_lives_only_in_journal_vfs_and_every_other_crate_forbids_it() {
 }
 
 #[test]
+fn every_unsafe_block_in_journal_vfs_is_allowed_one_by_one_under_a_safety_paragraph() {
+    let lib = fs::read_to_string(root().join(VFS).join("src/lib.rs")).unwrap();
+    assert!(
+        lib.contains("#![deny(unsafe_code)]"),
+        "journal-vfs denies unsafe code by default"
+    );
+    let needle = format!("{}{} {{", "uns", "afe");
+    let mut bad = Vec::new();
+    let mut blocks = 0;
+    for f in rust_files(&root().join(VFS).join("src")) {
+        let text = fs::read_to_string(root().join(&f)).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            if line.trim_start().starts_with("//") || !line.contains(&needle) {
+                continue;
+            }
+            blocks += 1;
+            // Above it: `#[allow(unsafe_code)]`, and a comment paragraph
+            // that starts with `// SAFETY:`.
+            let above: Vec<&str> = lines[..i]
+                .iter()
+                .rev()
+                .map(|l| l.trim())
+                .take_while(|l| l.starts_with("//") || l.starts_with("#["))
+                .collect();
+            let allowed = above.iter().any(|l| l.starts_with("#[allow(unsafe_code)]"));
+            let safety = above.iter().any(|l| l.starts_with("// SAFETY:"));
+            if !(allowed && safety) {
+                bad.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(blocks >= 1, "the mmap block is found");
+    assert!(
+        bad.is_empty(),
+        "unsafe blocks without #[allow(unsafe_code)] and a // SAFETY: paragraph:\n{}",
+        bad.join("\n")
+    );
+}
+
+#[test]
 fn the_leaf_crates_do_not_depend_on_each_other() {
     for leaf in LEAVES {
         let m = manifest(&root().join("crates").join(leaf).join("Cargo.toml"));

@@ -3,7 +3,7 @@
 //!
 //! Writers append entries concurrently into the ACTIVE buffer of a ring of
 //! [`Config::logbufs`] buffers; each buffer is written as one log record
-//! ([`format`]) to a [`LogDevice`]; completions are processed strictly in
+//! ([`format`](mod@format)) to a [`LogDevice`]; completions are processed strictly in
 //! LSN order, and every waiter whose LSN became durable is woken by a
 //! condition variable. Everything here follows `fs/xfs/xfs_log.c`; the
 //! names in parentheses are XFS's.
@@ -42,13 +42,21 @@
 //! A force that finds its record already written without FUA issues a bare
 //! cache flush ([`LogDevice::flush`]) rather than rewriting anything.
 //!
-//! # Entries larger than a buffer
+//! # Entries larger than a buffer (XLOG_CONTINUE_TRANS)
 //!
-//! Entries never continue across buffers: an entry larger than
-//! [`Config::max_entry_size`] (the buffer less the 48-byte record header and
-//! the 4-byte length prefix) is refused with [`Error::EntryTooLarge`] and
-//! nothing is written. Callers that need larger entries choose a larger
-//! `logbsize` (up to 1 MiB).
+//! An entry larger than [`Config::max_entry_size`] (the buffer less the
+//! 48-byte record header and the 4-byte length prefix), up to
+//! [`MAX_RECORD_SIZE`], is written as a *chain* of parts over consecutive
+//! buffers: the first part fills what is left of the ACTIVE buffer and
+//! switches it out (its record flagged [`format::CONTINUES`]), middle parts
+//! fill whole buffers, and the last part starts a buffer (flagged
+//! [`format::CONTINUED`]) and leaves it ACTIVE for the appends that follow.
+//! While a chain is laid out every other append waits (on the same
+//! condvar as a noiclog wait), so the parts are in consecutive records and
+//! a reader finds them by position ([`format::Chains`]). The chain's LSN is
+//! its first part's; [`Ring::commit_point`] maps it to the last part, which
+//! is what a commit must force. Larger entries are refused with
+//! [`Error::EntryTooLarge`] and nothing is written.
 //!
 //! # Failure
 //!

@@ -148,7 +148,8 @@ enum Repr {
 /// concatenated, once; [`EntryBytes::parts`] reads it without copying);
 /// cloning is cheap (a reference count). Holding one keeps its segments
 /// mapped and pinned against recycling (or its read buffers alive): copy
-/// out ([`EntryBytes::to_vec`]) what you keep long.
+/// out ([`EntryBytes::into_vec`], or `to_vec` through deref) what you keep
+/// long.
 #[derive(Clone)]
 pub struct EntryBytes {
     repr: Repr,

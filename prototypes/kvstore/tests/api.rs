@@ -197,3 +197,37 @@ fn a_creation_cut_short_by_a_crash_is_created_again() {
     }
     assert!(k > 5, "the creation makes several calls");
 }
+
+#[test]
+fn a_transaction_of_many_mebibytes_commits_as_one_chained_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let s = Store::open(&dir, small()).unwrap();
+    // ~24 MiB in one transaction: far more than a 256 KiB log buffer.
+    let value = |i: u32| vec![(i % 251) as u8; MAX_VALUE.min(60_000)];
+    let n = (24 << 20) / MAX_VALUE.min(60_000) as u32;
+    let mut t = s.transaction();
+    for i in 0..n {
+        t.put(format!("big-{i:05}").as_bytes(), &value(i));
+    }
+    t.commit().unwrap();
+    s.close().unwrap();
+    drop(s);
+    let s = Store::open(&dir, small()).unwrap();
+    for i in (0..n).step_by(97) {
+        assert_eq!(
+            s.get(format!("big-{i:05}").as_bytes()).unwrap(),
+            Some(value(i))
+        );
+    }
+    assert!(s.check().unwrap().is_empty());
+    // Beyond the journal's record limit: a typed error, nothing applied.
+    let mut t = s.transaction();
+    let huge = vec![1u8; MAX_VALUE.min(60_000)];
+    let over = (65 << 20) / huge.len() as u32;
+    for i in 0..over {
+        t.put(format!("huge-{i:05}").as_bytes(), &huge);
+    }
+    assert!(matches!(t.commit(), Err(Error::TransactionTooLarge { .. })));
+    assert_eq!(s.get(b"huge-00000").unwrap(), None);
+}
