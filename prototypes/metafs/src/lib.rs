@@ -1,0 +1,46 @@
+//! A filesystem prototype on the journal: the whole filesystem in one
+//! image file, its metadata journaled through `journal-core` in ext4's
+//! ordered mode.
+//!
+//! - [`Fs`]: `mkfs`, mount (replaying the journal), the operations —
+//!   [`Fs::mkdir`], [`Fs::create`], [`Fs::write`], [`Fs::read`],
+//!   [`Fs::truncate`], [`Fs::rename`], [`Fs::unlink`], [`Fs::rmdir`],
+//!   [`Fs::readdir`], [`Fs::stat`], [`Fs::fsync`], [`Fs::sync`] — by inode
+//!   and by path, from many threads at once; [`Fs::checkpoint`].
+//! - [`fsck`]: the filesystem checked against itself.
+//! - [`fuse`]: the filesystem mounted through FUSE (`metafs mount`).
+//! - The formats: [`layout`] (the image), [`txn`] (the journal records).
+//!
+//! How it journals — compound transactions, full block images, data
+//! before metadata, revokes, checkpoints, recovery — is in the docs of
+//! [`fs`](crate::fs).
+//!
+//! ```
+//! use metafs::{Fs, MkfsOptions, MountOptions};
+//! let tmp = tempfile::tempdir().unwrap();
+//! let image = tmp.path().join("fs.img");
+//! Fs::mkfs(&image, MkfsOptions { size: 8 << 20, ..MkfsOptions::default() }).unwrap();
+//! let fs = Fs::mount(&image, MountOptions::default()).unwrap();
+//! fs.mkdir_path("/docs").unwrap();
+//! let f = fs.create_path("/docs/a.txt").unwrap();
+//! fs.write(f, 0, b"hello").unwrap();
+//! fs.fsync(f).unwrap();            // durable when this returns
+//! fs.rename_path("/docs/a.txt", "/docs/b.txt").unwrap();
+//! fs.unmount().unwrap();
+//! let fs = Fs::mount(&image, MountOptions::default()).unwrap();
+//! assert_eq!(fs.read_path("/docs/b.txt").unwrap(), b"hello");
+//! assert!(metafs::fsck(&fs).unwrap().is_empty());
+//! ```
+#![forbid(unsafe_code)]
+
+mod error;
+pub mod fs;
+mod fsck;
+pub mod fuse;
+pub mod layout;
+pub mod txn;
+
+pub use error::{Error, Result};
+pub use fs::{journal_dir, Fs, Ino, MkfsOptions, MountOptions, MountReport, Stat};
+pub use fsck::fsck;
+pub use layout::{Kind, FORMAT_VERSION, MAX_FILE_SIZE, NAME_MAX, ROOT};
