@@ -173,6 +173,8 @@ struct State {
     free_inodes: u64,
     block_hint: u32,
     inode_hint: u32,
+    /// Operations run so far (each call under the lock counts one).
+    ops: u64,
 }
 
 /// A transaction taken from the state for commit.
@@ -180,6 +182,8 @@ struct Snapshot {
     record: Option<Vec<u8>>,
     frees: Vec<u32>,
     data_dirty: bool,
+    /// The operations it covers: all up to this count.
+    ops: u64,
 }
 
 impl State {
@@ -518,11 +522,13 @@ impl State {
     /// image sync.
     fn take(&mut self, tid: u64) -> Snapshot {
         let data_dirty = std::mem::take(&mut self.data_dirty);
+        let ops = self.ops;
         if self.running.is_empty() && self.revoked.is_empty() {
             return Snapshot {
                 record: None,
                 frees: std::mem::take(&mut self.pending_free),
                 data_dirty,
+                ops,
             };
         }
         let running = std::mem::take(&mut self.running);
@@ -534,6 +540,7 @@ impl State {
             record: Some(record),
             frees: std::mem::take(&mut self.pending_free),
             data_dirty,
+            ops,
         }
     }
 }
@@ -541,6 +548,9 @@ impl State {
 /// Where commits are sequenced: the last transaction appended.
 struct Committer {
     next_tid: u64,
+    /// Every operation up to this count is in a record appended (or was
+    /// synced with no record needed).
+    covered: u64,
     /// The record of the last transaction appended.
     last: Option<Lsn>,
     /// Log bytes appended since the last checkpoint.
@@ -696,6 +706,7 @@ impl Fs {
             free_inodes: 0,
             block_hint: sb.data_start,
             inode_hint: ROOT + 1,
+            ops: 0,
         };
         for b in sb.data_start..sb.blocks {
             if !state.bit(&*image, b)? {
@@ -717,6 +728,7 @@ impl Fs {
             state: Mutex::new(state),
             committer: Mutex::new(Committer {
                 next_tid,
+                covered: 0,
                 last: None,
                 since_checkpoint: 0,
             }),
@@ -767,6 +779,7 @@ impl Fs {
     fn with<T>(&self, op: impl FnOnce(&mut State, &dyn VfsFile) -> Result<T>) -> Result<T> {
         self.check()?;
         let mut st = self.state.lock();
+        st.ops += 1;
         op(&mut st, &*self.image)
     }
 
@@ -1097,10 +1110,18 @@ impl Fs {
     /// commits (the journal's group commit).
     pub fn sync(&self) -> Result<()> {
         self.check()?;
+        let want = self.state.lock().ops;
         let target = {
             let mut c = self.committer.lock();
-            let snap = self.state.lock().take(c.next_tid);
-            self.commit_snapshot(&mut c, snap)?
+            if c.covered >= want {
+                // Another committer's transaction took our operations
+                // while we waited (jbd2: the transaction is committing):
+                // wait for its record, not for a commit of our own.
+                c.last
+            } else {
+                let snap = self.state.lock().take(c.next_tid);
+                self.commit_snapshot(&mut c, snap)?
+            }
         };
         if let Some(lsn) = target {
             self.journal
@@ -1121,6 +1142,7 @@ impl Fs {
         if snap.data_dirty {
             self.image.sync_data().map_err(|e| self.poison(e.into()))?;
         }
+        c.covered = c.covered.max(snap.ops);
         match snap.record {
             Some(rec) => {
                 let lsn = self
@@ -1192,6 +1214,7 @@ impl Fs {
             if snap.data_dirty {
                 self.image.sync_data().map_err(|e| self.poison(e.into()))?;
             }
+            c.covered = c.covered.max(snap.ops);
             if let Some(rec) = snap.record {
                 let lsn = self
                     .journal
@@ -1224,6 +1247,12 @@ impl Fs {
 
     /// Checkpoints and closes the journal.
     pub fn unmount(self) -> Result<()> {
+        self.close()
+    }
+
+    /// [`Fs::unmount`] through a shared reference: checkpoints and closes
+    /// the journal; later operations fail.
+    pub fn close(&self) -> Result<()> {
         self.checkpoint()?;
         self.journal.close()?;
         Ok(())
