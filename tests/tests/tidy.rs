@@ -81,12 +81,21 @@ fn code_lines(path: &Path) -> Vec<(usize, String)> {
         .collect()
 }
 
+/// Whether `line` contains `needle` as a path (a needle starting with an
+/// identifier must not continue one: `nix::` is not `unix::`).
+fn mentions(line: &str, needle: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    line.match_indices(needle).any(|(i, _)| {
+        !needle.starts_with(ident) || !line[..i].chars().next_back().is_some_and(ident)
+    })
+}
+
 /// Lines of `files` containing any of `needles`, as `file:line: text`.
 fn offenders(files: &[PathBuf], needles: &[&str]) -> Vec<String> {
     let mut out = Vec::new();
     for f in files {
         for (n, line) in code_lines(f) {
-            if needles.iter().any(|needle| line.contains(needle)) {
+            if needles.iter().any(|needle| mentions(&line, needle)) {
                 out.push(format!("{}:{n}: {}", f.display(), line.trim()));
             }
         }

@@ -96,6 +96,7 @@ struct Point {
     log_syncs: u64,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn one(
     root: &std::path::Path,
     n: usize,
@@ -104,17 +105,19 @@ fn one(
     fsync: bool,
     logbsize: usize,
     policy: FlushPolicy,
+    smoke: bool,
 ) -> Result<Point, String> {
     let image = root.join(format!("run{n}.img"));
     let journal = journal_core::Options {
         logbsize,
         flush_policy: policy,
+        segment_size: if smoke { 1 << 20 } else { 16 << 20 },
         ..journal_core::Options::default()
     };
     Fs::mkfs(
         &image,
         MkfsOptions {
-            size: 512 << 20,
+            size: if smoke { 32 << 20 } else { 512 << 20 },
             inodes: Some((files as u32 + 1024).max(4096)),
             journal,
         },
@@ -129,7 +132,8 @@ fn one(
     )
     .map_err(|e| e.to_string())?;
     for t in 0..threads {
-        fs.mkdir_path(&format!("/t{t}")).map_err(|e| e.to_string())?;
+        fs.mkdir_path(&format!("/t{t}"))
+            .map_err(|e| e.to_string())?;
     }
     fs.sync().map_err(|e| e.to_string())?;
     let before = fs.journal().metrics().log_syncs;
@@ -189,7 +193,13 @@ fn table(header: &[&str], rows: &[Vec<String>]) {
     let widths: Vec<usize> = header
         .iter()
         .enumerate()
-        .map(|(i, h)| rows.iter().map(|r| r[i].len()).max().unwrap_or(0).max(h.len()))
+        .map(|(i, h)| {
+            rows.iter()
+                .map(|r| r[i].len())
+                .max()
+                .unwrap_or(0)
+                .max(h.len())
+        })
         .collect();
     let line = |cells: Vec<String>| {
         cells
@@ -208,7 +218,9 @@ fn table(header: &[&str], rows: &[Vec<String>]) {
 /// `metafs bench`.
 pub fn run(args: &BenchArgs) -> Result<(), String> {
     let tmp = match &args.dir {
-        Some(d) => tempfile::Builder::new().prefix("metafs-bench").tempdir_in(d),
+        Some(d) => tempfile::Builder::new()
+            .prefix("metafs-bench")
+            .tempdir_in(d),
         None => tempfile::Builder::new().prefix("metafs-bench").tempdir(),
     }
     .map_err(|e| format!("temporary directory: {e}"))?;
@@ -229,6 +241,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                         fsync,
                         args.logbsize as usize,
                         args.flush_policy.flush(),
+                        args.smoke,
                     )?;
                     rows.push(vec![
                         threads.to_string(),
@@ -248,7 +261,14 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                 args.logbsize, args.flush_policy
             );
             table(
-                &["threads", "fsync", "creates/s", "p50 µs", "p99 µs", "log syncs/file"],
+                &[
+                    "threads",
+                    "fsync",
+                    "creates/s",
+                    "p50 µs",
+                    "p99 µs",
+                    "log syncs/file",
+                ],
                 &rows,
             );
             finish(args, json!({"scenario": "creates", "results": results}))
@@ -260,7 +280,16 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                 for logbsize in [32usize << 10, 256 << 10] {
                     for policy in [Policy::NeedFlags, Policy::EveryWrite] {
                         n += 1;
-                        let p = one(tmp.path(), n, threads, files, fsync, logbsize, policy.flush())?;
+                        let p = one(
+                            tmp.path(),
+                            n,
+                            threads,
+                            files,
+                            fsync,
+                            logbsize,
+                            policy.flush(),
+                            args.smoke,
+                        )?;
                         rates.insert((fsync, logbsize, policy), p.creates_per_s);
                         rows.push(vec![
                             if fsync { "per file" } else { "at the end" }.to_string(),
@@ -286,7 +315,15 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             });
             println!("metafs bench --scenario xfs: {threads} threads, {files} files of 0-4 KiB");
             table(
-                &["fsync", "log buffers", "flush policy", "creates/s", "p50 µs", "p99 µs", "log syncs"],
+                &[
+                    "fsync",
+                    "log buffers",
+                    "flush policy",
+                    "creates/s",
+                    "p50 µs",
+                    "p99 µs",
+                    "log syncs",
+                ],
                 &rows,
             );
             println!(

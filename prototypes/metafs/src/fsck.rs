@@ -8,8 +8,8 @@
 //! no block is owned twice or lies outside the data area; and the bitmap
 //! equals exactly the set of blocks reached (plus the fixed metadata).
 
-use crate::fs::{Fs, Inspector};
 use crate::layout::{Inode, Kind, BLOCK, DIRECT, PER_INDIRECT, ROOT};
+use crate::volume::{Fs, Inspector};
 use crate::Result;
 use std::collections::HashMap;
 

@@ -10,12 +10,12 @@
 //! commits on a timer (jbd2's commit interval, here 1 s), so `sync`
 //! followed by a second's wait is durable too; unmounting checkpoints.
 
-use crate::fs::{Fs, Stat};
+use crate::volume::{Fs, Stat};
 use crate::{Error, Kind};
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -180,7 +180,9 @@ impl Filesystem for MetaFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        if flags.contains(RenameFlags::RENAME_EXCHANGE) || flags.contains(RenameFlags::RENAME_WHITEOUT) {
+        if flags.contains(RenameFlags::RENAME_EXCHANGE)
+            || flags.contains(RenameFlags::RENAME_WHITEOUT)
+        {
             reply.error(Errno::from_i32(22)); // EINVAL: not supported
             return;
         }
@@ -294,7 +296,12 @@ impl Filesystem for MetaFuse {
             (ino, t, name)
         }));
         for (k, (ino, kind, name)) in all.enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(ino as u64), k as u64 + 1, kind, OsStr::from_bytes(&name)) {
+            if reply.add(
+                INodeNo(ino as u64),
+                k as u64 + 1,
+                kind,
+                OsStr::from_bytes(&name),
+            ) {
                 break;
             }
         }
@@ -342,7 +349,13 @@ impl Filesystem for MetaFuse {
             .create(ino(parent), name.as_bytes())
             .and_then(|i| self.fs.stat(i))
         {
-            Ok(s) => reply.created(&TTL, &attr(&s, req), Generation(0), FileHandle(0), FopenFlags::empty()),
+            Ok(s) => reply.created(
+                &TTL,
+                &attr(&s, req),
+                Generation(0),
+                FileHandle(0),
+                FopenFlags::empty(),
+            ),
             Err(e) => reply.error(errno(&e)),
         }
     }

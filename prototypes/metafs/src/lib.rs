@@ -13,7 +13,7 @@
 //!
 //! How it journals — compound transactions, full block images, data
 //! before metadata, revokes, checkpoints, recovery — is in the docs of
-//! [`fs`](crate::fs).
+//! [`volume`](crate::volume).
 //!
 //! ```
 //! use metafs::{Fs, MkfsOptions, MountOptions};
@@ -34,13 +34,13 @@
 #![forbid(unsafe_code)]
 
 mod error;
-pub mod fs;
 mod fsck;
 pub mod fuse;
 pub mod layout;
 pub mod txn;
+pub mod volume;
 
 pub use error::{Error, Result};
-pub use fs::{journal_dir, Fs, Ino, MkfsOptions, MountOptions, MountReport, Stat};
 pub use fsck::fsck;
 pub use layout::{Kind, FORMAT_VERSION, MAX_FILE_SIZE, NAME_MAX, ROOT};
+pub use volume::{journal_dir, Fs, Ino, MkfsOptions, MountOptions, MountReport, Stat};

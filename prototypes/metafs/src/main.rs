@@ -18,7 +18,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Parser)]
-#[command(name = "metafs", version, about = "A filesystem prototype on the journal")]
+#[command(
+    name = "metafs",
+    version,
+    about = "A filesystem prototype on the journal"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -154,7 +154,7 @@ fn bad_names_are_refused_and_change_nothing() {
 
 #[test]
 fn a_full_filesystem_says_no_space_and_leaves_nothing_half_done() {
-    let (_vfs, fs) = sim_fs(1 << 20); // 256 blocks, some of them metadata
+    let (vfs, fs) = sim_fs(1 << 20); // 256 blocks, some of them metadata
     let f = fs.create_path("/big").unwrap();
     let mut written = 0u64;
     loop {
@@ -181,6 +181,14 @@ fn a_full_filesystem_says_no_space_and_leaves_nothing_half_done() {
     let g = fs.create_path("/again").unwrap();
     fs.write(g, 0, &[1u8; 8192]).unwrap();
     assert!(fsck(&fs).unwrap().is_empty());
+    fs.fsync(g).unwrap();
+    drop(fs);
+    // Mounted again without an unmount: replayed, the same, and clean.
+    let fs = remount(&vfs);
+    assert!(fs.mount_report().transactions > 0);
+    assert_eq!(fs.read_path("/again").unwrap(), vec![1u8; 8192]);
+    assert!(matches!(fs.resolve("/big"), Err(Error::NotFound)));
+    assert!(fsck(&fs).unwrap().is_empty(), "{:?}", fsck(&fs).unwrap());
 }
 
 #[test]

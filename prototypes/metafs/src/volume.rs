@@ -923,12 +923,10 @@ impl Fs {
                     return Ok(()); // the same file: nothing to do
                 }
                 let tk = st.live(img, t)?.kind;
+                let empty = tk == Kind::Dir && st.is_empty_dir(img, t)?;
                 match (src.kind, tk) {
-                    (Kind::Dir, Kind::Dir) => {
-                        if !st.is_empty_dir(img, t)? {
-                            return Err(Error::NotEmpty);
-                        }
-                    }
+                    (Kind::Dir, Kind::Dir) if !empty => return Err(Error::NotEmpty),
+                    (Kind::Dir, Kind::Dir) => {}
                     (Kind::Dir, _) => return Err(Error::NotADirectory),
                     (_, Kind::Dir) => return Err(Error::IsADirectory),
                     _ => {}
