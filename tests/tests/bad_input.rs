@@ -192,6 +192,20 @@ fn invalid_options_are_typed_errors_and_create_nothing() {
             },
         ),
         (
+            "commits_in_flight",
+            Options {
+                commits_in_flight: 0,
+                ..small_options()
+            },
+        ),
+        (
+            "commits_in_flight",
+            Options {
+                commits_in_flight: 5, // small_options has 4 log buffers
+                ..small_options()
+            },
+        ),
+        (
             "max_record_size",
             Options {
                 max_record_size: (1 << 30) + 1,

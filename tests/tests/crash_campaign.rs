@@ -50,7 +50,10 @@ fn pick<T: Copy>(rng: &mut SplitMix64, xs: &[T]) -> T {
 }
 
 fn random_options(rng: &mut SplitMix64) -> Options {
+    let logbufs = pick(rng, &[2, 4, 8]);
     Options {
+        // A third of the seeds overlap group commits (two in flight).
+        commits_in_flight: pick(rng, &[1, 1, 2]),
         alignment: pick(rng, &[512, 512, 4096, 1]),
         sync_method: pick(
             rng,
@@ -74,7 +77,7 @@ fn random_options(rng: &mut SplitMix64) -> Options {
         batch_policy: pick(rng, &[BatchPolicy::Adaptive, BatchPolicy::None]),
         max_batch: Duration::from_micros(200),
         background_preallocation: rng.chance(1, 2),
-        logbufs: pick(rng, &[2, 4, 8]),
+        logbufs,
         ..small_options()
     }
 }

@@ -93,3 +93,37 @@ fn a_durable_lsn_watcher_is_never_left_asleep() {
         drop(j);
     });
 }
+
+/// Overlapped group commits (two in flight): one committer's record fills
+/// the first buffer, the other's goes to the second, and both force at
+/// once — two log writes in flight, completing in either order. Each
+/// commit returns only once its own record is durable in the SimVfs image.
+#[test]
+fn overlapped_commits_return_only_once_their_records_are_durable() {
+    model(|| {
+        let vfs = SimVfs::new();
+        let opts = Options {
+            commits_in_flight: 2,
+            batch_policy: journal_core::BatchPolicy::None,
+            ..options()
+        };
+        let j = Arc::new(open_sim(&vfs, opts).unwrap());
+        let big = vec![7u8; opts.max_unchained_record() - 64];
+        let first = j.append(&big).unwrap();
+        let (j2, v2) = (j.clone(), vfs.clone());
+        let t = thread::spawn(move || {
+            j2.commit(first).unwrap();
+            assert_eq!(
+                durable_entry(&v2, first, 64).as_deref(),
+                Some(&[7u8; 64][..])
+            );
+        });
+        let second = j.append(b"second buffer").unwrap();
+        j.commit(second).unwrap();
+        assert_eq!(
+            durable_entry(&vfs, second, 13).as_deref(),
+            Some(&b"second buffer"[..])
+        );
+        t.join().unwrap();
+    });
+}

@@ -32,9 +32,15 @@
 //! **Committing.** After the batching wait, one thread per group becomes
 //! the leader and runs the commit function given to [`Batcher::new`] with
 //! the highest position stopped so far; the others wait on a condvar until
-//! the committed position covers theirs. No thread sleeps in a loop: every
-//! timeout is a condvar wait with a [`Deadline`], and under loom a timer is
-//! the explicit event [`Batcher::fire_timer`].
+//! the committed position covers theirs. Up to
+//! [`BatchConfig::max_in_flight`] commits run at once (default 1): with
+//! more, the next group's leader need not wait for the previous group's
+//! commit to return (XFS keeps several iclog writes in flight); a stop
+//! whose position an in-flight commit's target covers waits for that
+//! commit instead of starting another, so targets in flight strictly
+//! increase. No thread sleeps in a loop: every timeout is a condvar wait
+//! with a [`Deadline`], and under loom a timer is the explicit event
+//! [`Batcher::fire_timer`].
 //!
 //! **Errors.** A commit function's error reaches every synchronous stop
 //! whose position that commit was to cover. The batcher stays usable: the
@@ -83,6 +89,12 @@ pub struct BatchConfig {
     /// The window of [`BatchPolicy::LastSyncWriter`] (default 1 ms, one
     /// jiffy at HZ=1000).
     pub fixed_window: Duration,
+    /// Commit calls that may run at once (default 1; 0 counts as 1). With
+    /// more than one, the next group's leader starts its commit while the
+    /// previous group's is still in flight (XFS keeps several iclog writes
+    /// in flight), so the commit function must accept concurrent calls and
+    /// return only once every position up to its target is committed.
+    pub max_in_flight: u32,
 }
 
 impl Default for BatchConfig {
@@ -92,6 +104,7 @@ impl Default for BatchConfig {
             min_batch: Duration::ZERO,
             max_batch: Duration::from_millis(15),
             fixed_window: Duration::from_millis(1),
+            max_in_flight: 1,
         }
     }
 }
@@ -189,8 +202,9 @@ struct State<P, E> {
     pending: Option<P>,
     /// Synchronous stops waiting for the next leader.
     pending_members: u64,
-    /// A leader is running the commit function.
-    committing: bool,
+    /// Commits in flight, oldest first: (group id, target). Their targets
+    /// strictly increase.
+    flights: std::collections::VecDeque<(u64, P)>,
     /// Every position up to this one is committed.
     committed: Option<P>,
     /// The latest failed commit: its target and error.
@@ -271,7 +285,7 @@ where
                     txn_start: None,
                     pending: None,
                     pending_members: 0,
-                    committing: false,
+                    flights: std::collections::VecDeque::new(),
                     committed: None,
                     failed: None,
                     last_sync_writer: None,
@@ -445,9 +459,17 @@ where
         if Self::covered(st, pos) {
             return None;
         }
+        // A commit in flight whose target covers it: wait for that one.
+        if let Some(&(g, _)) = st.flights.iter().find(|(_, t)| pos <= *t) {
+            return Some(g);
+        }
         st.pending = Some(st.pending.map_or(pos, |p| p.max(pos)));
         st.pending_members += 1;
         Some(st.next_group)
+    }
+
+    fn may_lead(&self, st: &State<P, E>) -> bool {
+        st.pending.is_some() && (st.flights.len() as u32) < self.inner.config.max_in_flight.max(1)
     }
 
     /// Returns once `pos` is committed, leading the commit if nobody is.
@@ -472,18 +494,20 @@ where
                 // group, yet be covered already (its position arrived out of
                 // order): pass that wakeup on, or nobody would lead.
                 let next = (st.next_group % 2) as usize;
-                if !st.committing && st.pending.is_some() && st.group_waiters[next] > 0 {
+                if self.may_lead(&st) && st.group_waiters[next] > 0 {
                     self.inner.groups[next].notify_one();
                 }
                 return outcome;
             }
-            if !st.committing {
-                // Become the leader of everything stopped so far.
-                let target = st.pending.take().expect("an uncovered stop is pending");
+            if self.may_lead(&st) {
+                // Become the leader of everything stopped so far (any
+                // thread may lead the pending group, even one whose own
+                // position is in flight in an earlier group).
+                let target = st.pending.take().expect("checked by may_lead");
                 let members = std::mem::take(&mut st.pending_members);
                 let this_group = st.next_group;
                 st.next_group += 1;
-                st.committing = true;
+                st.flights.push_back((this_group, target));
                 // The leader closes the running transaction: a new one starts.
                 st.txn_start = if st.updates > 0 {
                     Some(Stopwatch::start())
@@ -496,7 +520,7 @@ where
                 let result = (self.inner.commit)(target);
                 let took = clock.elapsed().as_nanos() as u64;
                 st = self.inner.state.lock();
-                st.committing = false;
+                st.flights.retain(|&(g, _)| g != this_group);
                 st.avg_commit_ns = if stats.groups.get() == 0 {
                     took
                 } else {
@@ -507,15 +531,22 @@ where
                 stats.group_sizes[bucket(members)].incr();
                 match result {
                     Ok(()) => st.committed = Some(st.committed.map_or(target, |c| c.max(target))),
-                    Err(e) => st.failed = Some((target, e)),
+                    // The highest failed target: with commits overlapping,
+                    // a lower one may fail after a higher one did.
+                    Err(e) => {
+                        let t = st.failed.as_ref().map_or(target, |(t, _)| (*t).max(target));
+                        st.failed = Some((t, e));
+                    }
                 }
-                // Wake this group's members, one member of the next group
-                // to lead it, and any batching waiter this commit covered.
-                let (this, next) = ((this_group % 2) as usize, ((this_group + 1) % 2) as usize);
+                // Wake this group's members, one member of the pending
+                // group to lead it, and any batching waiter this commit
+                // covered.
+                let this = (this_group % 2) as usize;
+                let next = (st.next_group % 2) as usize;
                 if st.group_waiters[this] > 0 {
                     self.inner.groups[this].notify_all();
                 }
-                if st.group_waiters[next] > 0 {
+                if self.may_lead(&st) && st.group_waiters[next] > 0 {
                     self.inner.groups[next].notify_one();
                 }
                 if st.batch_waiters > 0 {

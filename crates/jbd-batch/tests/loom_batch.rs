@@ -112,3 +112,95 @@ fn three_committers_all_covered() {
         }
     });
 }
+
+/// A "device" that lets writes overlap and completes them in position
+/// order, as iclog's ring does: a commit returns once every commit with a
+/// lower target has completed too, then the durable position is its
+/// target.
+#[derive(Default)]
+struct Overlapping {
+    /// Targets whose write is running or done but not yet durable.
+    running: Vec<u64>,
+    durable: u64,
+    in_flight: u32,
+    max_seen: u32,
+}
+
+/// The overlapping device, shared with the commit function.
+type Shared = Arc<(Mutex<Overlapping>, journal_sync::Condvar)>;
+
+fn overlapping(max_in_flight: u32) -> (Batcher<u64, &'static str>, Shared) {
+    let dev = Arc::new((
+        Mutex::new(Overlapping::default()),
+        journal_sync::Condvar::new(),
+    ));
+    let d2 = dev.clone();
+    let config = BatchConfig {
+        policy: BatchPolicy::None,
+        max_in_flight,
+        ..BatchConfig::default()
+    };
+    let b = Batcher::new(config, move |p| {
+        let (m, cv) = &*d2;
+        {
+            let mut d = m.lock();
+            d.in_flight += 1;
+            d.max_seen = d.max_seen.max(d.in_flight);
+            d.running.push(p);
+        }
+        thread::yield_now();
+        let mut d = m.lock();
+        // Complete in order: wait for every lower target first.
+        while d.running.iter().any(|&q| q < p) {
+            d = cv.wait(d);
+        }
+        d.running.retain(|&q| q != p);
+        d.durable = d.durable.max(p);
+        d.in_flight -= 1;
+        cv.notify_all();
+        Ok(())
+    });
+    (b, dev)
+}
+
+/// Overlapped commits (two in flight): three committers at positions 1, 2,
+/// 3; whoever leads, commits run at most two at a time, each stop returns
+/// only once the durable position covers it, and none waits forever (a
+/// position whose commit is in flight waits for that commit, and a leader
+/// may lead a later group while its own position is still in flight).
+#[test]
+fn overlapped_commits_cover_every_stop_and_stay_within_the_bound() {
+    model(|| {
+        let (b, dev) = overlapping(2);
+        let hs: Vec<_> = (1..=2u64)
+            .map(|p| {
+                let (b, dev) = (b.clone(), dev.clone());
+                thread::spawn(move || {
+                    b.start().stop_sync(p).unwrap();
+                    assert!(dev.0.lock().durable >= p);
+                })
+            })
+            .collect();
+        b.start().stop_sync(3).unwrap();
+        assert!(dev.0.lock().durable >= 3);
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert!(dev.0.lock().max_seen <= 2, "at most two commits in flight");
+    });
+}
+
+/// With one commit allowed in flight, commits never overlap.
+#[test]
+fn one_in_flight_never_overlaps() {
+    model(|| {
+        let (b, dev) = overlapping(1);
+        let b2 = b.clone();
+        let t = thread::spawn(move || b2.start().stop_sync(1).unwrap());
+        b.start().stop_sync(2).unwrap();
+        t.join().unwrap();
+        let d = dev.0.lock();
+        assert!(d.durable >= 2);
+        assert_eq!(d.max_seen, 1);
+    });
+}

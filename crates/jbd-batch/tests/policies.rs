@@ -23,6 +23,7 @@ fn cfg(policy: BatchPolicy) -> BatchConfig {
         min_batch: Duration::from_millis(2),
         max_batch: Duration::from_millis(2),
         fixed_window: Duration::from_millis(2),
+        ..BatchConfig::default()
     }
 }
 
@@ -207,6 +208,7 @@ fn the_adaptive_window_is_the_average_clamped_not_the_maximum() {
         min_batch: Duration::ZERO,
         max_batch: Duration::from_secs(30),
         fixed_window: Duration::from_millis(2),
+        ..BatchConfig::default()
     });
     let other = b.start(); // someone else has a handle open: not lone
     assert_eq!(b.start().stop_sync(1), Ok(WaitDecision::EndedByTimer));

@@ -74,6 +74,11 @@ pub struct Options {
     pub max_batch: Duration,
     /// When log writes carry PREFLUSH / FUA (default NEED flags, Linux 5.14).
     pub flush_policy: FlushPolicy,
+    /// Group commits whose log forces may be in flight at once (default 1;
+    /// 1 to `logbufs`). Above 1, the next group's leader forces its buffer
+    /// while the previous group's write is still in flight (XFS keeps
+    /// several iclogs in flight); completions stay in LSN order.
+    pub commits_in_flight: u32,
     /// How checkpoints make recycled names durable (default batched).
     pub recycle_policy: RecyclePolicy,
     /// Zero-fill (default) or fallocate new segments.
@@ -111,6 +116,7 @@ impl Default for Options {
             min_batch: Duration::ZERO,
             max_batch: Duration::from_millis(15),
             flush_policy: FlushPolicy::NeedFlags,
+            commits_in_flight: 1,
             recycle_policy: RecyclePolicy::Batched,
             prealloc: Prealloc::ZeroFill,
             preallocate_ahead: 2,
@@ -147,6 +153,7 @@ impl Options {
             policy: self.batch_policy,
             min_batch: self.min_batch,
             max_batch: self.max_batch,
+            max_in_flight: self.commits_in_flight,
             ..jbd_batch::BatchConfig::default()
         }
     }
@@ -180,6 +187,15 @@ impl Options {
                     self.logbsize,
                     self.store().data_size(),
                     self.segment_size
+                ),
+            );
+        }
+        if self.commits_in_flight == 0 || self.commits_in_flight as usize > self.logbufs {
+            return bad(
+                "commits_in_flight",
+                format!(
+                    "{} is not between 1 and logbufs ({})",
+                    self.commits_in_flight, self.logbufs
                 ),
             );
         }

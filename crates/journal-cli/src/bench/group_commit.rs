@@ -22,9 +22,11 @@ pub fn run(env: &Env, args: &BenchArgs) -> Result<Json, String> {
     if clients.contains(&0) || size == 0 {
         return Err("--clients and --record-size must be positive".into());
     }
+    let base = bench_options(env);
     let options = journal_core::Options {
         batch_policy: args.batch_policy.policy(),
-        ..bench_options(env)
+        commits_in_flight: args.commits_in_flight.unwrap_or(base.commits_in_flight),
+        ..base
     };
     let payload = std::sync::Arc::new(vec![0xC3u8; size]);
     let mut points = Vec::new();

@@ -130,6 +130,10 @@ pub struct BenchArgs {
     /// Commit batching policy of the group-commit scenario.
     #[arg(long, value_enum, default_value_t = BatchPolicyArg::Adaptive)]
     batch_policy: BatchPolicyArg,
+    /// Group commits whose log forces may overlap (group-commit scenario;
+    /// 1 to logbufs) [default: the journal's default].
+    #[arg(long, value_name = "N")]
+    commits_in_flight: Option<u32>,
     /// Run in a fresh directory inside DIR (default: the system temporary
     /// directory; it must be on the disk you want to measure).
     #[arg(long, value_name = "DIR")]
@@ -522,7 +526,7 @@ pub fn bench_options(env: &Env) -> Options {
 
 /// A JSON description of journal options.
 pub fn options_json(o: &Options) -> Json {
-    json!({"segment_size": o.segment_size, "logbufs": o.logbufs, "logbsize": o.logbsize, "alignment": o.alignment, "sync_method": format!("{:?}", o.sync_method), "batch_policy": format!("{:?}", o.batch_policy), "max_batch_us": o.max_batch.as_micros() as u64, "flush_policy": format!("{:?}", o.flush_policy), "recycle_policy": format!("{:?}", o.recycle_policy), "prealloc": format!("{:?}", o.prealloc)})
+    json!({"segment_size": o.segment_size, "logbufs": o.logbufs, "logbsize": o.logbsize, "alignment": o.alignment, "sync_method": format!("{:?}", o.sync_method), "batch_policy": format!("{:?}", o.batch_policy), "max_batch_us": o.max_batch.as_micros() as u64, "flush_policy": format!("{:?}", o.flush_policy), "commits_in_flight": o.commits_in_flight, "recycle_policy": format!("{:?}", o.recycle_policy), "prealloc": format!("{:?}", o.prealloc)})
 }
 
 /// Stringifies an I/O or journal error for the bench's error path.
