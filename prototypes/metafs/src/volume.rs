@@ -53,7 +53,7 @@ use crate::layout::{
     DIRECT, DIRENTS_PER_BLOCK, MAX_FILE_SIZE, PER_INDIRECT, ROOT,
 };
 use crate::{txn, Error, Result};
-use journal_core::sync::Mutex;
+use journal_core::sync::{Condvar, Mutex};
 use journal_core::vfs::{OpenOptions, OsVfs, Vfs, VfsFile};
 use journal_core::{Journal, Lsn};
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -173,7 +173,8 @@ struct State {
     free_inodes: u64,
     block_hint: u32,
     inode_hint: u32,
-    /// Operations run so far (each call under the lock counts one).
+    /// Changes made so far (every metadata block or data write counts
+    /// one): a commit covers every change up to its snapshot's count.
     ops: u64,
 }
 
@@ -206,6 +207,7 @@ impl State {
 
     fn get_mut(&mut self, img: &dyn VfsFile, b: u32) -> Result<&mut [u8]> {
         self.load(img, b)?;
+        self.ops += 1;
         self.running.insert(b);
         self.checkpoint_set.insert(b);
         Ok(self.cache.get_mut(&b).expect("loaded"))
@@ -213,6 +215,7 @@ impl State {
 
     /// A newly allocated metadata block: zeros, never read from disk.
     fn fresh(&mut self, b: u32) -> &mut [u8] {
+        self.ops += 1;
         self.cache.insert(b, vec![0u8; BLOCK].into_boxed_slice());
         self.running.insert(b);
         self.checkpoint_set.insert(b);
@@ -545,14 +548,14 @@ impl State {
     }
 }
 
-/// Where commits are sequenced: the last transaction appended.
+/// Where commits are sequenced (jbd2's commit, one at a time).
 struct Committer {
     next_tid: u64,
-    /// Every operation up to this count is in a record appended (or was
-    /// synced with no record needed).
-    covered: u64,
-    /// The record of the last transaction appended.
-    last: Option<Lsn>,
+    /// A commit is running: its leader let go of this lock for the I/O;
+    /// every other caller waits on `commit_done`.
+    committing: bool,
+    /// Every change up to this count ([`State::ops`]) is durable.
+    durable: u64,
     /// Log bytes appended since the last checkpoint.
     since_checkpoint: u64,
 }
@@ -564,6 +567,8 @@ pub struct Fs {
     sb: Super,
     state: Mutex<State>,
     committer: Mutex<Committer>,
+    /// Signalled when a commit ends (durable, or failed).
+    commit_done: Condvar,
     options: MountOptions,
     failed: Mutex<Option<String>>,
     report: MountReport,
@@ -728,10 +733,11 @@ impl Fs {
             state: Mutex::new(state),
             committer: Mutex::new(Committer {
                 next_tid,
-                covered: 0,
-                last: None,
+                committing: false,
+                durable: 0,
                 since_checkpoint: 0,
             }),
+            commit_done: Condvar::new(),
             options,
             failed: Mutex::new(None),
             report,
@@ -779,7 +785,6 @@ impl Fs {
     fn with<T>(&self, op: impl FnOnce(&mut State, &dyn VfsFile) -> Result<T>) -> Result<T> {
         self.check()?;
         let mut st = self.state.lock();
-        st.ops += 1;
         op(&mut st, &*self.image)
     }
 
@@ -1024,6 +1029,7 @@ impl Fs {
                 }
             }
             st.data_dirty = true;
+            st.ops += 1;
             i.size = i.size.max(end);
             i.mtime_ns = now_ns();
             st.set_inode(img, ino, &i)?;
@@ -1086,6 +1092,7 @@ impl Fs {
                     };
                     img.write_at(&vec![0u8; (to - from) as usize], b as u64 * bs + from)?;
                     st.data_dirty = true;
+                    st.ops += 1;
                 }
             }
             i.size = size;
@@ -1104,65 +1111,66 @@ impl Fs {
     }
 
     /// Commits the running transaction: returns once every operation that
-    /// returned before the call is durable. Concurrent callers share
-    /// commits (the journal's group commit).
+    /// returned before the call is durable. One commit runs at a time,
+    /// as jbd2's commit thread does: callers that arrive meanwhile wait
+    /// for it, and the first of them not covered leads the next commit,
+    /// whose snapshot takes every change made by then — so concurrent
+    /// fsyncs share commits.
     pub fn sync(&self) -> Result<()> {
         self.check()?;
         let want = self.state.lock().ops;
-        let target = {
-            let mut c = self.committer.lock();
-            if c.covered >= want {
-                // Another committer's transaction took our operations
-                // while we waited (jbd2: the transaction is committing):
-                // wait for its record, not for a commit of our own.
-                c.last
-            } else {
-                let snap = self.state.lock().take(c.next_tid);
-                self.commit_snapshot(&mut c, snap)?
+        let mut c = self.committer.lock();
+        loop {
+            self.check()?;
+            if c.durable >= want {
+                break;
             }
-        };
-        if let Some(lsn) = target {
-            self.journal
-                .commit(lsn)
-                .map_err(|e| self.poison(e.into()))?;
+            if c.committing {
+                c = self.commit_done.wait(c);
+                continue;
+            }
+            c.committing = true;
+            let tid = c.next_tid;
+            c.next_tid += 1;
+            drop(c);
+            let r = self.commit_running(tid);
+            c = self.committer.lock();
+            c.committing = false;
+            self.commit_done.notify_all();
+            let (ops, bytes) = r?;
+            c.durable = c.durable.max(ops);
+            c.since_checkpoint += bytes;
         }
+        let due = c.since_checkpoint >= self.options.checkpoint_log_bytes;
+        drop(c);
         self.release_frees();
-        let due = self.committer.lock().since_checkpoint >= self.options.checkpoint_log_bytes;
         if due {
             self.checkpoint()?;
         }
         Ok(())
     }
 
-    /// Data first (ordered mode), then the record, appended in transaction
-    /// order; returns the LSN a commit must make durable.
-    fn commit_snapshot(&self, c: &mut Committer, snap: Snapshot) -> Result<Option<Lsn>> {
+    /// One commit of the running transaction (the caller leads it): data
+    /// first (ordered mode), then the record, then the journal's commit.
+    /// Returns the change count it made durable and the log bytes written.
+    fn commit_running(&self, tid: u64) -> Result<(u64, u64)> {
+        let snap = self.state.lock().take(tid);
         if snap.data_dirty {
             self.image.sync_data().map_err(|e| self.poison(e.into()))?;
         }
-        c.covered = c.covered.max(snap.ops);
-        match snap.record {
-            Some(rec) => {
-                let lsn = self
-                    .journal
-                    .append(&rec)
-                    .map_err(|e| self.poison(e.into()))?;
-                c.next_tid += 1;
-                c.last = Some(lsn);
-                c.since_checkpoint += rec.len() as u64;
-                self.state.lock().awaiting.push((lsn, snap.frees));
-                Ok(Some(lsn))
-            }
-            None => {
-                // Blocks freed without a record (none today) still wait
-                // for the last record appended.
-                if !snap.frees.is_empty() {
-                    let at = c.last.unwrap_or(Lsn(0));
-                    self.state.lock().awaiting.push((at, snap.frees));
-                }
-                Ok(c.last)
-            }
-        }
+        let Some(rec) = snap.record else {
+            // No metadata changed (frees always change the bitmap).
+            return Ok((snap.ops, 0));
+        };
+        let lsn = self
+            .journal
+            .append(&rec)
+            .map_err(|e| self.poison(e.into()))?;
+        self.state.lock().awaiting.push((lsn, snap.frees));
+        self.journal
+            .commit(lsn)
+            .map_err(|e| self.poison(e.into()))?;
+        Ok((snap.ops, rec.len() as u64))
     }
 
     /// Blocks freed by transactions that are now durable become reusable.
@@ -1184,49 +1192,40 @@ impl Fs {
 
     /// Commits, writes every metadata block changed since the last
     /// checkpoint home, and moves the journal's tail past it all (the
-    /// journal flushes the image first).
+    /// journal flushes the image first). Holds the state lock from its
+    /// commit through the home writes, so what goes home is exactly the
+    /// committed state.
     pub fn checkpoint(&self) -> Result<()> {
         self.check()?;
         let mut c = self.committer.lock();
+        while c.committing {
+            c = self.commit_done.wait(c);
+        }
+        // Holding the committer lock: no commit starts until we are done.
         let mut st = self.state.lock();
         let snap = st.take(c.next_tid);
-        drop(st);
-        let target = self.commit_snapshot(&mut c, snap)?;
-        if let Some(lsn) = target {
+        c.next_tid += 1;
+        if snap.data_dirty {
+            self.image.sync_data().map_err(|e| self.poison(e.into()))?;
+        }
+        if let Some(rec) = &snap.record {
+            let lsn = self
+                .journal
+                .append(rec)
+                .map_err(|e| self.poison(e.into()))?;
             self.journal
                 .commit(lsn)
                 .map_err(|e| self.poison(e.into()))?;
         }
-        let mut st = self.state.lock();
-        // Committed: everything appended is durable.
+        c.durable = c.durable.max(snap.ops);
+        // Everything appended is durable now: every free may be reused.
         for (_, blocks) in std::mem::take(&mut st.awaiting) {
             for b in blocks {
                 st.unavailable.remove(&b);
             }
         }
-        // Any change made since the snapshot belongs to the next
-        // transaction and must not go home yet: commit it too. (The
-        // snapshot and this lock are apart only for the commit above.)
-        if !st.running.is_empty() || !st.revoked.is_empty() || st.data_dirty {
-            let snap = st.take(c.next_tid);
-            if snap.data_dirty {
-                self.image.sync_data().map_err(|e| self.poison(e.into()))?;
-            }
-            c.covered = c.covered.max(snap.ops);
-            if let Some(rec) = snap.record {
-                let lsn = self
-                    .journal
-                    .append(&rec)
-                    .map_err(|e| self.poison(e.into()))?;
-                c.next_tid += 1;
-                c.last = Some(lsn);
-                self.journal
-                    .commit(lsn)
-                    .map_err(|e| self.poison(e.into()))?;
-            }
-            for b in snap.frees {
-                st.unavailable.remove(&b);
-            }
+        for b in snap.frees {
+            st.unavailable.remove(&b);
         }
         for b in std::mem::take(&mut st.checkpoint_set) {
             let img = &st.cache[&b];
@@ -1240,6 +1239,7 @@ impl Fs {
             .checkpoint(redo)
             .map_err(|e| self.poison(e.into()))?;
         c.since_checkpoint = 0;
+        self.commit_done.notify_all();
         Ok(())
     }
 
