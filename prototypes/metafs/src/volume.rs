@@ -13,9 +13,12 @@
 //! under the state lock, the images of its dirty metadata blocks are
 //! copied into one journal record; then the image file is fdatasynced if
 //! data was written (**data before the metadata that points to it**: the
-//! ordered-mode rule), the record is appended, and the journal's group
-//! commit makes it durable. Commits append in transaction order (the
-//! committer lock), so the log order is the transaction order.
+//! ordered-mode rule), the record is appended, and the journal's commit
+//! makes it durable. One commit runs at a time, as jbd2's commit thread
+//! runs them: a caller that finds one running waits on a condvar, and when
+//! it ends the first caller it did not cover leads the next, whose snapshot
+//! takes every change made by then — so concurrent fsyncs share commits,
+//! and the log order is the transaction order.
 //!
 //! *Physical* journaling (full block images, like jbd2) rather than
 //! logical redo records (like XFS): replay is writing images home in log
