@@ -52,6 +52,7 @@
 //! nothing of LSNs.
 #![forbid(unsafe_code)]
 
+use journal_sync::atomic::{AtomicU8, Ordering};
 use journal_sync::thread::{self, ThreadId};
 use journal_sync::{Arc, Condvar, Deadline, Mutex, MutexGuard, StatCounter, Stopwatch};
 use std::fmt;
@@ -221,9 +222,26 @@ struct State<P, E> {
     /// The id of the group the next leader will commit; stops registered
     /// now belong to it.
     next_group: u64,
-    /// Threads waiting on each group-parity condvar.
-    group_waiters: [u32; 2],
+    /// Committers asleep until a commit covers them (or they must look
+    /// again: to lead, or to learn of a failure).
+    parked: Vec<Parked<P>>,
 }
+
+/// A committer asleep in [`thread::park`] until the thread that ends its
+/// wait wakes exactly it: it then returns without retaking the batcher's
+/// lock (one wakeup per commit, no herd on the mutex).
+struct Parked<P> {
+    pos: P,
+    thread: thread::Thread,
+    wake: Arc<AtomicU8>,
+}
+
+/// [`Parked::wake`]: still asleep.
+const ASLEEP: u8 = 0;
+/// [`Parked::wake`]: a commit covered it; return Ok.
+const COVERED: u8 = 1;
+/// [`Parked::wake`]: look at the state again (lead, or a failure).
+const LOOK: u8 = 2;
 
 type CommitFn<P, E> = dyn Fn(P) -> Result<(), E> + Send + Sync;
 
@@ -231,14 +249,9 @@ struct Inner<P, E> {
     config: BatchConfig,
     commit: Box<CommitFn<P, E>>,
     state: Mutex<State<P, E>>,
-    /// Batching waits: signalled when handles open or close, the timer
+    /// Batching waits: signalled when the last handle closes, the timer
     /// fires, or a commit completes.
     batch_cv: Condvar,
-    /// Commit waits, one condvar per group parity: the completion of group
-    /// `g` wakes its members (`groups[g % 2]`) and one member of group
-    /// `g + 1` to lead it — not every waiter, most of which would only go
-    /// back to sleep.
-    groups: [Condvar; 2],
     stats: Stats,
 }
 
@@ -293,10 +306,9 @@ where
                     window_elapsed: false,
                     batch_waiters: 0,
                     next_group: 0,
-                    group_waiters: [0, 0],
+                    parked: Vec::new(),
                 }),
                 batch_cv: Condvar::new(),
-                groups: [Condvar::new(), Condvar::new()],
                 stats: Stats::default(),
             }),
         }
@@ -315,11 +327,10 @@ where
         if st.txn_start.is_none() {
             st.txn_start = Some(Stopwatch::start());
         }
-        let wake = st.batch_waiters > 0;
+        // No batching waiter needs to know: a new handle only matters to
+        // the policies that extend their window, and they look when it
+        // elapses.
         drop(st);
-        if wake {
-            self.inner.batch_cv.notify_all();
-        }
         Handle {
             batcher: self.clone(),
             open: true,
@@ -473,11 +484,18 @@ where
     }
 
     /// Returns once `pos` is committed, leading the commit if nobody is.
+    ///
+    /// `wake_batch`: this thread closed the last open handle while others
+    /// were in their batching wait, and has not woken them: if it leads
+    /// the commit, the commit's end wakes them (once, covered); if it does
+    /// not lead, it wakes them before it returns or sleeps, so one of
+    /// them can.
     fn commit_through<'a>(
         &'a self,
         mut st: MutexGuard<'a, State<P, E>>,
         pos: P,
         group: Option<u64>,
+        mut wake_batch: bool,
     ) -> Result<(), E> {
         let stats = &self.inner.stats;
         loop {
@@ -493,13 +511,22 @@ where
                 // This thread may have been the one woken to lead the next
                 // group, yet be covered already (its position arrived out of
                 // order): pass that wakeup on, or nobody would lead.
-                let next = (st.next_group % 2) as usize;
-                if self.may_lead(&st) && st.group_waiters[next] > 0 {
-                    self.inner.groups[next].notify_one();
+                let leader = self
+                    .may_lead(&st)
+                    .then(|| Self::pick_leader(&mut st))
+                    .flatten();
+                if wake_batch && st.batch_waiters > 0 {
+                    self.inner.batch_cv.notify_all();
+                }
+                drop(st);
+                if let Some(t) = leader {
+                    t.unpark();
                 }
                 return outcome;
             }
             if self.may_lead(&st) {
+                // The commit's end wakes the batching waiters.
+                wake_batch = false;
                 // Become the leader of everything stopped so far (any
                 // thread may lead the pending group, even one whose own
                 // position is in flight in an earlier group).
@@ -538,27 +565,78 @@ where
                         st.failed = Some((t, e));
                     }
                 }
-                // Wake this group's members, one member of the pending
-                // group to lead it, and any batching waiter this commit
-                // covered.
-                let this = (this_group % 2) as usize;
-                let next = (st.next_group % 2) as usize;
-                if st.group_waiters[this] > 0 {
-                    self.inner.groups[this].notify_all();
-                }
-                if self.may_lead(&st) && st.group_waiters[next] > 0 {
-                    self.inner.groups[next].notify_one();
-                }
+                // Wake exactly the parked committers this commit covered
+                // (or whose failure it is), one more to lead the pending
+                // group if a commit slot is free, and any batching waiter.
+                let wake = self.settle_parked(&mut st);
                 if st.batch_waiters > 0 {
                     self.inner.batch_cv.notify_all();
                 }
+                drop(st);
+                for t in wake {
+                    t.unpark();
+                }
+                st = self.inner.state.lock();
                 continue;
             }
-            let g = (group.expect("an uncovered stop joined a group") % 2) as usize;
-            st.group_waiters[g] += 1;
-            st = self.inner.groups[g].wait(st);
-            st.group_waiters[g] -= 1;
+            if std::mem::take(&mut wake_batch) && st.batch_waiters > 0 {
+                self.inner.batch_cv.notify_all();
+            }
+            debug_assert!(group.is_some(), "an uncovered stop joined a group");
+            let _ = group;
+            // Park until whoever settles this position wakes us.
+            let flag = Arc::new(AtomicU8::new(ASLEEP));
+            st.parked.push(Parked {
+                pos,
+                thread: thread::current(),
+                wake: flag.clone(),
+            });
+            drop(st);
+            let woke = loop {
+                match flag.load(Ordering::Acquire) {
+                    ASLEEP => thread::park(),
+                    w => break w,
+                }
+            };
+            if woke == COVERED {
+                return Ok(());
+            }
+            st = self.inner.state.lock();
         }
+    }
+
+    /// Takes out of the parked list everyone whose wait is over — covered
+    /// (woken to return), failed (woken to look) — and, when the pending
+    /// group may be led, one more to lead it. Returns the threads to
+    /// unpark once the lock is dropped.
+    fn settle_parked(&self, st: &mut State<P, E>) -> Vec<thread::Thread> {
+        let mut wake = Vec::new();
+        let mut keep = Vec::with_capacity(st.parked.len());
+        for w in std::mem::take(&mut st.parked) {
+            let failed = st.failed.as_ref().is_some_and(|(t, _)| w.pos <= *t);
+            if Self::covered(st, w.pos) {
+                w.wake.store(COVERED, Ordering::Release);
+                wake.push(w.thread);
+            } else if failed {
+                w.wake.store(LOOK, Ordering::Release);
+                wake.push(w.thread);
+            } else {
+                keep.push(w);
+            }
+        }
+        st.parked = keep;
+        if self.may_lead(st) {
+            wake.extend(Self::pick_leader(st));
+        }
+        wake
+    }
+
+    /// Takes one parked committer out to lead the pending group (any
+    /// thread may lead it); its thread, to unpark after the lock drops.
+    fn pick_leader(st: &mut State<P, E>) -> Option<thread::Thread> {
+        let w = st.parked.pop()?;
+        w.wake.store(LOOK, Ordering::Release);
+        Some(w.thread)
     }
 }
 
@@ -600,12 +678,15 @@ where
         let mut st = b.inner.state.lock();
         b.close_handle(&mut st);
         self.open = false;
-        if st.batch_waiters > 0 {
-            b.inner.batch_cv.notify_all();
-        }
+        // Batching waiters wait for the last handle to close. When this
+        // one is the last, this thread does not wake them: it goes on to
+        // lead the commit, whose end wakes them once, covered (one wakeup
+        // per follower instead of two). It wakes them itself if it ends up
+        // not leading.
+        let wake_batch = st.updates == 0 && st.batch_waiters > 0;
         let group = Batcher::register(&mut st, pos);
         let (st, decision) = b.batch_wait(st, pos);
-        b.commit_through(st, pos, group)?;
+        b.commit_through(st, pos, group, wake_batch)?;
         Ok(decision)
     }
 
@@ -618,7 +699,9 @@ where
         if std::mem::take(&mut self.open) {
             let mut st = self.batcher.inner.state.lock();
             self.batcher.close_handle(&mut st);
-            let wake = st.batch_waiters > 0;
+            // The last handle closed without a commit to follow: the
+            // batching waiters end their wait.
+            let wake = st.updates == 0 && st.batch_waiters > 0;
             drop(st);
             if wake {
                 self.batcher.inner.batch_cv.notify_all();

@@ -82,16 +82,17 @@ pub mod atomic {
     pub use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
 }
 
-/// Threads, from std, loom or shuttle. `spawn`, `yield_now` and
-/// `JoinHandle` only: sleeping is not a synchronisation primitive in this
-/// workspace.
+/// Threads, from std, loom or shuttle. `spawn`, `yield_now`,
+/// `JoinHandle`, and `park` / `Thread::unpark` (a waiter woken by exactly
+/// the thread that completes its wait, without retaking a lock) only:
+/// sleeping is not a synchronisation primitive in this workspace.
 pub mod thread {
     #[cfg(loom)]
-    pub use loom::thread::{current, spawn, yield_now, JoinHandle, ThreadId};
+    pub use loom::thread::{current, park, spawn, yield_now, JoinHandle, Thread, ThreadId};
     #[cfg(shuttle)]
-    pub use shuttle::thread::{current, spawn, yield_now, JoinHandle, ThreadId};
+    pub use shuttle::thread::{current, park, spawn, yield_now, JoinHandle, Thread, ThreadId};
     #[cfg(not(any(loom, shuttle)))]
-    pub use std::thread::{current, spawn, yield_now, JoinHandle, ThreadId};
+    pub use std::thread::{current, park, spawn, yield_now, JoinHandle, Thread, ThreadId};
 }
 
 /// Running a future to completion on this thread: loom's or shuttle's
