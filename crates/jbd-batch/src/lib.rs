@@ -31,15 +31,19 @@
 //!
 //! **Committing.** After the batching wait, one thread per group becomes
 //! the leader and runs the commit function given to [`Batcher::new`] with
-//! the highest position stopped so far; the others wait on a condvar until
-//! the committed position covers theirs. Up to
+//! the highest position stopped so far; the others park until the
+//! committed position covers theirs, and the thread that settles a parked
+//! committer's position (the commit covering or failing it, or a free
+//! commit slot needing a leader) unparks exactly it — a covered committer
+//! returns without retaking the batcher's lock, so it wakes once. Up to
 //! [`BatchConfig::max_in_flight`] commits run at once (default 1): with
 //! more, the next group's leader need not wait for the previous group's
 //! commit to return (XFS keeps several iclog writes in flight); a stop
 //! whose position an in-flight commit's target covers waits for that
 //! commit instead of starting another, so targets in flight strictly
 //! increase. No thread sleeps in a loop: every timeout is a condvar wait
-//! with a [`Deadline`], and under loom a timer is the explicit event
+//! with a [`Deadline`] (the batching window), every other wait a park that
+//! one thread ends, and under loom a timer is the explicit event
 //! [`Batcher::fire_timer`].
 //!
 //! **Errors.** A commit function's error reaches every synchronous stop
