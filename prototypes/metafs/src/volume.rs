@@ -784,11 +784,17 @@ impl Fs {
         e
     }
 
-    /// Runs `op` on the state under its lock, after the poison check.
+    /// Runs `op` on the state under its lock, after the poison check. An
+    /// I/O error of the image poisons the filesystem: the operation may
+    /// have changed the running transaction part-way, and no commit may
+    /// ever make that durable (remount to recover from the journal).
     fn with<T>(&self, op: impl FnOnce(&mut State, &dyn VfsFile) -> Result<T>) -> Result<T> {
         self.check()?;
         let mut st = self.state.lock();
-        op(&mut st, &*self.image)
+        op(&mut st, &*self.image).map_err(|e| match e {
+            Error::Io(_) => self.poison(e),
+            e => e,
+        })
     }
 
     // ---- namespace -------------------------------------------------------
