@@ -26,6 +26,7 @@ pub fn run(env: &Env, args: &BenchArgs) -> Result<Json, String> {
     let options = journal_core::Options {
         batch_policy: args.batch_policy.policy(),
         commits_in_flight: args.commits_in_flight.unwrap_or(base.commits_in_flight),
+        sync_method: args.sync_method.map_or(base.sync_method, |m| m.method()),
         ..base
     };
     let payload = std::sync::Arc::new(vec![0xC3u8; size]);

@@ -111,6 +111,27 @@ impl BatchPolicyArg {
     }
 }
 
+/// [`journal_core::SyncMethod`], as the command line names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SyncMethodArg {
+    /// `pwrite` + `fdatasync`.
+    Fdatasync,
+    /// `pwritev2(RWF_DSYNC)`.
+    Dsync,
+    /// `pwrite` + `fsync`.
+    Fsync,
+}
+
+impl SyncMethodArg {
+    fn method(self) -> journal_core::SyncMethod {
+        match self {
+            SyncMethodArg::Fdatasync => journal_core::SyncMethod::Fdatasync,
+            SyncMethodArg::Dsync => journal_core::SyncMethod::Dsync,
+            SyncMethodArg::Fsync => journal_core::SyncMethod::Fsync,
+        }
+    }
+}
+
 /// `journal bench` options.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -134,6 +155,10 @@ pub struct BenchArgs {
     /// 1 to logbufs) [default: the journal's default].
     #[arg(long, value_name = "N")]
     commits_in_flight: Option<u32>,
+    /// How FUA log writes are made durable (group-commit scenario)
+    /// [default: the journal's default].
+    #[arg(long, value_enum)]
+    sync_method: Option<SyncMethodArg>,
     /// Run in a fresh directory inside DIR (default: the system temporary
     /// directory; it must be on the disk you want to measure).
     #[arg(long, value_name = "DIR")]
