@@ -9,6 +9,7 @@ use journal_core::{
     DEFAULT_MAX_RECORD_SIZE,
 };
 use journal_tests::{open_sim, payload, replay, small_options, verify};
+use std::future::Future;
 
 /// A record of `len` bytes that says which it is.
 fn big(seed: u8, len: usize) -> Vec<u8> {
@@ -242,4 +243,37 @@ fn entries_are_read_in_place_and_their_segments_outlive_checkpoints() {
     drop((e0, ec));
     j.checkpoint(j.appended_lsn()).unwrap();
     assert!(!j.segments().contains(&0), "{:?}", j.segments());
+}
+
+#[test]
+fn async_commits_and_the_watch_cover_a_whole_chained_record() {
+    let vfs = SimVfs::new();
+    let j = open_sim(&vfs, small_options()).unwrap();
+    let p = big(5, 100 << 10);
+    let lsn = j.append(&p).unwrap();
+    // The first parts may well be durable already (their buffers filled
+    // and, at some point, a force covered them); the record is durable
+    // only once its last part is.
+    journal_core::sync::future::block_on(j.commit_async(lsn)).unwrap();
+    assert!(j.durable_lsn().0 >= lsn.0 + p.len() as u64);
+    let q = big(6, 100 << 10);
+    let lq = j.append(&q).unwrap();
+    // The watch waits for the whole record: forcing its first part (a
+    // position inside the record, not its LSN) does not end the wait.
+    {
+        let mut wait = std::pin::pin!(j.durable_lsn_watch().wait_for(lq));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        j.force(Lsn(lq.0 + 1), journal_core::ForceMode::Durable)
+            .unwrap();
+        assert!(j.durable_lsn() > lq, "the first part is durable");
+        assert!(j.durable_lsn().0 < lq.0 + q.len() as u64, "the last is not");
+        assert!(wait.as_mut().poll(&mut cx).is_pending());
+        j.force(lq, journal_core::ForceMode::Durable).unwrap();
+        assert!(wait.as_mut().poll(&mut cx).is_ready());
+        assert!(j.durable_lsn().0 >= lq.0 + q.len() as u64);
+    }
+    drop(j);
+    let j = open_sim(&vfs.crash(CrashPolicy::DropUnsynced), small_options()).unwrap();
+    let got = replay(&j);
+    assert_eq!(got, vec![(lsn, p), (lq, q)]);
 }

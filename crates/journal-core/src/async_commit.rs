@@ -293,8 +293,9 @@ impl<'j> DurableWatch<'j> {
     }
 
     /// Resolves once the durable LSN has passed `lsn` (the record at `lsn`
-    /// is durable), or with the error that poisoned or closed the journal.
+    /// is durable — all of it, for a record written as a chain of parts),
+    /// or with the error that poisoned or closed the journal.
     pub fn wait_for(&self, lsn: Lsn) -> CommitFuture<'j> {
-        CommitFuture::new(self.journal, lsn, false)
+        CommitFuture::new(self.journal, self.journal.commit_point(lsn), false)
     }
 }

@@ -381,6 +381,12 @@ impl Journal {
         DurableWatch { journal: self }
     }
 
+    /// The LSN a commit of the record at `lsn` must make durable: `lsn`, or
+    /// the last part of a chained record.
+    pub(crate) fn commit_point(&self, lsn: Lsn) -> Lsn {
+        self.inner.ring.commit_point(lsn)
+    }
+
     /// The durable LSN read under the ring's lock (see `CommitFuture`).
     pub(crate) fn durable_lsn_locked(&self) -> Lsn {
         self.inner.ring.durable_lsn_locked()
