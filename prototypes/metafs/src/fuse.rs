@@ -17,6 +17,7 @@ use fuser::{
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
     ReplyEntry, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
+use journal_core::sync::{Condvar, Deadline, Mutex};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -383,22 +384,32 @@ pub fn mount(
     config.n_threads = Some(2);
     let session = fuser::spawn_mount(MetaFuse::new(fs.clone()), dir, &config)?;
     on_mounted();
-    // The commit timer: a thread waiting on a channel with a timeout, so
-    // stopping it is immediate (no sleep-and-poll).
-    let (stop, stopped) = std::sync::mpsc::channel::<()>();
-    let fs2 = fs.clone();
-    let committer = std::thread::spawn(move || loop {
-        match stopped.recv_timeout(commit_every) {
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                if fs2.sync().is_err() {
-                    return;
-                }
+    // The commit timer (jbd2's commit interval): a thread waiting on a
+    // condvar with a deadline, so stopping it is immediate (no
+    // sleep-and-poll).
+    let stop = Arc::new((Mutex::new(false), Condvar::new()));
+    let (fs2, stop2) = (fs.clone(), stop.clone());
+    let committer = std::thread::spawn(move || {
+        let (flag, cv) = &*stop2;
+        let mut stopped = flag.lock();
+        loop {
+            let deadline = Deadline::after(commit_every);
+            while !*stopped && !deadline.expired() {
+                stopped = cv.wait_deadline(stopped, &deadline).0;
             }
-            _ => return,
+            if *stopped {
+                return;
+            }
+            drop(stopped);
+            if fs2.sync().is_err() {
+                return;
+            }
+            stopped = flag.lock();
         }
     });
     let r = session.join();
-    let _ = stop.send(());
+    *stop.0.lock() = true;
+    stop.1.notify_all();
     let _ = committer.join();
     r.map(|()| fs)
 }
