@@ -340,3 +340,55 @@ pub fn ptr_at(block: &[u8], i: usize) -> u32 {
 pub fn set_ptr(block: &mut [u8], i: usize, b: u32) {
     block[4 * i..4 * i + 4].copy_from_slice(&b.to_le_bytes());
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_superblock_round_trips_and_refuses_what_is_not_it() {
+        let s = Super::layout(4096, 1000, [9; 16]);
+        assert_eq!(s.inodes % INODES_PER_BLOCK, 0);
+        assert!(s.data_start > s.bitmap_start && s.bitmap_start > s.inode_start);
+        let b = s.encode();
+        assert_eq!(Super::decode(&b).unwrap(), s);
+        let mut flipped = b.clone();
+        flipped[12] ^= 1;
+        assert!(matches!(Super::decode(&flipped), Err(Error::NotMetafs(_))));
+        assert!(matches!(
+            Super::decode(&[0u8; 64]),
+            Err(Error::NotMetafs(_))
+        ));
+    }
+
+    #[test]
+    fn inodes_and_entries_round_trip() {
+        let mut i = Inode::new(Kind::File, 0, 42);
+        i.size = 123_456;
+        i.direct[3] = 77;
+        i.indirect = 88;
+        let mut b = vec![0u8; INODE_SIZE];
+        i.encode(&mut b);
+        assert_eq!(Inode::decode(&b).unwrap(), i);
+        b[0] = 9;
+        assert!(matches!(Inode::decode(&b), Err(Error::Corrupt(_))));
+        let mut blk = vec![0u8; BLOCK];
+        set_dirent(&mut blk, 5, 31, b"name");
+        assert_eq!(dirent_is(&blk, 5, b"name"), Some(31));
+        assert_eq!(dirent_is(&blk, 5, b"nam"), None);
+        assert_eq!(
+            dirent_at(&blk, 5).unwrap(),
+            Some(Dirent {
+                ino: 31,
+                name: b"name".to_vec()
+            })
+        );
+        set_dirent(&mut blk, 5, 0, b"");
+        assert_eq!(dirent_at(&blk, 5).unwrap(), None);
+        assert!(matches!(
+            check_name(&[b'a'; NAME_MAX + 1]),
+            Err(Error::NameTooLong)
+        ));
+        assert!(check_name(&[b'a'; NAME_MAX]).is_ok());
+    }
+}

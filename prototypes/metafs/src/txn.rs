@@ -95,3 +95,25 @@ pub fn decode(b: &[u8]) -> Result<Txn> {
         revoked,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_round_trips_and_malformed_ones_are_typed_errors() {
+        let a = vec![1u8; BLOCK];
+        let b = vec![2u8; BLOCK];
+        let rec = encode(7, [(10u32, &a[..]), (11, &b[..])].into_iter(), &[12, 13]);
+        let t = decode(&rec).unwrap();
+        assert_eq!(t.tid, 7);
+        assert_eq!(t.blocks, vec![(10, a), (11, b)]);
+        assert_eq!(t.revoked, vec![12, 13]);
+        for bad in [&rec[..rec.len() - 1], &rec[..10], &[0u8; 24][..]] {
+            assert!(matches!(decode(bad), Err(Error::Corrupt(_))));
+        }
+        let mut newer = rec.clone();
+        newer[4] = 2;
+        assert!(matches!(decode(&newer), Err(Error::Corrupt(_))));
+    }
+}
