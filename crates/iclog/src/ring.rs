@@ -396,21 +396,9 @@ impl<D: LogDevice> Ring<D> {
                 let mut st = self.inner.state.lock();
                 let mut waited = false;
                 loop {
-                    st.poison()?;
-                    let h = st.head;
-                    if st.slots[h].state != BufState::Active {
-                        if !waited {
-                            waited = true;
-                            self.inner.stats.noiclog_waits.incr();
-                        }
-                        st = self.wait_space(st);
-                        continue;
-                    }
-                    let next = st.next_lsn;
+                    let h;
+                    (st, h) = self.active_head(st, true, &mut waited)?;
                     let slot = &mut st.slots[h];
-                    if slot.used == 0 {
-                        slot.lsn = next;
-                    }
                     let room = cap - slot.used;
                     if room <= ENTRY_HEADER_SIZE {
                         // Not a byte of payload fits: start in the next buffer.
@@ -606,22 +594,26 @@ impl<D: LogDevice> Ring<D> {
 
     // ---- reservation and release -------------------------------------
 
-    /// Reserves `total` framed bytes; returns (buffer, payload offset, LSN).
-    fn reserve(&self, total: usize) -> Result<(usize, usize, Lsn), Error<D::Error>> {
-        let cap = self.inner.config.max_payload();
-        let mut st = self.inner.state.lock();
-        let mut waited = false;
+    /// Waits until the head buffer is ACTIVE (a "noiclog" wait, counted
+    /// once per reservation through `waited`) and, unless the caller is the
+    /// one laying out a chain (`chain_owner`), until no chain is being laid
+    /// out; returns the head's index, its LSN set if it is empty.
+    fn active_head<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, RingState<D::Error>>,
+        chain_owner: bool,
+        waited: &mut bool,
+    ) -> Result<(MutexGuard<'a, RingState<D::Error>>, usize), Error<D::Error>> {
         loop {
             st.poison()?;
-            if st.chain_active {
+            if st.chain_active && !chain_owner {
                 // A chain is being laid out: its parts must be consecutive.
                 st = self.wait_space(st);
                 continue;
             }
             let h = st.head;
             if st.slots[h].state != BufState::Active {
-                if !waited {
-                    waited = true;
+                if !std::mem::replace(waited, true) {
                     self.inner.stats.noiclog_waits.incr();
                 }
                 st = self.wait_space(st);
@@ -632,6 +624,19 @@ impl<D: LogDevice> Ring<D> {
             if slot.used == 0 {
                 slot.lsn = next;
             }
+            return Ok((st, h));
+        }
+    }
+
+    /// Reserves `total` framed bytes; returns (buffer, payload offset, LSN).
+    fn reserve(&self, total: usize) -> Result<(usize, usize, Lsn), Error<D::Error>> {
+        let cap = self.inner.config.max_payload();
+        let mut st = self.inner.state.lock();
+        let mut waited = false;
+        loop {
+            let h;
+            (st, h) = self.active_head(st, false, &mut waited)?;
+            let slot = &mut st.slots[h];
             if slot.used + total <= cap {
                 let offset = slot.used;
                 slot.used += total;
