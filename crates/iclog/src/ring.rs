@@ -211,6 +211,9 @@ struct Inner<D: LogDevice> {
     open_chains: AtomicU64,
 }
 
+/// The ring's state, locked.
+type StateGuard<'a, D> = MutexGuard<'a, RingState<<D as LogDevice>::Error>>;
+
 /// An XFS-style ring of in-core log buffers. Shared between threads by
 /// reference (it is `Sync`); see the crate docs for the protocol.
 pub struct Ring<D: LogDevice> {
@@ -603,7 +606,7 @@ impl<D: LogDevice> Ring<D> {
         mut st: MutexGuard<'a, RingState<D::Error>>,
         chain_owner: bool,
         waited: &mut bool,
-    ) -> Result<(MutexGuard<'a, RingState<D::Error>>, usize), Error<D::Error>> {
+    ) -> Result<(StateGuard<'a, D>, usize), Error<D::Error>> {
         loop {
             st.poison()?;
             if st.chain_active && !chain_owner {
