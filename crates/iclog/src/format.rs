@@ -327,6 +327,9 @@ pub enum Piece<'a> {
         /// Whether this is the last part: the chain is whole.
         last: bool,
     },
+    /// A part of a chain whose beginning was not fed (reading began in the
+    /// middle of a chain): it can never be made whole here.
+    Orphan(&'a [u8]),
     /// The open chain begun at this LSN will never be whole: the record
     /// just fed does not continue it. Only a crash in the middle of a
     /// chain (an unacknowledged append, cut as a torn tail) followed by new
@@ -362,7 +365,9 @@ impl Chains {
         Self::default()
     }
 
-    /// Feeds the next record; `out` receives its pieces in LSN order.
+    /// Feeds the next record; `out` receives its pieces in LSN order: one
+    /// per entry ([`Piece::Whole`], [`Piece::Part`], [`Piece::Orphan`]),
+    /// after a [`Piece::Abandoned`] if the record ends an open chain.
     pub fn feed<'a>(&mut self, rec: &Record<'a>, mut out: impl FnMut(Piece<'a>)) -> Dropped {
         let mut dropped = Dropped::default();
         let n = rec.header.entry_count.get() as usize;
@@ -376,7 +381,10 @@ impl Chains {
                         self.open = Some(first);
                     }
                 }
-                (None, Some(_)) => dropped.orphan = true,
+                (None, Some((_, (_, bytes)))) => {
+                    dropped.orphan = true;
+                    out(Piece::Orphan(bytes));
+                }
                 (open, None) => self.open = open,
             }
         } else if let Some(first) = self.open.take() {
@@ -450,6 +458,7 @@ impl Assembler {
                 }
             }
             Piece::Abandoned(_) => bytes.clear(),
+            Piece::Orphan(_) => {}
         })
     }
 

@@ -8,7 +8,7 @@
 //! mid-flight.
 
 use clap::Args;
-use journal_core::format::{scan_segments, HeaderCheck, IoFlags, ScanReport};
+use journal_core::format::{scan_segments, Chains, HeaderCheck, IoFlags, Piece, ScanReport};
 use journal_core::reader::LogReader;
 use journal_core::recovery::{self, LogEnd};
 use journal_core::vfs::{DirLock, OsVfs, Vfs};
@@ -213,8 +213,9 @@ pub fn dump(args: &DumpArgs) -> Result<u8, Failure> {
     }
     let mut pos = c.scan_lsn;
     let mut shown = 0;
-    // The chained record being read: its first part's LSN, bytes so far,
-    // parts so far.
+    // Chained records: the format's bookkeeping, and the one being read —
+    // its first part's LSN, bytes so far, parts so far.
+    let mut chains = Chains::new();
     let mut chain: Option<(Lsn, u64, u32)> = None;
     while shown < limit {
         let r = match j.reader.examine(pos).map_err(fail)? {
@@ -238,37 +239,25 @@ pub fn dump(args: &DumpArgs) -> Result<u8, Failure> {
         };
         let end = r.end();
         let n = r.header.entry_count.get() as usize;
-        // Each entry's role: whole, or part k of the chain at some LSN.
-        let mut roles = Vec::with_capacity(n);
+        // Each entry's role: whole, or part k of the chain at some LSN (part
+        // 0 of LSN 0: a chain begun before where we started reading).
+        let mut roles = Vec::with_capacity(r.header.entry_count.get() as usize);
         let mut completed = None;
-        if !r.continued() {
-            // A chain this record does not continue was cut by a crash.
-            chain = None;
-        }
-        for (i, (l, b)) in r.entries().enumerate() {
-            let continues_here = i + 1 == n && r.continues();
-            let role = if i == 0 && r.continued() {
-                match chain.take() {
-                    Some((first, len, parts)) => {
-                        let c = (first, len + b.len() as u64, parts + 1);
-                        if continues_here {
-                            chain = Some(c);
-                        } else {
-                            completed = Some(c);
-                        }
-                        Some(c)
-                    }
-                    // Begun before where we started reading.
-                    None => Some((Lsn(0), b.len() as u64, 0)),
+        chains.feed(&r, |p| match p {
+            Piece::Whole(..) => roles.push(None),
+            Piece::Orphan(b) => roles.push(Some((Lsn(0), b.len() as u64, 0))),
+            Piece::Part { first, bytes, last } => {
+                let (len, parts) = chain.map_or((0, 0), |(_, l, k)| (l, k));
+                let c = (first, len + bytes.len() as u64, parts + 1);
+                chain = (!last).then_some(c);
+                if last {
+                    completed = Some(c);
                 }
-            } else if continues_here {
-                chain = Some((l, b.len() as u64, 1));
-                chain
-            } else {
-                None
-            };
-            roles.push(role);
-        }
+                roles.push(Some(c));
+            }
+            // A chain this record does not continue was cut by a crash.
+            Piece::Abandoned(_) => chain = None,
+        });
         if end > from {
             if args.json {
                 let entries: Vec<_> = r

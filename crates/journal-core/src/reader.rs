@@ -568,6 +568,7 @@ impl LogReader {
                 }
             }
             Piece::Abandoned(_) => open.0.clear(),
+            Piece::Orphan(_) => {}
         });
         Ok(Ok((record.end(), dropped)))
     }

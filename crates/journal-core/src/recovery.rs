@@ -49,6 +49,7 @@
 
 use crate::reader::LogReader;
 use crate::{Control, Damage, Error, RecoveryMode, Result};
+use iclog::format::{Chains, Piece};
 use iclog::Lsn;
 
 /// How the log ended.
@@ -129,22 +130,18 @@ pub fn scan(
         torn_chain: None,
     };
     let mut pos = control.scan_lsn;
-    // The first part of a chained record whose last part is not seen yet.
-    let mut open_chain: Option<Lsn> = None;
+    // Chained records: which one is open at the end (copies nothing).
+    let mut chains = Chains::new();
     loop {
         let found = match reader.examine(pos)? {
             Ok(r) => {
                 report.records += 1;
                 report.entries += r.header.entry_count.get() as u64;
-                let middle = r.continued() && r.header.entry_count.get() == 1;
-                if r.continued() && open_chain.is_some() && !(middle && r.continues()) {
-                    report.chained += 1;
-                }
-                open_chain = match (r.continues(), middle) {
-                    (false, _) => None,
-                    (true, true) => open_chain,
-                    (true, false) => r.entries().last().map(|(l, _)| l),
-                };
+                chains.feed(&r, |p| {
+                    if let Piece::Part { last: true, .. } = p {
+                        report.chained += 1;
+                    }
+                });
                 pos = r.end();
                 continue;
             }
@@ -175,7 +172,7 @@ pub fn scan(
                     found,
                 });
                 pos = next;
-                open_chain = None;
+                chains.reset();
                 continue;
             }
             return Err(Error::Corruption {
@@ -207,7 +204,7 @@ pub fn scan(
                 found,
             });
         }
-        if let Some(first) = open_chain {
+        if let Some(first) = chains.pending() {
             if mode == RecoveryMode::AbsoluteConsistency {
                 return Err(Error::Corruption {
                     lsn: first,
