@@ -425,6 +425,28 @@ impl State {
         Ok(())
     }
 
+    /// A file grows from `i.size` to `upto`: zeros the rest of its old last
+    /// block up to there, which may hold bytes of an earlier, longer life
+    /// of the file. (Beyond the old size: invisible until the new size
+    /// commits, so this data write needs no ordering of its own.)
+    fn zero_tail(&mut self, img: &dyn VfsFile, i: &Inode, upto: u64) -> Result<()> {
+        let bs = BLOCK as u64;
+        if i.size.is_multiple_of(bs) {
+            return Ok(());
+        }
+        let idx = i.size / bs;
+        let b = self.bmap(img, i, idx as usize)?;
+        if b == 0 {
+            return Ok(());
+        }
+        let from = i.size % bs;
+        let to = if upto / bs == idx { upto % bs } else { bs };
+        img.write_at(&vec![0u8; (to - from) as usize], b as u64 * bs + from)?;
+        self.data_dirty = true;
+        self.ops += 1;
+        Ok(())
+    }
+
     // ---- directories ---------------------------------------------------
 
     fn dir_blocks(&mut self, img: &dyn VfsFile, d: &Inode) -> Result<Vec<u32>> {
@@ -1003,21 +1025,8 @@ impl Fs {
             if st.available() < st.blocks_needed(img, &i, first, last)? {
                 return Err(Error::NoSpace);
             }
-            // Growing past the old end: zero the old last block's tail,
-            // which may hold bytes of an earlier, longer life of the file.
-            // (Beyond the old size: invisible until the new size commits.)
-            if offset > i.size && i.size % bs != 0 {
-                let idx = (i.size / bs) as usize;
-                let b = st.bmap(img, &i, idx)?;
-                if b != 0 {
-                    let from = i.size % bs;
-                    let to = if offset / bs == idx as u64 {
-                        offset % bs
-                    } else {
-                        bs
-                    };
-                    img.write_at(&vec![0u8; (to - from) as usize], b as u64 * bs + from)?;
-                }
+            if offset > i.size {
+                st.zero_tail(img, &i, offset)?;
             }
             for idx in first..=last {
                 let blk_start = idx as u64 * bs;
@@ -1089,20 +1098,8 @@ impl Fs {
             if size < i.size {
                 let keep = size.div_ceil(bs) as usize;
                 st.free_blocks_from(img, &mut i, keep, false)?;
-            } else if size > i.size && i.size % bs != 0 {
-                let idx = (i.size / bs) as usize;
-                let b = st.bmap(img, &i, idx)?;
-                if b != 0 {
-                    let from = i.size % bs;
-                    let to = if size / bs == idx as u64 {
-                        size % bs
-                    } else {
-                        bs
-                    };
-                    img.write_at(&vec![0u8; (to - from) as usize], b as u64 * bs + from)?;
-                    st.data_dirty = true;
-                    st.ops += 1;
-                }
+            } else if size > i.size {
+                st.zero_tail(img, &i, size)?;
             }
             i.size = size;
             i.mtime_ns = now_ns();
@@ -1164,22 +1161,32 @@ impl Fs {
     /// Returns the change count it made durable and the log bytes written.
     fn commit_running(&self, tid: u64) -> Result<(u64, u64)> {
         let snap = self.state.lock().take(tid);
+        let bytes = snap.record.as_ref().map_or(0, |r| r.len() as u64);
+        if let Some(lsn) = self.make_durable(&snap)? {
+            self.state.lock().awaiting.push((lsn, snap.frees));
+        }
+        Ok((snap.ops, bytes))
+    }
+
+    /// A taken transaction made durable: the image's data synced first
+    /// (ordered mode), then its record appended and committed. Returns the
+    /// record's LSN (none when no metadata changed; frees always change the
+    /// bitmap, so then there are none).
+    fn make_durable(&self, snap: &Snapshot) -> Result<Option<Lsn>> {
         if snap.data_dirty {
             self.image.sync_data().map_err(|e| self.poison(e.into()))?;
         }
-        let Some(rec) = snap.record else {
-            // No metadata changed (frees always change the bitmap).
-            return Ok((snap.ops, 0));
+        let Some(rec) = &snap.record else {
+            return Ok(None);
         };
         let lsn = self
             .journal
-            .append(&rec)
+            .append(rec)
             .map_err(|e| self.poison(e.into()))?;
-        self.state.lock().awaiting.push((lsn, snap.frees));
         self.journal
             .commit(lsn)
             .map_err(|e| self.poison(e.into()))?;
-        Ok((snap.ops, rec.len() as u64))
+        Ok(Some(lsn))
     }
 
     /// Blocks freed by transactions that are now durable become reusable.
@@ -1214,18 +1221,7 @@ impl Fs {
         let mut st = self.state.lock();
         let snap = st.take(c.next_tid);
         c.next_tid += 1;
-        if snap.data_dirty {
-            self.image.sync_data().map_err(|e| self.poison(e.into()))?;
-        }
-        if let Some(rec) = &snap.record {
-            let lsn = self
-                .journal
-                .append(rec)
-                .map_err(|e| self.poison(e.into()))?;
-            self.journal
-                .commit(lsn)
-                .map_err(|e| self.poison(e.into()))?;
-        }
+        self.make_durable(&snap)?;
         c.durable = c.durable.max(snap.ops);
         // Everything appended is durable now: every free may be reused.
         for (_, blocks) in std::mem::take(&mut st.awaiting) {
