@@ -3,10 +3,13 @@
 
 use super::BenchArgs;
 use super::{
-    bench_options, commit_load, device_latency, err, fresh_journal, options_json, svg, table,
-    write_file, Env,
+    bench_options, commit_load_sliced, err, fresh_journal, options_json, svg, table, write_file,
+    DeviceProbe, Env,
 };
 use serde_json::{json, Value as Json};
+
+/// Slices of each measured point, with a device probe round between them.
+const SLICES: usize = 6;
 
 pub fn run(env: &Env, args: &BenchArgs) -> Result<Json, String> {
     let clients = if args.clients.is_empty() {
@@ -39,12 +42,19 @@ pub fn run(env: &Env, args: &BenchArgs) -> Result<Json, String> {
             clients.len(),
             &format!("group-commit: device probe for {c} clients"),
         );
-        // The device's own cost, probed around the point (before, and twice
-        // after) with the journal's write method; the median of the three
-        // medians, so one noisy probe does not define the limit.
-        let samples = if env.smoke { 20 } else { 200 };
-        let probe = || device_latency(env, c * size, options.alignment, samples).map_err(err);
-        let mut probes = vec![probe()?];
+        // The device's own cost, with the journal's write method, sampled
+        // before the point and after each of its slices, each round past a
+        // warm-up (see `DeviceProbe`): the median of every sample, so
+        // neither a drifting device, nor a burst's cheaper syncs, nor one
+        // noisy round defines the limit.
+        let (slices, warmup, samples) = if env.smoke {
+            (1, 0, 20)
+        } else {
+            (SLICES, 300, 100)
+        };
+        let mut probe = DeviceProbe::open(env, c * size, options.alignment, options.sync_method)
+            .map_err(err)?;
+        probe.round(warmup, samples).map_err(err)?;
         env.progress_bar(
             i,
             clients.len(),
@@ -52,17 +62,20 @@ pub fn run(env: &Env, args: &BenchArgs) -> Result<Json, String> {
         );
         let (j, dir) = fresh_journal(env, &format!("gc-{c}"), options).map_err(err)?;
         let p = payload.clone();
-        let load = commit_load(&j, c, env.seconds, move |j, _, _| {
-            j.append_durable(&p).map(|_| ())
-        })
+        let load = commit_load_sliced(
+            &j,
+            c,
+            env.seconds,
+            slices,
+            || Ok(probe.round(warmup, samples)?),
+            move |j, _, _| j.append_durable(&p).map(|_| ()),
+        )
         .map_err(err)?;
         j.close().map_err(err)?;
         drop(j);
         env.discard(&dir);
-        probes.push(probe()?);
-        probes.push(probe()?);
-        probes.sort();
-        let dev = probes[1];
+        let dev = probe.median();
+        probe.discard(env);
         let dev_s = dev.as_secs_f64();
         let limit = c as f64 / dev_s;
         let rate = load.rate();
