@@ -187,6 +187,16 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
         Ok(self.len()? == 0)
     }
 
+    /// The alignment `O_DIRECT` I/O on this file needs — of the offset,
+    /// the length and the buffer's address alike — or `None` when direct
+    /// I/O is not available for it. [`OsVfs`] asks `statx(STATX_DIOALIGN)`
+    /// (Linux 6.1 and later; `None` where the kernel or filesystem does not
+    /// say); [`SimVfs`] says 512 and refuses misaligned writes on a file
+    /// opened with [`OpenOptions::direct`], so tests catch them.
+    fn direct_io_alignment(&self) -> Result<Option<u32>> {
+        Ok(None)
+    }
+
     /// The whole file, read-only: a memory mapping on [`OsVfs`] (see
     /// [`Mapping`] for what the caller must guarantee while it lives), a
     /// copy read with [`VfsFile::read_at`] otherwise (the default, which

@@ -270,6 +270,25 @@ impl VfsFile for OsFile {
         Ok(Mapping::mapped(map))
     }
 
+    fn direct_io_alignment(&self) -> Result<Option<u32>> {
+        #[cfg(target_os = "linux")]
+        {
+            use rustix::fs::{statx, AtFlags, StatxFlags};
+            let st = match statx(&self.file, "", AtFlags::EMPTY_PATH, StatxFlags::DIOALIGN) {
+                Ok(st) => st,
+                // No statx here: the kernel cannot say, so no direct I/O.
+                Err(rustix::io::Errno::NOSYS) => return Ok(None),
+                Err(e) => return Err(VfsError::new(Op::Metadata, &self.path, e.into())),
+            };
+            if st.stx_mask & StatxFlags::DIOALIGN.bits() == 0 || st.stx_dio_offset_align == 0 {
+                return Ok(None);
+            }
+            Ok(Some(st.stx_dio_offset_align.max(st.stx_dio_mem_align)))
+        }
+        #[cfg(not(target_os = "linux"))]
+        Ok(None)
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
         loop {
             match self.file.read_at(buf, offset) {

@@ -487,6 +487,7 @@ impl Vfs for SimVfs {
             ino,
             path: path.to_path_buf(),
             writable: opts.write || create,
+            direct: opts.direct,
         }))
     }
 
@@ -638,9 +639,33 @@ struct SimFile {
     ino: u64,
     path: PathBuf,
     writable: bool,
+    /// Opened with `O_DIRECT`: writes must be aligned (see
+    /// [`SIM_DIRECT_ALIGN`]).
+    direct: bool,
 }
 
+/// The direct-I/O alignment [`SimVfs`] reports and enforces.
+const SIM_DIRECT_ALIGN: u64 = 512;
+
 impl SimFile {
+    /// A write on a direct-I/O file must be aligned in offset, length and
+    /// memory, as the kernel requires (EINVAL otherwise).
+    fn check_direct(&self, op: Op, buf: &[u8], offset: u64) -> Result<()> {
+        let a = SIM_DIRECT_ALIGN;
+        if self.direct
+            && [offset, buf.len() as u64, buf.as_ptr() as u64]
+                .iter()
+                .any(|x| !x.is_multiple_of(a))
+        {
+            return Err(VfsError::new(
+                op,
+                &self.path,
+                io::Error::from_raw_os_error(Errno::INVAL.raw_os_error()),
+            ));
+        }
+        Ok(())
+    }
+
     /// Runs `f` on this file's inode under the filesystem lock, after
     /// counting the call, firing faults and checking write permission.
     fn with_inode<R>(&self, op: Op, write: bool, f: impl FnOnce(&mut Inode) -> R) -> Result<R> {
@@ -700,6 +725,10 @@ impl VfsFile for SimFile {
         &self.path
     }
 
+    fn direct_io_alignment(&self) -> Result<Option<u32>> {
+        Ok(Some(SIM_DIRECT_ALIGN as u32))
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
         self.with_inode(Op::Read, false, |inode| {
             let len = inode.live.len() as u64;
@@ -713,6 +742,7 @@ impl VfsFile for SimFile {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.check_direct(Op::Write, buf, offset)?;
         self.vfs.write_latency();
         self.with_inode(Op::Write, true, |inode| {
             write_bytes(&mut inode.live, offset, buf);
@@ -725,6 +755,7 @@ impl VfsFile for SimFile {
     }
 
     fn write_at_fua(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.check_direct(Op::FuaWrite, buf, offset)?;
         self.vfs.sync_latency();
         self.with_inode(Op::FuaWrite, true, |inode| {
             write_bytes(&mut inode.live, offset, buf);

@@ -131,3 +131,37 @@ fn directory_lock_refuses_a_second_holder() {
     drop(held);
     vfs.lock_dir(tmp.path()).unwrap();
 }
+
+/// Where the filesystem reports a direct-I/O alignment, a file opened with
+/// `O_DIRECT` takes a write aligned to it, from a buffer aligned to it, and
+/// reads it back; where it reports none, asking is not an error.
+#[test]
+fn direct_io_alignment_is_what_a_direct_write_needs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let vfs = OsVfs::new();
+    let path = tmp.path().join("d");
+    let f = vfs.open(&path, OpenOptions::create()).unwrap();
+    let Some(a) = f.direct_io_alignment().unwrap() else {
+        return;
+    };
+    let a = a as usize;
+    assert!(a.is_power_of_two() && a <= 1 << 16, "{a}");
+    let direct = vfs
+        .open(
+            &path,
+            OpenOptions {
+                direct: true,
+                ..OpenOptions::write()
+            },
+        )
+        .unwrap();
+    let mut raw = vec![0u8; 3 * a];
+    let start = (a - raw.as_ptr() as usize % a) % a;
+    let buf = &mut raw[start..start + a];
+    buf.fill(0xAB);
+    direct.write_at(buf, a as u64).unwrap();
+    direct.sync_data().unwrap();
+    let mut back = vec![0u8; a];
+    assert_eq!(f.read_at(&mut back, a as u64).unwrap(), a);
+    assert!(back.iter().all(|&b| b == 0xAB));
+}

@@ -367,3 +367,42 @@ fn an_armed_crash_captures_the_image_mid_run() {
     f.sync_data().unwrap();
     assert!(vfs.take_crash().is_none());
 }
+
+/// SimVfs holds a file opened with `O_DIRECT` to the kernel's rule: offset,
+/// length and buffer address aligned to what `direct_io_alignment` says,
+/// EINVAL otherwise (nothing written); a buffered handle has no such rule.
+#[test]
+fn direct_writes_must_be_aligned() {
+    let (vfs, dir) = setup();
+    let p = durable_file(&vfs, &dir, "f");
+    let buffered = vfs.open(&p, OpenOptions::write()).unwrap();
+    let a = buffered.direct_io_alignment().unwrap().unwrap() as usize;
+    assert_eq!(a, 512);
+    let direct = vfs
+        .open(
+            &p,
+            OpenOptions {
+                direct: true,
+                ..OpenOptions::write()
+            },
+        )
+        .unwrap();
+    let raw = vec![7u8; 4 * a];
+    let start = (a - raw.as_ptr() as usize % a) % a;
+    let aligned = &raw[start..start + 2 * a];
+    let einval = |r: journal_vfs::Result<()>| {
+        let e = r.unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(22), "{e}");
+    };
+    einval(direct.write_at(&aligned[..a - 1], 0));
+    einval(direct.write_at(&aligned[..a], 1));
+    einval(direct.write_at(&raw[start + 1..start + 1 + a], 0));
+    einval(direct.write_at_fua(&aligned[..a], 7));
+    assert_eq!(buffered.len().unwrap(), 0, "a refused write wrote nothing");
+    direct.write_at(aligned, a as u64).unwrap();
+    direct.write_at_fua(&aligned[..a], 0).unwrap();
+    buffered.write_at(b"odd", 3 * a as u64 + 1).unwrap();
+    let mut back = vec![0u8; 2 * a];
+    buffered.read_at(&mut back, a as u64).unwrap();
+    assert_eq!(back, aligned);
+}
