@@ -68,7 +68,9 @@ pub trait LogDevice: Send + Sync + 'static {
     /// `lsn`, honouring `flags`: with [`IoFlags::PREFLUSH`], first make every
     /// write that completed before this call durable; with [`IoFlags::FUA`],
     /// return only once `bytes` are durable. Returns when the write is
-    /// complete.
+    /// complete. `bytes` starts at a multiple of [`crate::BUFFER_ALIGN`] in
+    /// memory and its length is a multiple of the configured alignment, so
+    /// a device may write it with `O_DIRECT` without copying.
     fn write(&self, lsn: Lsn, bytes: &[u8], flags: IoFlags) -> Result<(), Self::Error>;
 
     /// Makes every write that completed before this call durable (a cache

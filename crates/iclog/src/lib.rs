@@ -104,4 +104,4 @@ pub use config::{
 pub use device::{DeviceError, IoFlags, LogDevice};
 pub use error::Error;
 pub use lsn::Lsn;
-pub use ring::{BufState, Ring, RingStats};
+pub use ring::{BufState, Ring, RingStats, BUFFER_ALIGN};

@@ -194,7 +194,7 @@ struct Inner<D: LogDevice> {
     /// only this buffer's lock, never the ring lock; reservations never
     /// overlap, so the lock is only ever contended by writers of the same
     /// buffer for the duration of one copy.
-    data: Vec<Mutex<Vec<u8>>>,
+    data: Vec<Mutex<AlignedBuf>>,
     /// Signalled when a buffer becomes ACTIVE again (noiclog waiters).
     space: Condvar,
     /// Signalled on every completion, flush, flag change or poisoning.
@@ -241,7 +241,7 @@ impl<D: LogDevice> Ring<D> {
         config.validate()?;
         let slots = (0..config.logbufs).map(|_| Slot::new()).collect();
         let data = (0..config.logbufs)
-            .map(|_| Mutex::new(vec![0u8; config.logbsize]))
+            .map(|_| Mutex::new(AlignedBuf::zeroed(config.logbsize)))
             .collect();
         Ok(Self {
             inner: Arc::new(Inner {
@@ -904,5 +904,41 @@ impl<D: LogDevice> Ring<D> {
         let slot = &mut st.slots[i];
         slot.need |= IoFlags::FUA;
         slot.tail.get_or_insert(tail);
+    }
+}
+
+/// The memory alignment of every log buffer: a device may write buffers
+/// with `O_DIRECT`, which needs the buffer's address aligned (to the
+/// logical block size, at most a page on the filesystems that allow it).
+pub const BUFFER_ALIGN: usize = 4096;
+
+/// A zeroed byte buffer whose first byte sits at a multiple of
+/// [`BUFFER_ALIGN`] in memory: a `Vec` with room to spare, viewed from its
+/// first aligned byte (safe code; the heap block never moves, since the
+/// `Vec` never grows).
+struct AlignedBuf {
+    raw: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    fn zeroed(len: usize) -> Self {
+        let raw = vec![0u8; len + BUFFER_ALIGN];
+        let start = (BUFFER_ALIGN - raw.as_ptr() as usize % BUFFER_ALIGN) % BUFFER_ALIGN;
+        Self { raw, start, len }
+    }
+}
+
+impl std::ops::Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.raw[self.start..self.start + self.len]
+    }
+}
+
+impl std::ops::DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.raw[self.start..self.start + self.len]
     }
 }
