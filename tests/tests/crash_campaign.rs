@@ -54,6 +54,10 @@ fn random_options(rng: &mut SplitMix64) -> Options {
     Options {
         // A third of the seeds overlap group commits (two in flight).
         commits_in_flight: pick(rng, &[1, 1, 2]),
+        // Two thirds write the log with O_DIRECT (the default), whose
+        // alignment SimVfs enforces (alignment 1 falls back to buffered);
+        // a third through the page cache.
+        direct_io: pick(rng, &[true, true, false]),
         alignment: pick(rng, &[512, 512, 4096, 1]),
         sync_method: pick(
             rng,

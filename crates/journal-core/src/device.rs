@@ -19,6 +19,7 @@
 
 use crate::{Error, Geometry, SyncMethod};
 use iclog::{IoFlags, LogDevice, Lsn};
+use journal_sync::atomic::{AtomicBool, Ordering};
 use journal_sync::{Condvar, Mutex, StatCounter};
 use journal_vfs::{VfsError, VfsFile};
 use segment_recycler::SegmentStore;
@@ -77,7 +78,76 @@ pub(crate) struct Device {
     /// The highest segment the writer has entered (to wake the preallocator
     /// once per segment).
     head: Mutex<u64>,
+    /// Direct-I/O handles of the segments being written, when the log is
+    /// written past the page cache.
+    direct: Option<DirectFiles>,
     pub(crate) stats: DeviceStats,
+}
+
+/// The log's own `O_DIRECT` handles on the segments it writes (the store's
+/// handles stay buffered: preallocation, headers and readers use them).
+/// Only the segment being written and the one before it are kept open: the
+/// writer never goes back, and a recycled segment comes back under a new
+/// number, opened anew.
+pub(crate) struct DirectFiles {
+    vfs: Arc<dyn journal_vfs::Vfs>,
+    open: Mutex<BTreeMap<u64, File>>,
+    /// A direct write was refused after all: the log went back to the page
+    /// cache for good.
+    refused: AtomicBool,
+}
+
+impl DirectFiles {
+    /// Direct I/O for the log of `store`, if its filesystem supports it at
+    /// an alignment that every log write meets: records aligned to the
+    /// journal's alignment (segment headers and data areas are whole 4 KiB
+    /// blocks), buffers aligned to [`iclog::BUFFER_ALIGN`] in memory. Asks
+    /// the head segment `head`; `None` means write through the page cache.
+    pub(crate) fn probe(
+        vfs: Arc<dyn journal_vfs::Vfs>,
+        store: &SegmentStore,
+        geometry: Geometry,
+        head: u64,
+    ) -> Result<Option<DirectFiles>, Error> {
+        let f = store.file(head)?;
+        let Some(a) = f.direct_io_alignment()? else {
+            return Ok(None);
+        };
+        let a = u64::from(a);
+        if a == 0
+            || a > iclog::BUFFER_ALIGN as u64
+            || !geometry.alignment().is_multiple_of(a)
+            || !segment_recycler::DATA_OFFSET.is_multiple_of(a)
+        {
+            return Ok(None);
+        }
+        let direct = DirectFiles {
+            vfs,
+            open: Mutex::new(BTreeMap::new()),
+            refused: AtomicBool::new(false),
+        };
+        // The filesystem may still refuse O_DIRECT at open (it said it
+        // could; trust, but verify once).
+        Ok(direct.handle(store, head).is_ok().then_some(direct))
+    }
+
+    /// The direct handle of segment `seg`.
+    fn handle(&self, store: &SegmentStore, seg: u64) -> Result<File, VfsError> {
+        let mut open = self.open.lock();
+        if let Some(f) = open.get(&seg) {
+            return Ok(f.clone());
+        }
+        let f: File = Arc::from(self.vfs.open(
+            &store.path(seg),
+            journal_vfs::OpenOptions {
+                direct: true,
+                ..journal_vfs::OpenOptions::write()
+            },
+        )?);
+        open.retain(|&n, _| n + 1 >= seg);
+        open.insert(seg, f.clone());
+        Ok(f)
+    }
 }
 
 impl Device {
@@ -86,6 +156,7 @@ impl Device {
         geometry: Geometry,
         sync_method: SyncMethod,
         head: u64,
+        direct: Option<DirectFiles>,
     ) -> Self {
         Self {
             store,
@@ -95,6 +166,7 @@ impl Device {
             data_files: Mutex::new(Vec::new()),
             pending_data_flush: Mutex::new(None),
             head: Mutex::new(head),
+            direct,
             stats: DeviceStats::default(),
         }
     }
@@ -170,8 +242,22 @@ impl Device {
         *self.unsynced.lock().entry(seg).or_default() += 1;
     }
 
+    /// Whether log writes go past the page cache.
+    pub(crate) fn direct_io(&self) -> bool {
+        self.direct_files().is_some()
+    }
+
+    /// The direct handles, unless direct I/O is off or was refused.
+    fn direct_files(&self) -> Option<&DirectFiles> {
+        self.direct
+            .as_ref()
+            .filter(|d| !d.refused.load(Ordering::Acquire))
+    }
+
     /// The segment `seg`, ready for writing: created if needed, name made
-    /// durable, preallocator told where the head is.
+    /// durable, preallocator told where the head is. The handle log writes
+    /// go through: the direct one when the log is written past the page
+    /// cache.
     fn segment_for_write(&self, seg: u64) -> Result<File, Error> {
         {
             let mut head = self.head.lock();
@@ -182,7 +268,10 @@ impl Device {
         }
         let f = self.store.file(seg)?;
         self.store.make_name_durable(seg)?;
-        Ok(f)
+        match self.direct_files() {
+            Some(d) => Ok(d.handle(&self.store, seg)?),
+            None => Ok(f),
+        }
     }
 }
 
@@ -230,6 +319,37 @@ impl LogDevice for Device {
 }
 
 impl Device {
+    /// Writes `chunk` at `off` through `f` (with RWF_DSYNC when `dsync`). A
+    /// filesystem that said it takes direct I/O may still refuse a direct
+    /// write (EINVAL, checked before any byte moves): then direct I/O is
+    /// off for good and the write goes through the store's buffered handle
+    /// of the same file.
+    fn write_through(
+        &self,
+        seg: u64,
+        f: &File,
+        chunk: &[u8],
+        off: u64,
+        dsync: bool,
+    ) -> Result<(), Error> {
+        let write = |f: &File| {
+            if dsync {
+                f.write_at_fua(chunk, off)
+            } else {
+                f.write_at(chunk, off)
+            }
+        };
+        match write(f) {
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput && self.direct_io() => {
+                if let Some(d) = &self.direct {
+                    d.refused.store(true, Ordering::Release);
+                }
+                Ok(write(&self.store.file(seg)?)?)
+            }
+            r => Ok(r?),
+        }
+    }
+
     /// Writes one piece of a record into segment `seg`, durable on return
     /// when `fua`.
     fn write_piece(
@@ -241,12 +361,12 @@ impl Device {
         fua: bool,
     ) -> Result<(), Error> {
         if fua && self.sync_method == SyncMethod::Dsync {
-            f.write_at_fua(chunk, off)?;
+            self.write_through(seg, f, chunk, off, true)?;
             self.stats.dsync_writes.incr();
             return Ok(());
         }
         let generation = self.unsynced.lock().get(&seg).copied();
-        f.write_at(chunk, off)?;
+        self.write_through(seg, f, chunk, off, false)?;
         if fua {
             self.sync_file(f)?;
             // The sync covered every write to it completed before it

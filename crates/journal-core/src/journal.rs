@@ -2,7 +2,7 @@
 
 use crate::async_commit::{AsyncCommits, CommitFuture, DurableWatch, Forcer};
 use crate::control::{read_control, Control, ControlFile};
-use crate::device::Device;
+use crate::device::{Device, DirectFiles};
 use crate::poison::Poison;
 use crate::reader::{Entry, LogReader, OpenChain, SegmentPin, SegmentPins};
 use crate::recovery::{self, RecoveryReport, SkippedRange};
@@ -143,7 +143,18 @@ impl Journal {
             store.prepare_ahead()?;
             None
         };
-        let device = Device::new(store.clone(), geometry, options.sync_method, head_seg);
+        let direct = if options.direct_io {
+            DirectFiles::probe(vfs.clone(), &store, geometry, head_seg)?
+        } else {
+            None
+        };
+        let device = Device::new(
+            store.clone(),
+            geometry,
+            options.sync_method,
+            head_seg,
+            direct,
+        );
         let ring = Arc::new(
             Ring::new(options.iclog(), device, recovery.end_lsn, c.redo_lsn)
                 .map_err(Error::from)?,
@@ -206,6 +217,13 @@ impl Journal {
     /// What the segment store found when the journal was opened.
     pub fn startup_report(&self) -> &StartupReport {
         &self.inner.startup
+    }
+
+    /// Whether log writes go past the page cache (`O_DIRECT`): asked for
+    /// with [`Options::direct_io`] and supported by the filesystem at the
+    /// journal's record alignment.
+    pub fn direct_io(&self) -> bool {
+        self.inner.ring.device().direct_io()
     }
 
     /// The last failure of the background preallocation worker, if it has

@@ -65,6 +65,17 @@ pub struct Options {
     pub alignment: u64,
     /// How FUA log writes are made durable (default fdatasync).
     pub sync_method: SyncMethod,
+    /// Write the log with `O_DIRECT`, past the page cache, as XFS writes
+    /// its log (default true). Each log write then reaches the device when
+    /// it returns, so a sync has no page-cache writeback left to do
+    /// (README, "Direct I/O": measured faster for small commits and much
+    /// faster for bulk logging). Used only where the filesystem supports
+    /// direct I/O at an alignment that divides the journal's record
+    /// alignment (so not with `alignment` 1), and dropped for good if the
+    /// filesystem refuses a direct write after all; otherwise the log is
+    /// written through the page cache — [`crate::Journal::direct_io`] says
+    /// which. Readers always read through the page cache.
+    pub direct_io: bool,
     /// Commit batching policy (default adaptive).
     pub batch_policy: BatchPolicy,
     /// Lower bound of the adaptive batching window (default 0).
@@ -112,6 +123,7 @@ impl Default for Options {
             logbsize: 256 << 10,
             alignment: 512,
             sync_method: SyncMethod::Fdatasync,
+            direct_io: true,
             batch_policy: BatchPolicy::Adaptive,
             min_batch: Duration::ZERO,
             max_batch: Duration::from_millis(15),
