@@ -52,8 +52,14 @@ pub fn run(env: &Env, args: &BenchArgs) -> Result<Json, String> {
         } else {
             (SLICES, 300, 100)
         };
-        let mut probe = DeviceProbe::open(env, c * size, options.alignment, options.sync_method)
-            .map_err(err)?;
+        let mut probe = DeviceProbe::open(
+            env,
+            c * size,
+            options.alignment,
+            options.sync_method,
+            options.direct_io,
+        )
+        .map_err(err)?;
         probe.round(warmup, samples).map_err(err)?;
         env.progress_bar(
             i,

@@ -159,6 +159,11 @@ pub struct BenchArgs {
     /// [default: the journal's default].
     #[arg(long, value_enum)]
     sync_method: Option<SyncMethodArg>,
+    /// Whether journals write their log with `O_DIRECT`, past the page
+    /// cache (`Options::direct_io`; where the filesystem cannot, the page
+    /// cache is used and the run says so) [default: the journal's default].
+    #[arg(long, value_name = "BOOL")]
+    direct_io: Option<bool>,
     /// Run in a fresh directory inside DIR (default: the system temporary
     /// directory; it must be on the disk you want to measure).
     #[arg(long, value_name = "DIR")]
@@ -194,6 +199,8 @@ pub struct Env {
     pub seconds: f64,
     /// Tiny runs that only prove every path works (CI).
     pub smoke: bool,
+    /// Journals write their log past the page cache (`--direct-io`).
+    pub direct_io: bool,
     counter: AtomicU64,
     progress: ProgressBar,
 }
@@ -277,7 +284,11 @@ pub fn micros(d: Duration) -> u64 {
 pub struct DeviceProbe {
     dir: PathBuf,
     file: Box<dyn journal_core::vfs::VfsFile>,
-    buf: Vec<u8>,
+    /// The bytes written are `raw[start..start + len]`, page-aligned in
+    /// memory for direct I/O.
+    raw: Vec<u8>,
+    start: usize,
+    len: usize,
     span: u64,
     next: u64,
     method: journal_core::SyncMethod,
@@ -286,25 +297,47 @@ pub struct DeviceProbe {
 
 impl DeviceProbe {
     /// Creates the probe's file (preallocated like a segment) for writes
-    /// of `bytes` rounded up to `alignment`.
+    /// of `bytes` rounded up to `alignment`, made durable by `method`;
+    /// with `direct`, written with `O_DIRECT` as the journal writes its log
+    /// then (where the filesystem allows it at this alignment).
     pub fn open(
         env: &Env,
         bytes: usize,
         alignment: u64,
         method: journal_core::SyncMethod,
+        direct: bool,
     ) -> journal_core::vfs::Result<DeviceProbe> {
         let vfs = OsVfs::new();
         let dir = env.fresh_dir("device-probe");
         vfs.create_dir_all(&dir)?;
         let len = alignment_up(bytes as u64, alignment);
         let span = (alignment_up(len.max(4096), alignment) * 64).max(4 << 20);
-        let file = vfs.open(&dir.join("probe"), OpenOptions::create_new())?;
+        let path = dir.join("probe");
+        let mut file = vfs.open(&path, OpenOptions::create_new())?;
         file.preallocate(0, span, Prealloc::ZeroFill)?;
         file.sync_all()?;
+        let direct = direct
+            && file
+                .direct_io_alignment()?
+                .is_some_and(|a| a <= 4096 && alignment.is_multiple_of(u64::from(a)));
+        if direct {
+            file = vfs.open(
+                &path,
+                OpenOptions {
+                    direct: true,
+                    ..OpenOptions::write()
+                },
+            )?;
+        }
+        // One page of slack, so the bytes written can start on a page.
+        let raw = vec![0x5A; len as usize + 4096];
+        let start = (4096 - raw.as_ptr() as usize % 4096) % 4096;
         Ok(DeviceProbe {
             dir,
             file,
-            buf: vec![0x5A; len as usize],
+            raw,
+            start,
+            len: len as usize,
             span,
             next: 0,
             method,
@@ -327,20 +360,21 @@ impl DeviceProbe {
 
     fn sample(&mut self, warmup: usize, samples: usize) -> journal_core::vfs::Result<()> {
         use journal_core::SyncMethod;
-        let len = self.buf.len() as u64;
+        let len = self.len as u64;
+        let buf = &self.raw[self.start..self.start + self.len];
         for k in 0..warmup + samples {
             if self.next + len > self.span {
                 self.next = 0;
             }
             let t = Instant::now();
             match self.method {
-                SyncMethod::Dsync => self.file.write_at_fua(&self.buf, self.next)?,
+                SyncMethod::Dsync => self.file.write_at_fua(buf, self.next)?,
                 SyncMethod::Fsync => {
-                    self.file.write_at(&self.buf, self.next)?;
+                    self.file.write_at(buf, self.next)?;
                     self.file.sync_all()?;
                 }
                 _ => {
-                    self.file.write_at(&self.buf, self.next)?;
+                    self.file.write_at(buf, self.next)?;
                     self.file.sync_data()?;
                 }
             }
@@ -538,6 +572,12 @@ pub fn fresh_journal(
 ) -> journal_core::Result<(Arc<Journal>, PathBuf)> {
     let dir = env.fresh_dir(name);
     let j = Journal::open(&dir, options)?;
+    if options.direct_io && !j.direct_io() {
+        eprintln!(
+            "note: {} cannot take direct I/O at this alignment; the log goes through the page cache",
+            dir.display()
+        );
+    }
     Ok((Arc::new(j), dir))
 }
 
@@ -600,6 +640,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         root,
         seconds,
         smoke,
+        direct_io: args.direct_io.unwrap_or(Options::default().direct_io),
         counter: AtomicU64::new(0),
         progress: progress_bar(args.quiet),
     };
@@ -654,13 +695,14 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
 pub fn bench_options(env: &Env) -> Options {
     Options {
         segment_size: if env.smoke { 1 << 20 } else { 16 << 20 },
+        direct_io: env.direct_io,
         ..Options::default()
     }
 }
 
 /// A JSON description of journal options.
 pub fn options_json(o: &Options) -> Json {
-    json!({"segment_size": o.segment_size, "logbufs": o.logbufs, "logbsize": o.logbsize, "alignment": o.alignment, "sync_method": format!("{:?}", o.sync_method), "batch_policy": format!("{:?}", o.batch_policy), "max_batch_us": o.max_batch.as_micros() as u64, "flush_policy": format!("{:?}", o.flush_policy), "commits_in_flight": o.commits_in_flight, "recycle_policy": format!("{:?}", o.recycle_policy), "prealloc": format!("{:?}", o.prealloc)})
+    json!({"segment_size": o.segment_size, "logbufs": o.logbufs, "logbsize": o.logbsize, "alignment": o.alignment, "sync_method": format!("{:?}", o.sync_method), "batch_policy": format!("{:?}", o.batch_policy), "max_batch_us": o.max_batch.as_micros() as u64, "flush_policy": format!("{:?}", o.flush_policy), "commits_in_flight": o.commits_in_flight, "recycle_policy": format!("{:?}", o.recycle_policy), "prealloc": format!("{:?}", o.prealloc), "direct_io": o.direct_io})
 }
 
 /// Stringifies an I/O or journal error for the bench's error path.

@@ -55,7 +55,11 @@ fn measure(env: &Env, system: &str, n: usize, record: &Arc<Vec<u8>>) -> Result<(
     let warm = (secs / 5.0).min(1.0);
     let result = match system {
         "journal" => {
-            let j = Arc::new(Journal::open(&dir, Options::default()).map_err(err)?);
+            let options = Options {
+                direct_io: env.direct_io,
+                ..Options::default()
+            };
+            let j = Arc::new(Journal::open(&dir, options).map_err(err)?);
             let (j2, r) = (j.clone(), record.clone());
             let op: Op = Arc::new(move |_| j2.append_durable(&r).map(|_| ()).map_err(err));
             closed_loop(n, warm, op.clone())?;
