@@ -48,7 +48,7 @@ pub fn run(env: &Env, args: &BenchArgs) -> Result<Json, String> {
         // drifting device, nor a burst's cheaper syncs, nor one noisy round
         // defines the limit. No round before the load: the device is still
         // in its burst regime then (107–110 µs against 128–139 after the
-        // slices, in four runs here).
+        // slices, in three of four runs here).
         let (slices, warmup, samples) = if env.smoke {
             (1, 0, 20)
         } else {
