@@ -12,6 +12,11 @@ const MAX: usize = 16 * 1024;
 
 /// Builds a record of `entries` at `lsn`, padded to the alignment.
 fn record(lsn: Lsn, tail: Lsn, entries: &[&[u8]]) -> Vec<u8> {
+    build(lsn, tail, 0, entries)
+}
+
+/// A record at `lsn` stamped with `tail` and the chain bits `chain`.
+fn build(lsn: Lsn, tail: Lsn, chain: u16, entries: &[&[u8]]) -> Vec<u8> {
     let mut payload = Vec::new();
     for e in entries {
         payload.extend_from_slice(&(e.len() as u32).to_le_bytes());
@@ -25,7 +30,7 @@ fn record(lsn: Lsn, tail: Lsn, entries: &[&[u8]]) -> Vec<u8> {
         tail,
         Lsn(0),
         IoFlags::FUA,
-        0,
+        chain,
         entries.len() as u32,
         &payload,
     );
@@ -191,25 +196,7 @@ fn version_1_records_are_still_read() {
 
 /// A record at `lsn` with the given entries and chain bits.
 fn chained(lsn: Lsn, chain: u16, entries: &[&[u8]]) -> Vec<u8> {
-    let mut payload = Vec::new();
-    for e in entries {
-        payload.extend_from_slice(&(e.len() as u32).to_le_bytes());
-        payload.extend_from_slice(e);
-    }
-    let mut out = vec![0u8; record_size(payload.len(), ALIGN) as usize];
-    out[HEADER_SIZE..HEADER_SIZE + payload.len()].copy_from_slice(&payload);
-    let n = entries.len() as u32;
-    encode_header(
-        &mut out,
-        lsn,
-        Lsn(0),
-        Lsn(0),
-        IoFlags::FUA,
-        chain,
-        n,
-        &payload,
-    );
-    out
+    build(lsn, Lsn(0), chain, entries)
 }
 
 /// Whole entries, what each record dropped, and the chain left open.

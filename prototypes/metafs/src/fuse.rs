@@ -84,6 +84,15 @@ impl MetaFuse {
         }
     }
 
+    /// Replies with inode `i`'s attributes once `r` (what the call did
+    /// first) succeeded.
+    fn attr(&self, req: &Request, r: crate::Result<()>, i: u32, reply: ReplyAttr) {
+        match r.and_then(|()| self.fs.stat(i)) {
+            Ok(s) => reply.attr(&TTL, &attr(&s, req)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
     fn empty(r: crate::Result<()>, reply: ReplyEmpty) {
         match r {
             Ok(()) => reply.ok(),
@@ -98,10 +107,7 @@ impl Filesystem for MetaFuse {
     }
 
     fn getattr(&self, req: &Request, i: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.fs.stat(ino(i)) {
-            Ok(s) => reply.attr(&TTL, &attr(&s, req)),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.attr(req, Ok(()), ino(i), reply);
     }
 
     fn setattr(
@@ -126,10 +132,7 @@ impl Filesystem for MetaFuse {
             Some(n) => self.fs.truncate(ino(i), n),
             None => Ok(()),
         };
-        match r.and_then(|()| self.fs.stat(ino(i))) {
-            Ok(s) => reply.attr(&TTL, &attr(&s, req)),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.attr(req, r, ino(i), reply);
     }
 
     fn mknod(
