@@ -29,6 +29,7 @@
 //!   directory holding the name.
 #![deny(unsafe_code)]
 
+mod aligned;
 mod counters;
 mod error;
 mod mapping;
@@ -37,6 +38,7 @@ mod rng;
 mod sim;
 mod usage;
 
+pub use aligned::AlignedBuf;
 pub use counters::{CounterSnapshot, Counters};
 pub use error::{Op, VfsError};
 pub use mapping::Mapping;

@@ -1,7 +1,7 @@
 //! SimVfs: the crash model behaves as documented.
 #![cfg(not(loom))]
 
-use journal_vfs::{CrashPolicy, Fault, Op, OpenOptions, Prealloc, SimVfs, Vfs};
+use journal_vfs::{AlignedBuf, CrashPolicy, Fault, Op, OpenOptions, Prealloc, SimVfs, Vfs};
 use std::path::{Path, PathBuf};
 
 fn setup() -> (SimVfs, PathBuf) {
@@ -387,16 +387,16 @@ fn direct_writes_must_be_aligned() {
             },
         )
         .unwrap();
-    let raw = vec![7u8; 4 * a];
-    let start = (a - raw.as_ptr() as usize % a) % a;
-    let aligned = &raw[start..start + 2 * a];
+    let mut buf = AlignedBuf::zeroed(3 * a);
+    buf.fill(7);
+    let aligned = &buf[..2 * a];
     let einval = |r: journal_vfs::Result<()>| {
         let e = r.unwrap_err();
         assert_eq!(e.raw_os_error(), Some(22), "{e}");
     };
     einval(direct.write_at(&aligned[..a - 1], 0));
     einval(direct.write_at(&aligned[..a], 1));
-    einval(direct.write_at(&raw[start + 1..start + 1 + a], 0));
+    einval(direct.write_at(&buf[1..1 + a], 0));
     einval(direct.write_at_fua(&aligned[..a], 7));
     assert_eq!(buffered.len().unwrap(), 0, "a refused write wrote nothing");
     direct.write_at(aligned, a as u64).unwrap();

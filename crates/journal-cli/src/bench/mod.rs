@@ -284,11 +284,8 @@ pub fn micros(d: Duration) -> u64 {
 pub struct DeviceProbe {
     dir: PathBuf,
     file: Box<dyn journal_core::vfs::VfsFile>,
-    /// The bytes written are `raw[start..start + len]`, page-aligned in
-    /// memory for direct I/O.
-    raw: Vec<u8>,
-    start: usize,
-    len: usize,
+    /// The bytes written (aligned in memory for direct I/O).
+    buf: journal_core::vfs::AlignedBuf,
     span: u64,
     next: u64,
     method: journal_core::SyncMethod,
@@ -317,9 +314,10 @@ impl DeviceProbe {
         file.preallocate(0, span, Prealloc::ZeroFill)?;
         file.sync_all()?;
         let direct = direct
-            && file
-                .direct_io_alignment()?
-                .is_some_and(|a| a <= 4096 && alignment.is_multiple_of(u64::from(a)));
+            && file.direct_io_alignment()?.is_some_and(|a| {
+                a as usize <= journal_core::vfs::AlignedBuf::ALIGN
+                    && alignment.is_multiple_of(u64::from(a))
+            });
         if direct {
             file = vfs.open(
                 &path,
@@ -329,15 +327,12 @@ impl DeviceProbe {
                 },
             )?;
         }
-        // One page of slack, so the bytes written can start on a page.
-        let raw = vec![0x5A; len as usize + 4096];
-        let start = (4096 - raw.as_ptr() as usize % 4096) % 4096;
+        let mut buf = journal_core::vfs::AlignedBuf::zeroed(len as usize);
+        buf.fill(0x5A);
         Ok(DeviceProbe {
             dir,
             file,
-            raw,
-            start,
-            len: len as usize,
+            buf,
             span,
             next: 0,
             method,
@@ -360,8 +355,8 @@ impl DeviceProbe {
 
     fn sample(&mut self, warmup: usize, samples: usize) -> journal_core::vfs::Result<()> {
         use journal_core::SyncMethod;
-        let len = self.len as u64;
-        let buf = &self.raw[self.start..self.start + self.len];
+        let len = self.buf.len() as u64;
+        let buf = &self.buf[..];
         for k in 0..warmup + samples {
             if self.next + len > self.span {
                 self.next = 0;
