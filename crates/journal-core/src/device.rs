@@ -114,8 +114,7 @@ impl DirectFiles {
             return Ok(None);
         };
         let a = u64::from(a);
-        if a == 0
-            || a > iclog::BUFFER_ALIGN as u64
+        if a > iclog::BUFFER_ALIGN as u64
             || !geometry.alignment().is_multiple_of(a)
             || !segment_recycler::DATA_OFFSET.is_multiple_of(a)
         {
