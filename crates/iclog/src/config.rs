@@ -131,4 +131,14 @@ impl Config {
     pub fn max_payload(&self) -> usize {
         self.logbsize - HEADER_SIZE
     }
+
+    /// The least room left in the ACTIVE buffer for which an entry that
+    /// does not fit there is split over it and the next buffer (as XFS
+    /// splits a log vector that straddles two iclogs) rather than written
+    /// whole into the next buffer, leaving the room as padding: an eighth
+    /// of the buffer's payload. Below that the padding costs less than the
+    /// chain (a second lock on commit, a copy on replay).
+    pub fn split_min(&self) -> usize {
+        self.max_payload() / 8
+    }
 }

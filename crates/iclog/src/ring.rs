@@ -211,6 +211,9 @@ struct Inner<D: LogDevice> {
     open_chains: AtomicU64,
 }
 
+/// Where a reservation landed: (buffer, payload offset, LSN).
+type Reservation = (usize, usize, Lsn);
+
 /// The ring's state, locked.
 type StateGuard<'a, D> = MutexGuard<'a, RingState<<D as LogDevice>::Error>>;
 
@@ -298,8 +301,10 @@ impl<D: LogDevice> Ring<D> {
     /// An entry larger than [`Config::max_entry_size`] (up to
     /// [`crate::MAX_RECORD_SIZE`]) is written as a chain of parts over
     /// consecutive buffers ([`crate::format`]); other appends wait while a
-    /// chain is being laid out. Its LSN is its first part's; force it
-    /// through [`Ring::commit_point`].
+    /// chain is being laid out. So is an entry that does not fit the room
+    /// left in the ACTIVE buffer when that room is at least
+    /// [`Config::split_min`]: split over this buffer and the next. Its LSN
+    /// is its first part's; force it through [`Ring::commit_point`].
     pub fn append(&self, payload: &[u8]) -> Result<Lsn, Error<D::Error>> {
         if payload.len() > crate::config::MAX_RECORD_SIZE {
             return Err(Error::EntryTooLarge {
@@ -310,7 +315,11 @@ impl<D: LogDevice> Ring<D> {
         if payload.len() > self.inner.config.max_entry_size() {
             return self.append_chain(payload);
         }
-        let (idx, offset, lsn) = self.reserve(ENTRY_HEADER_SIZE + payload.len())?;
+        let Some((idx, offset, lsn)) = self.reserve(ENTRY_HEADER_SIZE + payload.len())? else {
+            // It straddles the ACTIVE buffer's end, and the room left is
+            // worth filling: split it over this buffer and the next.
+            return self.append_chain(payload);
+        };
         self.copy_entry(idx, offset, payload);
         self.release(idx)?;
         let s = &self.inner.stats;
@@ -348,12 +357,15 @@ impl<D: LogDevice> Ring<D> {
             .copy_from_slice(payload);
     }
 
-    /// Appends an entry too large for one buffer as a chain: the first
+    /// Appends an entry as a chain of parts over consecutive buffers: one
+    /// too large for a buffer, or one that straddles the ACTIVE buffer's
+    /// end with room worth filling there ([`Config::split_min`]). The first
     /// part ends the ACTIVE buffer (flagged CONTINUES), each later part
     /// starts the next one (CONTINUED; a middle part fills it alone), and
     /// the last part leaves its buffer ACTIVE for the appends that follow.
-    /// Other appends wait for the whole chain (`chain_active`), so nothing
-    /// interleaves with its parts.
+    /// Other appends wait while the parts are laid out (`chain_active`), so
+    /// nothing interleaves with them. If the entry turns out to fit where
+    /// the layout starts, it is written whole, as a plain entry.
     fn append_chain(&self, payload: &[u8]) -> Result<Lsn, Error<D::Error>> {
         {
             let mut st = self.inner.state.lock();
@@ -366,10 +378,18 @@ impl<D: LogDevice> Ring<D> {
             }
             st.chain_active = true;
         }
-        let result = self.chain_parts(payload);
-        let mut st = self.inner.state.lock();
-        st.chain_active = false;
-        if let Ok((first, last)) = result {
+        let mut laying_out = true;
+        let result = self.chain_parts(payload, &mut laying_out);
+        if laying_out {
+            // Failed before the last part was reserved: end the layout so
+            // nobody waits for it (the ring is poisoned; they will see it).
+            let mut st = self.inner.state.lock();
+            st.chain_active = false;
+            self.wake(&st, true);
+        }
+        let (first, last) = result?;
+        if first != last {
+            let mut st = self.inner.state.lock();
             let stable = st.stable_lsn;
             st.chains.retain(|_, l| *l >= stable);
             st.chains.insert(first, last);
@@ -377,25 +397,44 @@ impl<D: LogDevice> Ring<D> {
                 .open_chains
                 .store(st.chains.len() as u64, Ordering::Release);
         }
-        // Appends waiting for the chain wait for space too.
-        if st.space_waiters > 0 {
-            self.inner.space.notify_all();
-        }
-        drop(st);
-        let (first, _) = result?;
         let s = &self.inner.stats;
         s.appends.incr();
         s.entry_bytes.add(payload.len() as u64);
         Ok(first)
     }
 
-    /// The parts of a chain; returns the LSNs of the first and last parts.
-    fn chain_parts(&self, payload: &[u8]) -> Result<(Lsn, Lsn), Error<D::Error>> {
-        let cap = self.inner.config.max_payload();
+    /// Lays out and copies the parts of a chain; returns the LSNs of the
+    /// first and last parts. A part's reservation is released (which may
+    /// write its buffer) only once the next part is reserved, and the
+    /// layout ends (`chain_active` cleared, `*laying_out` = false) as soon
+    /// as the last part is reserved: an entry split over two buffers keeps
+    /// the other appends waiting for no device write.
+    ///
+    /// Holding the previous part's buffer (switched out, so WANT_SYNC)
+    /// while waiting for the next one to become ACTIVE cannot deadlock: the
+    /// next buffer is the oldest in the ring, whose write and completion
+    /// wait for nothing later (and there are at least two buffers).
+    fn chain_parts(
+        &self,
+        payload: &[u8],
+        laying_out: &mut bool,
+    ) -> Result<(Lsn, Lsn), Error<D::Error>> {
+        let cfg = &self.inner.config;
+        let cap = cfg.max_payload();
+        // The least room the first part takes: any payload byte for an
+        // entry larger than a buffer; for one that fits a buffer, what
+        // makes a split worth it (else it starts the next buffer whole).
+        let first_min = if payload.len() > cfg.max_entry_size() {
+            ENTRY_HEADER_SIZE + 1
+        } else {
+            cfg.split_min()
+        };
         let mut rest = payload;
         let mut first: Option<Lsn> = None;
+        // The reserved part not yet copied and released: (buffer, offset, bytes).
+        let mut held: Option<(usize, usize, &[u8])> = None;
         loop {
-            let (idx, offset, lsn, len) = {
+            let (idx, offset, lsn, len, more) = {
                 let mut st = self.inner.state.lock();
                 let mut waited = false;
                 loop {
@@ -403,8 +442,12 @@ impl<D: LogDevice> Ring<D> {
                     (st, h) = self.active_head(st, true, &mut waited)?;
                     let slot = &mut st.slots[h];
                     let room = cap - slot.used;
-                    if room <= ENTRY_HEADER_SIZE {
-                        // Not a byte of payload fits: start in the next buffer.
+                    let fits = ENTRY_HEADER_SIZE + rest.len() <= room;
+                    if !fits && (room <= ENTRY_HEADER_SIZE || (first.is_none() && room < first_min))
+                    {
+                        // Not worth starting here: start in the next buffer.
+                        // (Only a first part gets here, holding nothing.)
+                        debug_assert!(held.is_none());
                         if self.switch(&mut st) {
                             st = self.submit(st, h)?;
                         }
@@ -431,20 +474,40 @@ impl<D: LogDevice> Ring<D> {
                         // writes it).
                         let submit = self.switch(&mut st);
                         debug_assert!(!submit);
+                    } else {
+                        // The last part is in place: appends may go on
+                        // behind it while the parts are copied.
+                        st.chain_active = false;
+                        *laying_out = false;
+                        if st.space_waiters > 0 {
+                            self.inner.space.notify_all();
+                        }
                     }
                     self.inner
                         .reserved_end
                         .fetch_max(lsn.0 + (ENTRY_HEADER_SIZE + len) as u64, Ordering::AcqRel);
-                    break (h, offset, lsn, len);
+                    break (h, offset, lsn, len, more);
                 }
             };
-            self.copy_entry(idx, offset, &rest[..len]);
-            self.release(idx)?;
             let first = *first.get_or_insert(lsn);
-            rest = &rest[len..];
-            if rest.is_empty() {
+            let (part, after) = rest.split_at(len);
+            rest = after;
+            if !more {
+                self.copy_entry(idx, offset, part);
+                match held.take() {
+                    Some((i, o, prev)) => {
+                        self.copy_entry(i, o, prev);
+                        self.release_pair(i, idx)?;
+                    }
+                    None => self.release(idx)?,
+                }
                 return Ok((first, lsn));
             }
+            if let Some((i, o, prev)) = held.take() {
+                self.copy_entry(i, o, prev);
+                self.release(i)?;
+            }
+            held = Some((idx, offset, part));
         }
     }
 
@@ -631,9 +694,13 @@ impl<D: LogDevice> Ring<D> {
         }
     }
 
-    /// Reserves `total` framed bytes; returns (buffer, payload offset, LSN).
-    fn reserve(&self, total: usize) -> Result<(usize, usize, Lsn), Error<D::Error>> {
+    /// Reserves `total` framed bytes; returns (buffer, payload offset, LSN),
+    /// or `None` when the entry does not fit the ACTIVE buffer and the room
+    /// left there is at least [`Config::split_min`]: the caller then lays it
+    /// out as a chain split over this buffer and the next.
+    fn reserve(&self, total: usize) -> Result<Option<Reservation>, Error<D::Error>> {
         let cap = self.inner.config.max_payload();
+        let split_min = self.inner.config.split_min();
         let mut st = self.inner.state.lock();
         let mut waited = false;
         loop {
@@ -649,9 +716,12 @@ impl<D: LogDevice> Ring<D> {
                 self.inner
                     .reserved_end
                     .fetch_max(lsn.0 + total as u64, Ordering::AcqRel);
-                return Ok((h, offset, lsn));
+                return Ok(Some((h, offset, lsn)));
             }
             // Does not fit (and the buffer is not empty: `total <= cap`).
+            if cap - slot.used >= split_min {
+                return Ok(None);
+            }
             if self.switch(&mut st) {
                 st = self.submit(st, h)?;
             }
@@ -666,6 +736,31 @@ impl<D: LogDevice> Ring<D> {
         if slot.refs == 0 && slot.state == BufState::WantSync {
             drop(self.submit(st, idx)?);
         }
+        Ok(())
+    }
+
+    /// Drops the reservations of a chain's last two parts, `earlier` (whose
+    /// buffer is switched out) and `later`, at once, then writes whichever
+    /// this made the last one out, the earlier first: releasing them one by
+    /// one would hold `later` through `earlier`'s write, so a full `later`
+    /// could not be written meanwhile (and releasing `later` first could
+    /// wait, in a PREFLUSH write, for `earlier`, which this thread holds).
+    fn release_pair(&self, earlier: usize, later: usize) -> Result<(), Error<D::Error>> {
+        let mut st = self.inner.state.lock();
+        let last_out = |st: &mut RingState<D::Error>, i: usize| {
+            let slot = &mut st.slots[i];
+            slot.refs -= 1;
+            slot.refs == 0 && slot.state == BufState::WantSync
+        };
+        let write_earlier = last_out(&mut st, earlier);
+        let write_later = last_out(&mut st, later);
+        if write_earlier {
+            st = self.submit(st, earlier)?;
+        }
+        if write_later {
+            st = self.submit(st, later)?;
+        }
+        drop(st);
         Ok(())
     }
 

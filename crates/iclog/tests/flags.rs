@@ -147,15 +147,8 @@ fn an_entry_larger_than_a_buffer_is_chained_across_buffers() {
     assert!(point > lsn && point < after, "{point} in ({lsn}, {after})");
     r.force(point).unwrap();
     assert!(r.durable_lsn() > point);
-    let chain_bits: Vec<u16> = {
-        let mut recs = dev.state.0.lock().records.clone();
-        recs.sort_by_key(|r| r.0);
-        recs.iter()
-            .map(|(_, b)| u16::from_le_bytes([b[6], b[7]]) & 0b1100)
-            .collect()
-    };
     use iclog::format::{CONTINUED as C, CONTINUES as S};
-    assert_eq!(chain_bits, [S, C | S, C | S, C]);
+    assert_eq!(chain_bits(&dev), [S, C | S, C | S, C]);
     let e = dev.entries(&cfg);
     assert_eq!(e.len(), 3, "`after` shares the last part's record");
     assert_eq!(e[2], (after, b"after".to_vec()));
@@ -164,6 +157,102 @@ fn an_entry_larger_than_a_buffer_is_chained_across_buffers() {
     assert!(e[1].1 == big, "the chain reassembles byte for byte");
     // A durable chain no longer needs translating.
     assert_eq!(r.commit_point(after), after);
+}
+
+/// The chain bits of the records written so far, in LSN order.
+fn chain_bits(dev: &MemDevice) -> Vec<u16> {
+    let mut recs = dev.state.0.lock().records.clone();
+    recs.sort_by_key(|r| r.0);
+    recs.iter()
+        .map(|(_, b)| u16::from_le_bytes([b[6], b[7]]) & 0b1100)
+        .collect()
+}
+
+#[test]
+fn an_entry_straddling_a_buffer_end_is_split_when_the_room_left_is_worth_it() {
+    use iclog::format::{CONTINUED as C, CONTINUES as S};
+    let cfg = small();
+    let (r, dev) = ring(cfg);
+    // Leaves a quarter of buffer 0, more than `split_min` (an eighth).
+    let a = vec![1u8; cfg.max_payload() * 3 / 4];
+    let b: Vec<u8> = (0..cfg.max_payload() / 2).map(|i| i as u8).collect();
+    let la = r.append(&a).unwrap();
+    let lb = r.append(&b).unwrap();
+    assert!(lb < Lsn(cfg.logbsize as u64), "b starts in buffer 0");
+    // Buffer 0 went out full, holding a and b's first part.
+    assert_eq!(dev.writes(), [(Lsn(0), cfg.logbsize, NONE)]);
+    let point = r.commit_point(lb);
+    assert!(
+        point >= Lsn(cfg.logbsize as u64),
+        "b's last part is in buffer 1"
+    );
+    r.force(point).unwrap();
+    assert!(r.durable_lsn() > point);
+    assert_eq!(chain_bits(&dev), [S, C]);
+    assert_eq!(dev.entries(&cfg), [(la, a), (lb, b)]);
+    assert_eq!(
+        r.commit_point(la),
+        la,
+        "a plain entry is its own commit point"
+    );
+}
+
+#[test]
+fn an_entry_straddling_a_buffer_end_starts_the_next_buffer_when_little_room_is_left() {
+    let cfg = small();
+    let (r, dev) = ring(cfg);
+    // Leaves less than `split_min` in buffer 0.
+    let a = vec![1u8; cfg.max_payload() - cfg.split_min() / 2];
+    let b = vec![2u8; cfg.split_min()];
+    let la = r.append(&a).unwrap();
+    let lb = r.append(&b).unwrap();
+    assert_eq!(r.commit_point(lb), lb, "written whole: not a chain");
+    r.force(lb).unwrap();
+    assert_eq!(chain_bits(&dev), [0, 0]);
+    // b is the first entry of the second record, right behind its header.
+    let second = dev.writes()[1].0;
+    assert_eq!(lb, second.plus(iclog::format::HEADER_SIZE as u64));
+    assert_eq!(dev.entries(&cfg), [(la, a), (lb, b)]);
+}
+
+#[test]
+fn concurrent_straddling_entries_are_split_whole_and_in_order() {
+    let cfg = small();
+    let (r, dev) = ring(cfg);
+    // 3/8 of a buffer: most of them straddle a buffer end with room to
+    // fill; four writers and a forcer race the splits.
+    let size = cfg.max_payload() * 3 / 8;
+    let mut want = std::thread::scope(|s| {
+        let r = &r;
+        let writers: Vec<_> = (0..4u8)
+            .map(|t| {
+                s.spawn(move || {
+                    (0..40u8)
+                        .map(|i| {
+                            let e = vec![t * 64 + i; size - usize::from(i)];
+                            let lsn = r.append(&e).unwrap();
+                            if i % 8 == 7 {
+                                r.force(r.commit_point(lsn)).unwrap();
+                                assert!(r.durable_lsn() > r.commit_point(lsn));
+                            }
+                            (lsn, e)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        writers
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    r.force_all().unwrap();
+    want.sort();
+    // `entries` asserts every chain is whole and contiguous.
+    assert_eq!(dev.entries(&cfg), want);
+    let chained = chain_bits(&dev).iter().filter(|&&b| b != 0).count();
+    assert!(chained > 20, "only {chained} records carry chain bits");
+    assert!(r.buffer_states().iter().all(|s| *s == BufState::Active));
 }
 
 #[test]
