@@ -146,8 +146,10 @@ pub struct BatchStats {
     /// Synchronous stops that joined a group and were covered by its commit
     /// (the sum of group sizes).
     pub members: u64,
-    /// Synchronous stops whose position a commit had already covered when
-    /// they stopped (they shared an earlier group's durable write).
+    /// Synchronous stops whose position a commit had already covered, or
+    /// was covering (in flight), when they stopped: they shared an earlier
+    /// group's durable write. With `members`, every synchronous stop is
+    /// counted once.
     pub already_covered: u64,
     /// Group sizes, bucketed (see [`GROUP_BUCKETS`]).
     pub group_sizes: [u64; GROUP_BUCKETS],
@@ -470,12 +472,14 @@ where
     /// batching wait: whoever leads next commits it too, even while this
     /// thread is still waiting for joiners (its wait then ends by commit).
     /// Returns the id of the group it joined (none if already covered).
-    fn register(st: &mut State<P, E>, pos: P) -> Option<u64> {
+    fn register(&self, st: &mut State<P, E>, pos: P) -> Option<u64> {
         if Self::covered(st, pos) {
             return None;
         }
-        // A commit in flight whose target covers it: wait for that one.
+        // A commit in flight whose target covers it: wait for that one
+        // (counted here: that commit's group did not count it).
         if let Some(&(g, _)) = st.flights.iter().find(|(_, t)| pos <= *t) {
+            self.inner.stats.already_covered.incr();
             return Some(g);
         }
         st.pending = Some(st.pending.map_or(pos, |p| p.max(pos)));
@@ -688,7 +692,7 @@ where
         // per follower instead of two). It wakes them itself if it ends up
         // not leading.
         let wake_batch = st.updates == 0 && st.batch_waiters > 0;
-        let group = Batcher::register(&mut st, pos);
+        let group = b.register(&mut st, pos);
         let (st, decision) = b.batch_wait(st, pos);
         b.commit_through(st, pos, group, wake_batch)?;
         Ok(decision)
