@@ -53,7 +53,7 @@ fn random_options(rng: &mut SplitMix64) -> Options {
     let logbufs = pick(rng, &[2, 4, 8]);
     Options {
         // A third of the seeds overlap group commits (two in flight).
-        commits_in_flight: pick(rng, &[1, 1, 2]),
+        commits_in_flight: pick(rng, &[1, 2, 2]),
         // Two thirds write the log with O_DIRECT (the default), whose
         // alignment SimVfs enforces (alignment 1 falls back to buffered);
         // a third through the page cache.

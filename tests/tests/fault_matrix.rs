@@ -8,8 +8,12 @@ use journal_core::vfs::{CrashPolicy, Fault, Op, SimVfs};
 use journal_core::{Error, Journal, Lsn, Options, SyncMethod};
 use journal_tests::{open_sim, payload, small_options, verify};
 
-fn options(op: Op) -> Options {
+/// The options of the matrix for call site `op`, with `in_flight` commits
+/// in flight: 1 makes each commit one FUA write, 2 (the default) a plain
+/// write and then a shared flush.
+fn options(op: Op, in_flight: u32) -> Options {
     Options {
+        commits_in_flight: in_flight,
         // RWF_DSYNC writes are the FUA call site; fdatasync the others.
         sync_method: if op == Op::FuaWrite {
             SyncMethod::Dsync
@@ -58,17 +62,26 @@ fn every_call_site_fails_cleanly_and_loses_nothing_acknowledged() {
         Op::Remove,
     ];
     let mut cases = 0;
-    for op in sites {
+    // Staged commits (2 in flight) write no FUA record: RWF_DSYNC writes
+    // come only from one-stage commits.
+    let runs = sites
+        .iter()
+        .flat_map(|&op| [(op, 1), (op, 2)])
+        .filter(|&(op, in_flight)| !(op == Op::FuaWrite && in_flight > 1));
+    for (op, in_flight) in runs {
         // How often the workload makes this call when nothing fails.
         let clean = SimVfs::new();
-        let j = open_sim(&clean, options(op)).unwrap();
+        let j = open_sim(&clean, options(op, in_flight)).unwrap();
         let before = clean.calls(op);
         let (_, err) = workload(&j);
-        assert!(err.is_none(), "{op:?}: the clean run failed: {err:?}");
+        assert!(
+            err.is_none(),
+            "{op:?} ({in_flight} in flight): the clean run failed: {err:?}"
+        );
         let calls = clean.calls(op) - before;
         assert!(
             calls > 0,
-            "{op:?}: the workload never reaches this call site"
+            "{op:?} ({in_flight} in flight): the workload never reaches this call site"
         );
         let mut nths: Vec<u64> = (1..=calls.min(6)).collect();
         nths.push(calls);
@@ -76,9 +89,9 @@ fn every_call_site_fails_cleanly_and_loses_nothing_acknowledged() {
         nths.dedup();
         for nth in nths {
             for (errno, fault) in [(5, Fault::eio(op, nth)), (28, Fault::enospc(op, nth))] {
-                let ctx = format!("{op:?} call {nth}/{calls} errno {errno}");
+                let ctx = format!("{op:?} call {nth}/{calls} errno {errno}, {in_flight} in flight");
                 let vfs = SimVfs::new();
-                let j = open_sim(&vfs, options(op)).unwrap();
+                let j = open_sim(&vfs, options(op, in_flight)).unwrap();
                 vfs.inject(fault);
                 let (acked, err) = workload(&j);
                 let err = err.unwrap_or_else(|| panic!("{ctx}: the fault did not surface"));
@@ -101,7 +114,7 @@ fn every_call_site_fails_cleanly_and_loses_nothing_acknowledged() {
                     CrashPolicy::TornSectors { seed: nth },
                 ] {
                     let image = vfs.crash(policy);
-                    let j = open_sim(&image, options(op))
+                    let j = open_sim(&image, options(op, in_flight))
                         .unwrap_or_else(|e| panic!("{ctx} {policy:?}: reopen failed: {e}"));
                     verify(&j, &acked, &ctx);
                 }
@@ -109,7 +122,7 @@ fn every_call_site_fails_cleanly_and_loses_nothing_acknowledged() {
             }
         }
     }
-    assert!(cases >= sites.len() * 4);
+    assert!(cases >= (2 * sites.len() - 1) * 4);
 }
 
 /// Under the fsyncgate model (a failed fdatasync drops the dirty pages and
@@ -119,7 +132,7 @@ fn every_call_site_fails_cleanly_and_loses_nothing_acknowledged() {
 #[test]
 fn after_a_failed_sync_no_sync_is_ever_retried() {
     let vfs = SimVfs::new();
-    let j = open_sim(&vfs, options(Op::SyncData)).unwrap();
+    let j = open_sim(&vfs, options(Op::SyncData, 2)).unwrap();
     let mut acked = Vec::new();
     for s in 0..20u32 {
         let p = payload(8, s, 300);
@@ -140,7 +153,11 @@ fn after_a_failed_sync_no_sync_is_ever_retried() {
         "a poisoned journal synced again"
     );
     drop(j);
-    let j = open_sim(&vfs.crash(CrashPolicy::DropUnsynced), options(Op::SyncData)).unwrap();
+    let j = open_sim(
+        &vfs.crash(CrashPolicy::DropUnsynced),
+        options(Op::SyncData, 2),
+    )
+    .unwrap();
     verify(&j, &acked, "after the failed sync");
 }
 
@@ -149,14 +166,14 @@ fn after_a_failed_sync_no_sync_is_ever_retried() {
 #[test]
 fn a_failed_read_during_recovery_is_an_error_not_a_shorter_log() {
     let base = SimVfs::new();
-    let j = open_sim(&base, options(Op::Read)).unwrap();
+    let j = open_sim(&base, options(Op::Read, 2)).unwrap();
     let (acked, err) = workload(&j);
     assert!(err.is_none());
     drop(j);
     // How many reads an open and a full replay make.
     let probe = base.crash(CrashPolicy::DropUnsynced);
     let before = probe.calls(Op::Read);
-    let j = open_sim(&probe, options(Op::Read)).unwrap();
+    let j = open_sim(&probe, options(Op::Read, 2)).unwrap();
     verify(&j, &acked, "clean");
     drop(j);
     let reads = probe.calls(Op::Read) - before;
@@ -164,7 +181,7 @@ fn a_failed_read_during_recovery_is_an_error_not_a_shorter_log() {
     for nth in 1..=reads {
         let vfs = base.crash(CrashPolicy::DropUnsynced);
         vfs.inject(Fault::eio(Op::Read, nth));
-        match open_sim(&vfs, options(Op::Read)) {
+        match open_sim(&vfs, options(Op::Read, 2)) {
             Err(e) => assert_eq!(e.raw_os_error(), Some(5), "read {nth}/{reads}: {e}"),
             Ok(j) => {
                 // The failing read came during replay: it must fail there.

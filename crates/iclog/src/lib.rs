@@ -40,7 +40,13 @@
 //!   with the last tail that was flushed) and never overwritten.
 //!
 //! A force that finds its record already written without FUA issues a bare
-//! cache flush ([`LogDevice::flush`]) rather than rewriting anything.
+//! cache flush ([`LogDevice::flush`]) rather than rewriting anything. Bare
+//! flushes run one at a time; a force arriving during one waits for it
+//! (it may have begun before this record's write completed) and then
+//! starts, or is covered by, the next. [`Ring::write_out`] uses that to
+//! split a commit in two stages — write the record plain, then force it —
+//! so that a committer can let the next group write while its flush runs
+//! (on a device without FUA a FUA write is a write and a flush anyway).
 //!
 //! # Entries larger than a buffer, or split at its end (XLOG_CONTINUE_TRANS)
 //!

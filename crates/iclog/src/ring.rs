@@ -530,6 +530,42 @@ impl<D: LogDevice> Ring<D> {
         self.force_inner(lsn, false)
     }
 
+    /// Returns when the record holding `lsn` (and every record before it)
+    /// has been written, durable or not: the buffer holding it is switched
+    /// out and written with only the flags the policy or an earlier force
+    /// put on it — no NEED_FUA of its own. A later [`Ring::force`] of `lsn`
+    /// then finds it written and issues a cache flush, which covers every
+    /// record written before the flush began and is shared: one runs at a
+    /// time, and a force arriving meanwhile waits for it and starts (or
+    /// joins) the next. Splitting a commit in two this way lets the next
+    /// group's write go to the device while this group's flush runs.
+    pub fn write_out(&self, lsn: Lsn) -> Result<(), Error<D::Error>> {
+        let align = self.inner.config.alignment;
+        let mut st = self.inner.state.lock();
+        loop {
+            st.poison()?;
+            if lsn < st.written_lsn || lsn < st.stable_lsn {
+                return Ok(());
+            }
+            let head = st.appended_end();
+            if lsn >= head {
+                return Err(Error::LsnBeyondHead { lsn, head });
+            }
+            let Some(i) = (0..st.slots.len()).find(|&j| {
+                let s = &st.slots[j];
+                (s.state != BufState::Active || j == st.head) && s.holds(lsn, align)
+            }) else {
+                unreachable!("LSN {lsn} below the head and above the written LSN is in a buffer");
+            };
+            if st.slots[i].state == BufState::Active && self.switch(&mut st) {
+                st = self.submit(st, i)?;
+                continue;
+            }
+            // Written by the last writer to release it, or in flight.
+            st = self.wait_progress(st);
+        }
+    }
+
     /// Forces everything appended so far and returns the durable LSN.
     pub fn force_all(&self) -> Result<Lsn, Error<D::Error>> {
         let end = self.inner.state.lock().appended_end();

@@ -115,6 +115,64 @@ fn forcing_a_record_written_plain_issues_a_bare_flush() {
 }
 
 #[test]
+fn write_out_writes_plain_and_the_force_after_it_is_one_bare_flush() {
+    let (r, dev) = ring(small());
+    let a = r.append(b"one").unwrap();
+    let b = r.append(b"two").unwrap();
+    r.write_out(b).unwrap();
+    // The head buffer went out with no flags of its own: written, not
+    // durable, and the next append starts the next buffer.
+    assert_eq!(flags_of(&dev), [NONE]);
+    assert_eq!(r.durable_lsn(), Lsn(0));
+    r.write_out(a).unwrap(); // already written: nothing more
+    assert_eq!(dev.calls().len(), 1);
+    let c = r.append(b"three").unwrap();
+    r.force(b).unwrap();
+    assert_eq!(dev.calls().last(), Some(&Call::Flush));
+    assert_eq!(r.stats().bare_flushes, 1);
+    assert!(r.durable_lsn() > b && r.durable_lsn() <= c);
+    assert!(matches!(
+        r.write_out(Lsn(1 << 40)),
+        Err(Error::LsnBeyondHead { .. })
+    ));
+}
+
+/// Committers that each write out, then force, their own entry (the two
+/// stages of a staged commit) from four threads: every force returns with
+/// its entry durable, nothing is lost, and the flushes are shared (fewer
+/// flushes than forces is likely, not asserted: scheduling decides).
+#[test]
+fn staged_commits_from_many_threads_are_durable_when_the_force_returns() {
+    let cfg = small();
+    let (r, dev) = ring(cfg);
+    let mut want = std::thread::scope(|s| {
+        let r = &r;
+        let hs: Vec<_> = (0..4u8)
+            .map(|t| {
+                s.spawn(move || {
+                    (0..100u8)
+                        .map(|i| {
+                            let e = vec![t, i, 7];
+                            let lsn = r.append(&e).unwrap();
+                            r.write_out(lsn).unwrap();
+                            r.force(lsn).unwrap();
+                            assert!(r.durable_lsn() > lsn);
+                            (lsn, e)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    want.sort();
+    assert_eq!(dev.entries(&cfg), want);
+    assert_eq!(r.stats().writes_fua, 0, "every write went out plain");
+}
+
+#[test]
 fn an_entry_above_the_record_limit_is_refused_and_nothing_is_written() {
     let (r, dev) = ring(small());
     // Never touched, so never backed by memory.

@@ -41,7 +41,19 @@
 //! commit to return (XFS keeps several iclog writes in flight); a stop
 //! whose position an in-flight commit's target covers waits for that
 //! commit instead of starting another, so targets in flight strictly
-//! increase. No thread sleeps in a loop: every timeout is a condvar wait
+//! increase.
+//!
+//! **Staged commits.** A commit that is a write and then a cache flush
+//! ([`Batcher::staged`]) reports the end of its write through [`Stage`];
+//! the next group's leader starts only once every commit in flight has, so
+//! its group gathers while the write runs and its own write overlaps the
+//! flush. Letting the next leader start as soon as a slot frees instead
+//! (what [`Batcher::new`] does) splits the committers into half-sized
+//! groups whose writes and flushes all run at once: on the development VM
+//! that lost 8–15% against one commit in flight, where staging gained
+//! 7–13% at 4 and 16 clients (journal-core's README).
+//!
+//! No thread sleeps in a loop: every timeout is a condvar wait
 //! with a [`Deadline`] (the batching window), every other wait a park that
 //! one thread ends, and under loom a timer is the explicit event
 //! [`Batcher::fire_timer`].
@@ -209,9 +221,8 @@ struct State<P, E> {
     pending: Option<P>,
     /// Synchronous stops waiting for the next leader.
     pending_members: u64,
-    /// Commits in flight, oldest first: (group id, target). Their targets
-    /// strictly increase.
-    flights: std::collections::VecDeque<(u64, P)>,
+    /// Commits in flight, oldest first. Their targets strictly increase.
+    flights: std::collections::VecDeque<Flight<P>>,
     /// Every position up to this one is committed.
     committed: Option<P>,
     /// The latest failed commit: its target and error.
@@ -233,6 +244,15 @@ struct State<P, E> {
     parked: Vec<Parked<P>>,
 }
 
+/// A commit in flight.
+struct Flight<P> {
+    group: u64,
+    target: P,
+    /// Its write is done ([`Stage::written`]; from the start for a batcher
+    /// made with [`Batcher::new`]): the next group may start its commit.
+    written: bool,
+}
+
 /// A committer asleep in [`thread::park`] until the thread that ends its
 /// wait wakes exactly it: it then returns without retaking the batcher's
 /// lock (one wakeup per commit, no herd on the mutex).
@@ -249,11 +269,54 @@ const COVERED: u8 = 1;
 /// [`Parked::wake`]: look at the state again (lead, or a failure).
 const LOOK: u8 = 2;
 
-type CommitFn<P, E> = dyn Fn(P) -> Result<(), E> + Send + Sync;
+type CommitFn<P, E> = dyn Fn(P, &Stage<'_, P, E>) -> Result<(), E> + Send + Sync;
+
+/// What a commit function of a [`Batcher::staged`] batcher reports while
+/// it runs: [`Stage::written`] once its write is done and only its flush
+/// remains, so that the next group may start its commit (its write then
+/// goes to the device while this flush runs).
+pub struct Stage<'a, P, E> {
+    batcher: &'a Batcher<P, E>,
+    group: u64,
+}
+
+impl<P, E> fmt::Debug for Stage<'_, P, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Stage").field("group", &self.group).finish()
+    }
+}
+
+impl<P, E> Stage<'_, P, E>
+where
+    P: Ord + Copy + Send + 'static,
+    E: Clone + Send + 'static,
+{
+    /// This commit's write is done: if a commit slot is free and a group
+    /// is pending, its leader may start now (a parked committer is woken
+    /// to lead it). Calling it again does nothing.
+    pub fn written(&self) {
+        let b = self.batcher;
+        let mut st = b.inner.state.lock();
+        match st.flights.iter_mut().find(|f| f.group == self.group) {
+            Some(f) if !f.written => f.written = true,
+            _ => return,
+        }
+        let leader = b
+            .may_lead(&st)
+            .then(|| Batcher::pick_leader(&mut st))
+            .flatten();
+        drop(st);
+        if let Some(t) = leader {
+            t.unpark();
+        }
+    }
+}
 
 struct Inner<P, E> {
     config: BatchConfig,
     commit: Box<CommitFn<P, E>>,
+    /// Whether commits report their write done ([`Batcher::staged`]).
+    staged: bool,
     state: Mutex<State<P, E>>,
     /// Batching waits: signalled when the last handle closes, the timer
     /// fires, or a commit completes.
@@ -290,14 +353,41 @@ where
 {
     /// A batcher whose leaders call `commit(position)`: it must return once
     /// every position up to `position` is committed (durable), or fail.
+    /// With [`BatchConfig::max_in_flight`] above 1, the next group's leader
+    /// starts as soon as a commit slot is free.
     pub fn new(
         config: BatchConfig,
         commit: impl Fn(P) -> Result<(), E> + Send + Sync + 'static,
     ) -> Self {
+        Self::build(
+            config,
+            false,
+            Box::new(move |p, _: &Stage<'_, P, E>| commit(p)),
+        )
+    }
+
+    /// A batcher whose commits come in two stages, a write then a flush:
+    /// leaders call `commit(position, stage)`, which must call
+    /// [`Stage::written`] once its write is done, and return once every
+    /// position up to `position` is committed (durable), or fail. With
+    /// [`BatchConfig::max_in_flight`] above 1, the next group's leader
+    /// starts only once every commit in flight has reported its write
+    /// done: its group gathers while the writes run, and its write overlaps
+    /// the flushes still running (a write and a flush to the device at
+    /// once, rather than two half-sized groups writing together).
+    pub fn staged(
+        config: BatchConfig,
+        commit: impl Fn(P, &Stage<'_, P, E>) -> Result<(), E> + Send + Sync + 'static,
+    ) -> Self {
+        Self::build(config, true, Box::new(commit))
+    }
+
+    fn build(config: BatchConfig, staged: bool, commit: Box<CommitFn<P, E>>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 config,
-                commit: Box::new(commit),
+                commit,
+                staged,
                 state: Mutex::new(State {
                     updates: 0,
                     handle_count: 0,
@@ -478,17 +568,21 @@ where
         }
         // A commit in flight whose target covers it: wait for that one
         // (counted here: that commit's group did not count it).
-        if let Some(&(g, _)) = st.flights.iter().find(|(_, t)| pos <= *t) {
+        if let Some(f) = st.flights.iter().find(|f| pos <= f.target) {
             self.inner.stats.already_covered.incr();
-            return Some(g);
+            return Some(f.group);
         }
         st.pending = Some(st.pending.map_or(pos, |p| p.max(pos)));
         st.pending_members += 1;
         Some(st.next_group)
     }
 
+    /// Whether the pending group may be led now: a commit slot is free and
+    /// every commit in flight has its write done.
     fn may_lead(&self, st: &State<P, E>) -> bool {
-        st.pending.is_some() && (st.flights.len() as u32) < self.inner.config.max_in_flight.max(1)
+        st.pending.is_some()
+            && (st.flights.len() as u32) < self.inner.config.max_in_flight.max(1)
+            && st.flights.iter().all(|f| f.written)
     }
 
     /// Returns once `pos` is committed, leading the commit if nobody is.
@@ -542,7 +636,11 @@ where
                 let members = std::mem::take(&mut st.pending_members);
                 let this_group = st.next_group;
                 st.next_group += 1;
-                st.flights.push_back((this_group, target));
+                st.flights.push_back(Flight {
+                    group: this_group,
+                    target,
+                    written: !self.inner.staged,
+                });
                 // The leader closes the running transaction: a new one starts.
                 st.txn_start = if st.updates > 0 {
                     Some(Stopwatch::start())
@@ -552,10 +650,14 @@ where
                 st.window_elapsed = false;
                 drop(st);
                 let clock = Stopwatch::start();
-                let result = (self.inner.commit)(target);
+                let stage = Stage {
+                    batcher: self,
+                    group: this_group,
+                };
+                let result = (self.inner.commit)(target, &stage);
                 let took = clock.elapsed().as_nanos() as u64;
                 st = self.inner.state.lock();
-                st.flights.retain(|&(g, _)| g != this_group);
+                st.flights.retain(|f| f.group != this_group);
                 st.avg_commit_ns = if stats.groups.get() == 0 {
                     took
                 } else {

@@ -221,3 +221,64 @@ fn the_adaptive_window_is_the_average_clamped_not_the_maximum() {
     );
     drop(other);
 }
+
+/// A staged batcher with two commits in flight under four threads: a
+/// commit never starts while another is still in its write stage, at most
+/// two run at once, targets in flight only grow, and every stop returns
+/// covered.
+#[test]
+fn staged_commits_overlap_a_write_with_a_flush_only() {
+    #[derive(Default)]
+    struct Dev {
+        writing: u32,
+        in_flight: u32,
+        max_in_flight: u32,
+        overlapped: u32,
+        last_target: u64,
+    }
+    let dev = Arc::new(Mutex::new(Dev::default()));
+    let d2 = dev.clone();
+    let config = BatchConfig {
+        policy: BatchPolicy::None,
+        max_in_flight: 2,
+        ..BatchConfig::default()
+    };
+    let b: Batcher<u64, String> = Batcher::staged(config, move |p, stage| {
+        {
+            let mut d = d2.lock().unwrap();
+            assert_eq!(d.writing, 0, "a commit started during another's write");
+            assert!(p > d.last_target, "targets in flight only grow");
+            d.last_target = p;
+            d.writing += 1;
+            d.in_flight += 1;
+            if d.in_flight > 1 {
+                d.overlapped += 1;
+            }
+            d.max_in_flight = d.max_in_flight.max(d.in_flight);
+        }
+        std::thread::yield_now();
+        d2.lock().unwrap().writing -= 1;
+        stage.written();
+        std::thread::yield_now();
+        d2.lock().unwrap().in_flight -= 1;
+        Ok(())
+    });
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            let (b, next) = (b.clone(), next.clone());
+            s.spawn(move || {
+                for _ in 0..300 {
+                    let h = b.start();
+                    let p = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                    h.stop_sync(p).unwrap();
+                    assert!(b.committed().unwrap() >= p);
+                }
+            });
+        }
+    });
+    let d = dev.lock().unwrap();
+    assert!(d.max_in_flight <= 2);
+    assert_eq!(d.writing, 0);
+    assert_eq!(b.committed(), Some(1200));
+}

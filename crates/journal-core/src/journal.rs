@@ -160,9 +160,21 @@ impl Journal {
                 .map_err(Error::from)?,
         );
         let r2 = ring.clone();
-        let batcher = Batcher::new(options.batch(), move |lsn: Lsn| {
-            r2.force(lsn).map_err(|e| Arc::new(ring_error(e)))
-        });
+        let batcher = if options.commits_in_flight > 1 {
+            // A commit in two stages: the group's record is written, the
+            // next group may start (its write overlaps this flush), then a
+            // cache flush, shared by every group written before it began.
+            Batcher::staged(options.batch(), move |lsn: Lsn, stage| {
+                r2.write_out(lsn).map_err(|e| Arc::new(ring_error(e)))?;
+                stage.written();
+                r2.force(lsn).map_err(|e| Arc::new(ring_error(e)))
+            })
+        } else {
+            // One commit at a time: one FUA write (pwrite + fdatasync).
+            Batcher::new(options.batch(), move |lsn: Lsn| {
+                r2.force(lsn).map_err(|e| Arc::new(ring_error(e)))
+            })
+        };
         Ok(Journal {
             inner: Inner {
                 vfs,

@@ -63,7 +63,10 @@ pub struct Options {
     /// Record alignment (default 512; power of two, 1–4096). Fixed when the
     /// journal is created.
     pub alignment: u64,
-    /// How FUA log writes are made durable (default fdatasync).
+    /// How FUA log writes are made durable (default fdatasync): the
+    /// commits of `commits_in_flight = 1`, forces and checkpoints. Staged
+    /// commits (`commits_in_flight` ≥ 2) write plain and then flush with
+    /// `fdatasync` (`fsync` under [`SyncMethod::Fsync`]).
     pub sync_method: SyncMethod,
     /// Write the log with `O_DIRECT`, past the page cache, as XFS writes
     /// its log (default true). Each log write then reaches the device when
@@ -85,10 +88,16 @@ pub struct Options {
     pub max_batch: Duration,
     /// When log writes carry PREFLUSH / FUA (default NEED flags, Linux 5.14).
     pub flush_policy: FlushPolicy,
-    /// Group commits whose log forces may be in flight at once (default 1;
-    /// 1 to `logbufs`). Above 1, the next group's leader forces its buffer
-    /// while the previous group's write is still in flight (XFS keeps
-    /// several iclogs in flight); completions stay in LSN order.
+    /// Group commits that may be in flight at once (default 2; 1 to
+    /// `logbufs`). With 1, a group's commit is one FUA write of its buffer
+    /// (`pwrite` + `fdatasync`) and the next group waits for it. Above 1, a
+    /// commit comes in two stages: the buffer is written plain, then a
+    /// cache flush (one at a time, shared by every group written before it
+    /// began) makes it durable; the next group's leader starts once the
+    /// write is done, so its write goes to the device while this flush
+    /// runs (XFS keeps several iclogs in flight). Completions stay in LSN
+    /// order. On the development VM 2 gave +13% / +7% at 4 / 16 clients
+    /// and tied at 1 and 64 (README).
     pub commits_in_flight: u32,
     /// How checkpoints make recycled names durable (default batched).
     pub recycle_policy: RecyclePolicy,
@@ -128,7 +137,7 @@ impl Default for Options {
             min_batch: Duration::ZERO,
             max_batch: Duration::from_millis(15),
             flush_policy: FlushPolicy::NeedFlags,
-            commits_in_flight: 1,
+            commits_in_flight: 2,
             recycle_policy: RecyclePolicy::Batched,
             prealloc: Prealloc::ZeroFill,
             preallocate_ahead: 2,
