@@ -51,7 +51,10 @@
 //! (what [`Batcher::new`] does) splits the committers into half-sized
 //! groups whose writes and flushes all run at once: on the development VM
 //! that lost 8–15% against one commit in flight, where staging gained
-//! 7–13% at 4 and 16 clients (journal-core's README).
+//! 7–13% at 4 and 16 clients (journal-core's README). A group larger than
+//! [`BatchConfig::overlap_max_group`] is not overlapped: it keeps the
+//! device busy on its own, and splitting the next group off it cost more
+//! (leader handoffs, flushes, CPU) than the overlap gained.
 //!
 //! No thread sleeps in a loop: every timeout is a condvar wait
 //! with a [`Deadline`] (the batching window), every other wait a park that
@@ -112,6 +115,14 @@ pub struct BatchConfig {
     /// in flight), so the commit function must accept concurrent calls and
     /// return only once every position up to its target is committed.
     pub max_in_flight: u32,
+    /// The largest group whose flush a staged batcher lets the next group's
+    /// write overlap ([`Batcher::staged`]; default 16). A larger group
+    /// keeps the device busy on its own; overlapping it only makes the
+    /// next group smaller and costs a leader handoff and a flush more: on
+    /// the development VM (2 vCPUs) staging every group lost 3–6% at 64
+    /// committers (groups of 20–27) while it gained 7–13% at 4 and 16
+    /// (groups of 2–8), and this bound brought 64 back to one in flight.
+    pub overlap_max_group: u64,
 }
 
 impl Default for BatchConfig {
@@ -122,6 +133,7 @@ impl Default for BatchConfig {
             max_batch: Duration::from_millis(15),
             fixed_window: Duration::from_millis(1),
             max_in_flight: 1,
+            overlap_max_group: 16,
         }
     }
 }
@@ -251,6 +263,8 @@ struct Flight<P> {
     /// Its write is done ([`Stage::written`]; from the start for a batcher
     /// made with [`Batcher::new`]): the next group may start its commit.
     written: bool,
+    /// Synchronous stops in its group.
+    members: u64,
 }
 
 /// A committer asleep in [`thread::park`] until the thread that ends its
@@ -293,12 +307,16 @@ where
 {
     /// This commit's write is done: if a commit slot is free and a group
     /// is pending, its leader may start now (a parked committer is woken
-    /// to lead it). Calling it again does nothing.
+    /// to lead it) — unless this commit's group is larger than
+    /// [`BatchConfig::overlap_max_group`], in which case the next group
+    /// waits for this commit to complete. Calling it again does nothing.
     pub fn written(&self) {
         let b = self.batcher;
         let mut st = b.inner.state.lock();
         match st.flights.iter_mut().find(|f| f.group == self.group) {
-            Some(f) if !f.written => f.written = true,
+            Some(f) if !f.written && f.members <= b.inner.config.overlap_max_group => {
+                f.written = true
+            }
             _ => return,
         }
         let leader = b
@@ -640,6 +658,7 @@ where
                     group: this_group,
                     target,
                     written: !self.inner.staged,
+                    members,
                 });
                 // The leader closes the running transaction: a new one starts.
                 st.txn_start = if st.updates > 0 {

@@ -282,3 +282,44 @@ fn staged_commits_overlap_a_write_with_a_flush_only() {
     assert_eq!(d.writing, 0);
     assert_eq!(b.committed(), Some(1200));
 }
+
+/// With `overlap_max_group` below every group's size, a staged batcher
+/// never lets a commit start while another is in flight, whatever the
+/// commits report: large groups keep one commit in flight.
+#[test]
+fn staged_groups_larger_than_the_overlap_bound_are_not_overlapped() {
+    let in_flight = Arc::new(Mutex::new((0u32, 0u32)));
+    let f2 = in_flight.clone();
+    let config = BatchConfig {
+        policy: BatchPolicy::None,
+        max_in_flight: 2,
+        overlap_max_group: 0,
+        ..BatchConfig::default()
+    };
+    let b: Batcher<u64, String> = Batcher::staged(config, move |_, stage| {
+        {
+            let mut f = f2.lock().unwrap();
+            f.0 += 1;
+            f.1 = f.1.max(f.0);
+        }
+        stage.written();
+        std::thread::yield_now();
+        f2.lock().unwrap().0 -= 1;
+        Ok(())
+    });
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            let (b, next) = (b.clone(), next.clone());
+            s.spawn(move || {
+                for _ in 0..200 {
+                    let h = b.start();
+                    let p = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                    h.stop_sync(p).unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(in_flight.lock().unwrap().1, 1, "never two commits at once");
+    assert_eq!(b.committed(), Some(800));
+}

@@ -28,7 +28,6 @@ pub fn run(env: &Env, args: &BenchArgs) -> Result<Json, String> {
     let base = bench_options(env);
     let options = journal_core::Options {
         batch_policy: args.batch_policy.policy(),
-        commits_in_flight: args.commits_in_flight.unwrap_or(base.commits_in_flight),
         sync_method: args.sync_method.map_or(base.sync_method, |m| m.method()),
         ..base
     };

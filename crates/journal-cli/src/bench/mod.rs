@@ -151,8 +151,9 @@ pub struct BenchArgs {
     /// Commit batching policy of the group-commit scenario.
     #[arg(long, value_enum, default_value_t = BatchPolicyArg::Adaptive)]
     batch_policy: BatchPolicyArg,
-    /// Group commits whose log forces may overlap (group-commit scenario;
-    /// 1 to logbufs) [default: the journal's default].
+    /// Group commits that may be in flight at once (every scenario; 1 to
+    /// logbufs; 1 = one FUA write per commit, 2 or more = staged: write,
+    /// then a shared flush) [default: the journal's default].
     #[arg(long, value_name = "N")]
     commits_in_flight: Option<u32>,
     /// How FUA log writes are made durable (group-commit scenario)
@@ -201,6 +202,8 @@ pub struct Env {
     pub smoke: bool,
     /// Journals write their log past the page cache (`--direct-io`).
     pub direct_io: bool,
+    /// Group commits in flight (`--commits-in-flight`).
+    pub commits_in_flight: u32,
     counter: AtomicU64,
     progress: ProgressBar,
 }
@@ -636,6 +639,9 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         seconds,
         smoke,
         direct_io: args.direct_io.unwrap_or(Options::default().direct_io),
+        commits_in_flight: args
+            .commits_in_flight
+            .unwrap_or(Options::default().commits_in_flight),
         counter: AtomicU64::new(0),
         progress: progress_bar(args.quiet),
     };
@@ -691,6 +697,7 @@ pub fn bench_options(env: &Env) -> Options {
     Options {
         segment_size: if env.smoke { 1 << 20 } else { 16 << 20 },
         direct_io: env.direct_io,
+        commits_in_flight: env.commits_in_flight,
         ..Options::default()
     }
 }
