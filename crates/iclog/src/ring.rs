@@ -551,12 +551,7 @@ impl<D: LogDevice> Ring<D> {
             if lsn >= head {
                 return Err(Error::LsnBeyondHead { lsn, head });
             }
-            let Some(i) = (0..st.slots.len()).find(|&j| {
-                let s = &st.slots[j];
-                (s.state != BufState::Active || j == st.head) && s.holds(lsn, align)
-            }) else {
-                unreachable!("LSN {lsn} below the head and above the written LSN is in a buffer");
-            };
+            let i = Self::buffer_holding(&st, lsn, align);
             if st.slots[i].state == BufState::Active && self.switch(&mut st) {
                 st = self.submit(st, i)?;
                 continue;
@@ -995,12 +990,7 @@ impl<D: LogDevice> Ring<D> {
                 self.wake(&st, false);
                 continue;
             }
-            let Some(i) = (0..st.slots.len()).find(|&j| {
-                let s = &st.slots[j];
-                (s.state != BufState::Active || j == st.head) && s.holds(lsn, align)
-            }) else {
-                unreachable!("LSN {lsn} below the head and above the written LSN is in a buffer");
-            };
+            let i = Self::buffer_holding(&st, lsn, align);
             match st.slots[i].state {
                 BufState::Active => {
                     self.mark_forced(&mut st, i);
@@ -1026,6 +1016,19 @@ impl<D: LogDevice> Ring<D> {
                 }
             }
         }
+    }
+
+    /// The buffer holding `lsn`, which is below the head and at or above
+    /// the written LSN (so in a buffer not yet written, or being written).
+    fn buffer_holding(st: &RingState<D::Error>, lsn: Lsn, align: u64) -> usize {
+        (0..st.slots.len())
+            .find(|&j| {
+                let s = &st.slots[j];
+                (s.state != BufState::Active || j == st.head) && s.holds(lsn, align)
+            })
+            .unwrap_or_else(|| {
+                unreachable!("LSN {lsn} below the head and above the written LSN is in a buffer")
+            })
     }
 
     /// Sets NEED_FUA on buffer `i` and stamps the tail into it (the first

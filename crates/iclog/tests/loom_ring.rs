@@ -21,6 +21,37 @@ fn ring(c: Config) -> (Arc<Ring<MemDevice>>, MemDevice) {
     (Arc::new(r), dev)
 }
 
+/// Forces everything, then checks that the device holds exactly `want`
+/// (in LSN order) and that every buffer is ACTIVE again.
+fn settled(r: &Ring<MemDevice>, dev: &MemDevice, c: &Config, mut want: Vec<(Lsn, Vec<u8>)>) {
+    r.force_all().unwrap();
+    want.sort();
+    assert_eq!(dev.entries(c), want);
+    assert!(r
+        .buffer_states()
+        .iter()
+        .all(|s| *s == iclog::BufState::Active));
+}
+
+/// Two threads on a two-buffer ring each append their entry and commit it
+/// with `commit` (which must leave it durable); returns what they appended.
+fn two_committers(
+    r: &Arc<Ring<MemDevice>>,
+    entries: [Vec<u8>; 2],
+    commit: fn(&Ring<MemDevice>, Lsn),
+) -> Vec<(Lsn, Vec<u8>)> {
+    let [mine, theirs] = entries;
+    let r2 = r.clone();
+    let t = thread::spawn(move || {
+        let lsn = r2.append(&theirs).unwrap();
+        commit(&r2, lsn);
+        (lsn, theirs)
+    });
+    let lsn = r.append(&mine).unwrap();
+    commit(r, lsn);
+    vec![(lsn, mine), t.join().unwrap()]
+}
+
 /// Two writers reserve, copy and release concurrently, one forcing: no
 /// byte is lost, duplicated or overlapped, and no buffer is written while a
 /// reference is held (the parsed records hold exactly the two entries).
@@ -152,13 +183,7 @@ fn switching_writers_and_a_forcer_on_two_buffers() {
         for w in writers {
             want.push(w.join().unwrap());
         }
-        r.force_all().unwrap();
-        want.sort();
-        assert_eq!(dev.entries(&c), want);
-        assert!(r
-            .buffer_states()
-            .iter()
-            .all(|s| *s == iclog::BufState::Active));
+        settled(&r, &dev, &c, want);
     });
 }
 
@@ -203,28 +228,12 @@ fn a_split_entry_races_a_force_on_two_buffers() {
         let c = cfg(2);
         let (r, dev) = ring(c);
         let size = c.max_payload() * 5 / 8;
-        let r2 = r.clone();
-        let t = thread::spawn(move || {
-            let e = vec![2u8; size];
-            let lsn = r2.append(&e).unwrap();
-            let point = r2.commit_point(lsn);
-            r2.force(point).unwrap();
-            assert!(r2.durable_lsn() > point);
-            (lsn, e)
+        let want = two_committers(&r, [vec![1u8; size], vec![2u8; size]], |r, lsn| {
+            let point = r.commit_point(lsn);
+            r.force(point).unwrap();
+            assert!(r.durable_lsn() > point);
         });
-        let e = vec![1u8; size];
-        let lsn = r.append(&e).unwrap();
-        let point = r.commit_point(lsn);
-        r.force(point).unwrap();
-        assert!(r.durable_lsn() > point);
-        let mut want = vec![(lsn, e), t.join().unwrap()];
-        want.sort();
-        r.force_all().unwrap();
-        assert_eq!(dev.entries(&c), want);
-        assert!(r
-            .buffer_states()
-            .iter()
-            .all(|s| *s == iclog::BufState::Active));
+        settled(&r, &dev, &c, want);
     });
 }
 
@@ -239,20 +248,11 @@ fn staged_commits_write_out_then_flush() {
     model(|| {
         let c = cfg(2);
         let (r, dev) = ring(c);
-        let r2 = r.clone();
-        let t = thread::spawn(move || {
-            let lsn = r2.append(b"two").unwrap();
-            r2.write_out(lsn).unwrap();
-            r2.force(lsn).unwrap();
-            assert!(r2.durable_lsn() > lsn);
-            (lsn, b"two".to_vec())
+        let want = two_committers(&r, [b"one".to_vec(), b"two".to_vec()], |r, lsn| {
+            r.write_out(lsn).unwrap();
+            r.force(lsn).unwrap();
+            assert!(r.durable_lsn() > lsn);
         });
-        let lsn = r.append(b"one").unwrap();
-        r.write_out(lsn).unwrap();
-        r.force(lsn).unwrap();
-        assert!(r.durable_lsn() > lsn);
-        let mut want = vec![(lsn, b"one".to_vec()), t.join().unwrap()];
-        want.sort();
-        assert_eq!(dev.entries(&c), want);
+        settled(&r, &dev, &c, want);
     });
 }

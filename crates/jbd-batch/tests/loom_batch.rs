@@ -1,6 +1,6 @@
 //! Loom models of the batcher (≤ 3 threads).
 
-use jbd_batch::{BatchConfig, BatchPolicy, Batcher};
+use jbd_batch::{BatchConfig, BatchPolicy, Batcher, Stage};
 use journal_sync::{model, thread, Arc, Mutex};
 
 /// The "device": records the committed position and checks that commits
@@ -124,14 +124,53 @@ struct Overlapping {
     durable: u64,
     in_flight: u32,
     max_seen: u32,
-    /// Commits in their write stage (staged batchers only).
+    /// Commits in their write stage.
     writing: u32,
 }
 
 /// The overlapping device, shared with the commit function.
 type Shared = Arc<(Mutex<Overlapping>, journal_sync::Condvar)>;
 
-fn overlapping(max_in_flight: u32) -> (Batcher<u64, &'static str>, Shared) {
+/// One commit of target `p` on the overlapping device: its write stage,
+/// then its in-order completion. Under a staged batcher (`stage`), it
+/// checks that no other commit is writing and reports the end of its
+/// write before waiting.
+fn overlapping_commit(
+    dev: &Shared,
+    p: u64,
+    stage: Option<&Stage<'_, u64, &'static str>>,
+) -> Result<(), &'static str> {
+    let (m, cv) = &**dev;
+    {
+        let mut d = m.lock();
+        if stage.is_some() {
+            assert_eq!(d.writing, 0, "a commit started while another was writing");
+        }
+        d.writing += 1;
+        d.in_flight += 1;
+        d.max_seen = d.max_seen.max(d.in_flight);
+        d.running.push(p);
+    }
+    thread::yield_now();
+    m.lock().writing -= 1;
+    if let Some(stage) = stage {
+        stage.written();
+    }
+    let mut d = m.lock();
+    // Complete in order: wait for every lower target first.
+    while d.running.iter().any(|&q| q < p) {
+        d = cv.wait(d);
+    }
+    d.running.retain(|&q| q != p);
+    d.durable = d.durable.max(p);
+    d.in_flight -= 1;
+    cv.notify_all();
+    Ok(())
+}
+
+/// A batcher on the overlapping device: plain ([`Batcher::new`]) or
+/// staged ([`Batcher::staged`]).
+fn overlapping(max_in_flight: u32, staged: bool) -> (Batcher<u64, &'static str>, Shared) {
     let dev = Arc::new((
         Mutex::new(Overlapping::default()),
         journal_sync::Condvar::new(),
@@ -142,27 +181,35 @@ fn overlapping(max_in_flight: u32) -> (Batcher<u64, &'static str>, Shared) {
         max_in_flight,
         ..BatchConfig::default()
     };
-    let b = Batcher::new(config, move |p| {
-        let (m, cv) = &*d2;
-        {
-            let mut d = m.lock();
-            d.in_flight += 1;
-            d.max_seen = d.max_seen.max(d.in_flight);
-            d.running.push(p);
-        }
-        thread::yield_now();
-        let mut d = m.lock();
-        // Complete in order: wait for every lower target first.
-        while d.running.iter().any(|&q| q < p) {
-            d = cv.wait(d);
-        }
-        d.running.retain(|&q| q != p);
-        d.durable = d.durable.max(p);
-        d.in_flight -= 1;
-        cv.notify_all();
-        Ok(())
-    });
+    let b = if staged {
+        Batcher::staged(config, move |p, stage| {
+            overlapping_commit(&d2, p, Some(stage))
+        })
+    } else {
+        Batcher::new(config, move |p| overlapping_commit(&d2, p, None))
+    };
     (b, dev)
+}
+
+/// Three committers at positions 1, 2 and 3 (two spawned threads and this
+/// one): each returns only once the durable position covers it, and at
+/// most two commits were ever in flight.
+fn three_committers(b: Batcher<u64, &'static str>, dev: Shared) {
+    let hs: Vec<_> = (1..=2u64)
+        .map(|p| {
+            let (b, dev) = (b.clone(), dev.clone());
+            thread::spawn(move || {
+                b.start().stop_sync(p).unwrap();
+                assert!(dev.0.lock().durable >= p);
+            })
+        })
+        .collect();
+    b.start().stop_sync(3).unwrap();
+    assert!(dev.0.lock().durable >= 3);
+    for h in hs {
+        h.join().unwrap();
+    }
+    assert!(dev.0.lock().max_seen <= 2, "at most two commits in flight");
 }
 
 /// Overlapped commits (two in flight): three committers at positions 1, 2,
@@ -173,22 +220,8 @@ fn overlapping(max_in_flight: u32) -> (Batcher<u64, &'static str>, Shared) {
 #[test]
 fn overlapped_commits_cover_every_stop_and_stay_within_the_bound() {
     model(|| {
-        let (b, dev) = overlapping(2);
-        let hs: Vec<_> = (1..=2u64)
-            .map(|p| {
-                let (b, dev) = (b.clone(), dev.clone());
-                thread::spawn(move || {
-                    b.start().stop_sync(p).unwrap();
-                    assert!(dev.0.lock().durable >= p);
-                })
-            })
-            .collect();
-        b.start().stop_sync(3).unwrap();
-        assert!(dev.0.lock().durable >= 3);
-        for h in hs {
-            h.join().unwrap();
-        }
-        assert!(dev.0.lock().max_seen <= 2, "at most two commits in flight");
+        let (b, dev) = overlapping(2, false);
+        three_committers(b, dev);
     });
 }
 
@@ -196,7 +229,7 @@ fn overlapped_commits_cover_every_stop_and_stay_within_the_bound() {
 #[test]
 fn one_in_flight_never_overlaps() {
     model(|| {
-        let (b, dev) = overlapping(1);
+        let (b, dev) = overlapping(1, false);
         let b2 = b.clone();
         let t = thread::spawn(move || b2.start().stop_sync(1).unwrap());
         b.start().stop_sync(2).unwrap();
@@ -207,47 +240,6 @@ fn one_in_flight_never_overlaps() {
     });
 }
 
-/// The overlapping device behind a staged batcher: each commit reports its
-/// write done ([`jbd_batch::Stage::written`]) before it waits for its
-/// in-order completion, and checks that no commit starts while another is
-/// still writing.
-fn staged(max_in_flight: u32) -> (Batcher<u64, &'static str>, Shared) {
-    let dev = Arc::new((
-        Mutex::new(Overlapping::default()),
-        journal_sync::Condvar::new(),
-    ));
-    let d2 = dev.clone();
-    let config = BatchConfig {
-        policy: BatchPolicy::None,
-        max_in_flight,
-        ..BatchConfig::default()
-    };
-    let b = Batcher::staged(config, move |p, stage| {
-        let (m, cv) = &*d2;
-        {
-            let mut d = m.lock();
-            assert_eq!(d.writing, 0, "a commit started while another was writing");
-            d.writing += 1;
-            d.in_flight += 1;
-            d.max_seen = d.max_seen.max(d.in_flight);
-            d.running.push(p);
-        }
-        thread::yield_now();
-        m.lock().writing -= 1;
-        stage.written();
-        let mut d = m.lock();
-        while d.running.iter().any(|&q| q < p) {
-            d = cv.wait(d);
-        }
-        d.running.retain(|&q| q != p);
-        d.durable = d.durable.max(p);
-        d.in_flight -= 1;
-        cv.notify_all();
-        Ok(())
-    });
-    (b, dev)
-}
-
 /// Staged commits, two in flight: three committers at positions 1, 2, 3.
 /// The next group's leader starts only once the commit in flight has
 /// written (never two writes at once), a parked committer is woken to lead
@@ -256,21 +248,7 @@ fn staged(max_in_flight: u32) -> (Batcher<u64, &'static str>, Shared) {
 #[test]
 fn staged_commits_start_the_next_group_only_after_the_write() {
     model(|| {
-        let (b, dev) = staged(2);
-        let hs: Vec<_> = (1..=2u64)
-            .map(|p| {
-                let (b, dev) = (b.clone(), dev.clone());
-                thread::spawn(move || {
-                    b.start().stop_sync(p).unwrap();
-                    assert!(dev.0.lock().durable >= p);
-                })
-            })
-            .collect();
-        b.start().stop_sync(3).unwrap();
-        assert!(dev.0.lock().durable >= 3);
-        for h in hs {
-            h.join().unwrap();
-        }
-        assert!(dev.0.lock().max_seen <= 2, "at most two commits in flight");
+        let (b, dev) = overlapping(2, true);
+        three_committers(b, dev);
     });
 }

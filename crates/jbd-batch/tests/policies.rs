@@ -222,6 +222,26 @@ fn the_adaptive_window_is_the_average_clamped_not_the_maximum() {
     drop(other);
 }
 
+/// Four threads each stop `per_thread` times at the next position (the
+/// positions 1, 2, … in the order the threads take them); every stop
+/// returns covered.
+fn four_threads_stop(b: &Batcher<u64, String>, per_thread: u64) {
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            let (b, next) = (b.clone(), next.clone());
+            s.spawn(move || {
+                for _ in 0..per_thread {
+                    let h = b.start();
+                    let p = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                    h.stop_sync(p).unwrap();
+                    assert!(b.committed().unwrap() >= p);
+                }
+            });
+        }
+    });
+}
+
 /// A staged batcher with two commits in flight under four threads: a
 /// commit never starts while another is still in its write stage, at most
 /// two run at once, targets in flight only grow, and every stop returns
@@ -233,7 +253,6 @@ fn staged_commits_overlap_a_write_with_a_flush_only() {
         writing: u32,
         in_flight: u32,
         max_in_flight: u32,
-        overlapped: u32,
         last_target: u64,
     }
     let dev = Arc::new(Mutex::new(Dev::default()));
@@ -251,9 +270,6 @@ fn staged_commits_overlap_a_write_with_a_flush_only() {
             d.last_target = p;
             d.writing += 1;
             d.in_flight += 1;
-            if d.in_flight > 1 {
-                d.overlapped += 1;
-            }
             d.max_in_flight = d.max_in_flight.max(d.in_flight);
         }
         std::thread::yield_now();
@@ -263,20 +279,7 @@ fn staged_commits_overlap_a_write_with_a_flush_only() {
         d2.lock().unwrap().in_flight -= 1;
         Ok(())
     });
-    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    std::thread::scope(|s| {
-        for _ in 0..4 {
-            let (b, next) = (b.clone(), next.clone());
-            s.spawn(move || {
-                for _ in 0..300 {
-                    let h = b.start();
-                    let p = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-                    h.stop_sync(p).unwrap();
-                    assert!(b.committed().unwrap() >= p);
-                }
-            });
-        }
-    });
+    four_threads_stop(&b, 300);
     let d = dev.lock().unwrap();
     assert!(d.max_in_flight <= 2);
     assert_eq!(d.writing, 0);
@@ -307,19 +310,7 @@ fn staged_groups_larger_than_the_overlap_bound_are_not_overlapped() {
         f2.lock().unwrap().0 -= 1;
         Ok(())
     });
-    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    std::thread::scope(|s| {
-        for _ in 0..4 {
-            let (b, next) = (b.clone(), next.clone());
-            s.spawn(move || {
-                for _ in 0..200 {
-                    let h = b.start();
-                    let p = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-                    h.stop_sync(p).unwrap();
-                }
-            });
-        }
-    });
+    four_threads_stop(&b, 200);
     assert_eq!(in_flight.lock().unwrap().1, 1, "never two commits at once");
     assert_eq!(b.committed(), Some(800));
 }
