@@ -52,7 +52,7 @@ fn pick<T: Copy>(rng: &mut SplitMix64, xs: &[T]) -> T {
 fn random_options(rng: &mut SplitMix64) -> Options {
     let logbufs = pick(rng, &[2, 4, 8]);
     Options {
-        // A third of the seeds overlap group commits (two in flight).
+        // Two thirds of the seeds run staged group commits (two in flight).
         commits_in_flight: pick(rng, &[1, 2, 2]),
         // Two thirds write the log with O_DIRECT (the default), whose
         // alignment SimVfs enforces (alignment 1 falls back to buffered);
@@ -250,7 +250,7 @@ fn run_seed(seed: u64) -> u64 {
         data_floor = floor;
     }
     // The journal accepts writes after recovery and keeps them.
-    let j = open_sim(&vfs, opts).unwrap();
+    let j = recover(&vfs, opts, &format!("seed {seed} final {opts:?}"));
     verify(&j, &acked, &format!("seed {seed} final"));
     let p = payload(200, 0, 500);
     let l = j.append_durable(&p).unwrap();

@@ -828,9 +828,20 @@ impl<D: LogDevice> Ring<D> {
         i: usize,
     ) -> Result<MutexGuard<'a, RingState<D::Error>>, Error<D::Error>> {
         let cfg = &self.inner.config;
+        // The in-flight window recovery allows for: no record may be
+        // written more than this far beyond the durable LSN.
+        let window = (cfg.logbufs * cfg.logbsize) as u64;
         let flags = loop {
             st.poison()?;
             let mut flags = st.slots[i].need;
+            let end = st.slots[i].lsn.plus(st.slots[i].record_size(cfg.alignment));
+            if end.0 > st.stable_lsn.0 + window {
+                // A plain write here could outlive, in a crash, records
+                // before it that are not durable, farther out than recovery
+                // takes for in-flight leftovers: it goes out FUA, which makes
+                // everything before it durable too.
+                flags |= IoFlags::FUA;
+            }
             if cfg.flush_policy == FlushPolicy::EveryWrite {
                 flags = IoFlags::PREFLUSH | IoFlags::FUA;
             } else if flags.contains(IoFlags::FUA)

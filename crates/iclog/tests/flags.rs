@@ -57,6 +57,23 @@ fn a_filled_buffer_goes_out_with_no_flags_and_the_commit_after_it_with_preflush_
 }
 
 #[test]
+fn no_record_is_written_more_than_the_in_flight_window_beyond_the_durable_lsn() {
+    // 4 × 16 KiB buffers: a window of 64 KiB. Entries that each fill a
+    // buffer, never forced: a plain write is allowed up to the window's
+    // edge, the record past it goes out PREFLUSH | FUA.
+    let cfg = small();
+    let (r, dev) = ring(cfg);
+    let whole = vec![3u8; cfg.max_entry_size()];
+    for _ in 0..11 {
+        r.append(&whole).unwrap();
+    }
+    let n = NONE;
+    assert_eq!(flags_of(&dev), [n, n, n, n, PF, n, n, n, n, PF]);
+    // The second FUA write made everything up to its end durable.
+    assert_eq!(r.durable_lsn(), Lsn(10 * cfg.logbsize as u64));
+}
+
+#[test]
 fn a_tail_move_puts_preflush_on_the_next_forced_buffer_only() {
     let (r, dev) = ring(small());
     r.force(r.append(b"a").unwrap()).unwrap();
