@@ -544,7 +544,8 @@ impl<D: LogDevice> Ring<D> {
         let mut st = self.inner.state.lock();
         loop {
             st.poison()?;
-            if lsn < st.written_lsn || lsn < st.stable_lsn {
+            // (Durable implies written: stable_lsn never passes written_lsn.)
+            if lsn < st.written_lsn {
                 return Ok(());
             }
             let head = st.appended_end();
@@ -762,12 +763,18 @@ impl<D: LogDevice> Ring<D> {
     /// Drops a reservation; the last one out of a WANT_SYNC buffer writes it.
     fn release(&self, idx: usize) -> Result<(), Error<D::Error>> {
         let mut st = self.inner.state.lock();
-        let slot = &mut st.slots[idx];
-        slot.refs -= 1;
-        if slot.refs == 0 && slot.state == BufState::WantSync {
+        if Self::drop_ref(&mut st, idx) {
             drop(self.submit(st, idx)?);
         }
         Ok(())
+    }
+
+    /// Drops one reference to buffer `i`; returns whether that was the
+    /// last one out of a switched-out buffer, so the caller must write it.
+    fn drop_ref(st: &mut RingState<D::Error>, i: usize) -> bool {
+        let slot = &mut st.slots[i];
+        slot.refs -= 1;
+        slot.refs == 0 && slot.state == BufState::WantSync
     }
 
     /// Drops the reservations of a chain's last two parts, `earlier` (whose
@@ -778,13 +785,8 @@ impl<D: LogDevice> Ring<D> {
     /// wait, in a PREFLUSH write, for `earlier`, which this thread holds).
     fn release_pair(&self, earlier: usize, later: usize) -> Result<(), Error<D::Error>> {
         let mut st = self.inner.state.lock();
-        let last_out = |st: &mut RingState<D::Error>, i: usize| {
-            let slot = &mut st.slots[i];
-            slot.refs -= 1;
-            slot.refs == 0 && slot.state == BufState::WantSync
-        };
-        let write_earlier = last_out(&mut st, earlier);
-        let write_later = last_out(&mut st, later);
+        let write_earlier = Self::drop_ref(&mut st, earlier);
+        let write_later = Self::drop_ref(&mut st, later);
         if write_earlier {
             st = self.submit(st, earlier)?;
         }

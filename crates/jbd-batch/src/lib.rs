@@ -50,7 +50,7 @@
 //! flush. Letting the next leader start as soon as a slot frees instead
 //! (what [`Batcher::new`] does) splits the committers into half-sized
 //! groups whose writes and flushes all run at once: on the development VM
-//! that lost 8–15% against one commit in flight, where staging gained
+//! that lost 7–15% against one commit in flight, where staging gained
 //! 7–13% at 4 and 16 clients (journal-core's README). A group larger than
 //! [`BatchConfig::overlap_max_group`] is not overlapped: it keeps the
 //! device busy on its own, and splitting the next group off it cost more
@@ -119,9 +119,10 @@ pub struct BatchConfig {
     /// write overlap ([`Batcher::staged`]; default 16). A larger group
     /// keeps the device busy on its own; overlapping it only makes the
     /// next group smaller and costs a leader handoff and a flush more: on
-    /// the development VM (2 vCPUs) staging every group lost 3–6% at 64
-    /// committers (groups of 20–27) while it gained 7–13% at 4 and 16
-    /// (groups of 2–8), and this bound brought 64 back to one in flight.
+    /// the development VM (2 vCPUs) staging every group lost 5–6% at 64
+    /// committers in a same-hour comparison (groups of 20 against 26–27)
+    /// while it gained 7–13% at 4 and 16 (groups of 2–8); this bound
+    /// brought 64 back to what one commit in flight gives.
     pub overlap_max_group: u64,
 }
 

@@ -160,19 +160,20 @@ impl Journal {
                 .map_err(Error::from)?,
         );
         let r2 = ring.clone();
+        let shared = |e| Arc::new(ring_error(e));
         let batcher = if options.commits_in_flight > 1 {
             // A commit in two stages: the group's record is written, the
             // next group may start (its write overlaps this flush), then a
             // cache flush, shared by every group written before it began.
             Batcher::staged(options.batch(), move |lsn: Lsn, stage| {
-                r2.write_out(lsn).map_err(|e| Arc::new(ring_error(e)))?;
+                r2.write_out(lsn).map_err(shared)?;
                 stage.written();
-                r2.force(lsn).map_err(|e| Arc::new(ring_error(e)))
+                r2.force(lsn).map_err(shared)
             })
         } else {
             // One commit at a time: one FUA write (pwrite + fdatasync).
             Batcher::new(options.batch(), move |lsn: Lsn| {
-                r2.force(lsn).map_err(|e| Arc::new(ring_error(e)))
+                r2.force(lsn).map_err(shared)
             })
         };
         Ok(Journal {
