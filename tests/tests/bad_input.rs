@@ -213,6 +213,13 @@ fn invalid_options_are_typed_errors_and_create_nothing() {
             },
         ),
         (
+            "write_ahead",
+            Options {
+                write_ahead: (64 << 20) + 1,
+                ..small_options()
+            },
+        ),
+        (
             "preallocate_ahead",
             Options {
                 preallocate_ahead: 0,

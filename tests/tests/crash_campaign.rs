@@ -81,6 +81,9 @@ fn random_options(rng: &mut SplitMix64) -> Options {
         batch_policy: pick(rng, &[BatchPolicy::Adaptive, BatchPolicy::None]),
         max_batch: Duration::from_micros(200),
         background_preallocation: rng.chance(1, 2),
+        // The in-flight window: the ring's capacity, 4 segments, or the
+        // default 1 MiB (16 segments of 64 KiB).
+        write_ahead: pick(rng, &[0, 256 << 10, 1 << 20]),
         logbufs,
         ..small_options()
     }

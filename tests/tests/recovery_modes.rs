@@ -98,8 +98,8 @@ fn absolute_consistency_refuses_a_torn_tail() {
 #[test]
 fn mid_log_corruption_is_an_error_naming_the_lsn_or_skipped_and_reported() {
     let vfs = SimVfs::new();
-    // Enough records that the corrupt one is far more than the in-flight
-    // window (4 × 16 KiB) before the end.
+    // Enough records that the corrupt one is followed by records written
+    // once it was durable (each record stamps the durable LSN).
     let lsns = write(&vfs, 400);
     let bad = record_of(lsns[50]);
     poke(&vfs, Lsn(bad.0 + 200), &[0x55; 16]);

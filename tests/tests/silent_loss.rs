@@ -31,14 +31,15 @@ fn opts(mode: RecoveryMode) -> Options {
 }
 
 /// Segments much larger than twice the in-flight window (256 KiB against
-/// 2 × 16 KiB buffers), as with the defaults (16 MiB against 8 × 256 KiB):
-/// a scan that only looks a window past the end sees nothing of the next
-/// segments.
+/// 2 × 16 KiB buffers, no write-ahead beyond them), as with the defaults
+/// (16 MiB against 8 × 256 KiB): a scan that only looks a window past the
+/// end sees nothing of the next segments.
 fn wide(mode: RecoveryMode) -> Options {
     Options {
         segment_size: 256 << 10,
         logbufs: 2,
         logbsize: 16 << 10,
+        write_ahead: 0,
         ..opts(mode)
     }
 }

@@ -30,6 +30,11 @@ pub struct Config {
     pub alignment: u64,
     /// When writes carry PREFLUSH / FUA.
     pub flush_policy: FlushPolicy,
+    /// How far past the durable LSN a record may be written without FUA,
+    /// in bytes: the in-flight window is the larger of this and the ring's
+    /// capacity, `logbufs × logbsize` ([`Config::inflight_window`]). 0 (the
+    /// default) keeps it at the capacity, as XFS does.
+    pub write_ahead: u64,
 }
 
 impl Default for Config {
@@ -39,6 +44,7 @@ impl Default for Config {
             logbsize: 256 * 1024,
             alignment: 512,
             flush_policy: FlushPolicy::NeedFlags,
+            write_ahead: 0,
         }
     }
 }
@@ -125,6 +131,17 @@ impl Config {
     /// (see [`crate::format`]).
     pub fn max_entry_size(&self) -> usize {
         self.logbsize - HEADER_SIZE - ENTRY_HEADER_SIZE
+    }
+
+    /// The in-flight window: no record is written more than this many
+    /// bytes past the durable LSN (a plain write that would end beyond it
+    /// goes out FUA), so recovery takes valid records past a damaged one
+    /// for leftovers of unacknowledged writes only this far out. The larger
+    /// of [`Config::write_ahead`] and `logbufs × logbsize`: small buffers
+    /// write a group of large transactions over more than the ring, and a
+    /// window no larger than the ring would make those writes FUA.
+    pub fn inflight_window(&self) -> u64 {
+        self.write_ahead.max((self.logbufs * self.logbsize) as u64)
     }
 
     /// The largest payload (all entries, framed) of one record.

@@ -33,9 +33,10 @@
 //!   write, the submitter waits for those earlier writes to complete, since
 //!   a cache flush only covers completed writes.
 //! - A buffer that simply filled up goes out with **no flags** — unless its
-//!   record would end more than `logbufs × logbsize` bytes (the in-flight
-//!   window) beyond the durable LSN: then it goes out FUA (and PREFLUSH, as
-//!   it depends on the records before it). A crash may keep any subset of
+//!   record would end more than [`Config::inflight_window`] bytes (the
+//!   larger of [`Config::write_ahead`] and `logbufs × logbsize`) beyond
+//!   the durable LSN: then it goes out FUA (and PREFLUSH, as it depends on
+//!   the records before it). A crash may keep any subset of
 //!   writes that were not made durable, and recovery takes valid records
 //!   past a damaged one for leftovers of in-flight writes only within that
 //!   window; this keeps every written, non-durable record inside it.

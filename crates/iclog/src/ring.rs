@@ -832,7 +832,7 @@ impl<D: LogDevice> Ring<D> {
         let cfg = &self.inner.config;
         // The in-flight window recovery allows for: no record may be
         // written more than this far beyond the durable LSN.
-        let window = (cfg.logbufs * cfg.logbsize) as u64;
+        let window = cfg.inflight_window();
         let flags = loop {
             st.poison()?;
             let mut flags = st.slots[i].need;

@@ -74,6 +74,31 @@ fn no_record_is_written_more_than_the_in_flight_window_beyond_the_durable_lsn() 
 }
 
 #[test]
+fn write_ahead_widens_the_in_flight_window_past_the_ring() {
+    // The same 64 KiB ring with 144 KiB of write-ahead: nine plain writes
+    // (144 KiB), the tenth would end past the window and goes out FUA.
+    let cfg = Config {
+        write_ahead: 144 << 10,
+        ..small()
+    };
+    assert_eq!(cfg.inflight_window(), 144 << 10);
+    let (r, dev) = ring(cfg);
+    let whole = vec![3u8; cfg.max_entry_size()];
+    for _ in 0..11 {
+        r.append(&whole).unwrap();
+    }
+    let n = NONE;
+    assert_eq!(flags_of(&dev), [n, n, n, n, n, n, n, n, n, PF]);
+    assert_eq!(r.durable_lsn(), Lsn(10 * cfg.logbsize as u64));
+    // Less write-ahead than the ring leaves the window at the ring.
+    let cfg = Config {
+        write_ahead: 1,
+        ..small()
+    };
+    assert_eq!(cfg.inflight_window(), 64 << 10);
+}
+
+#[test]
 fn a_tail_move_puts_preflush_on_the_next_forced_buffer_only() {
     let (r, dev) = ring(small());
     r.force(r.append(b"a").unwrap()).unwrap();

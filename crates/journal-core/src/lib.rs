@@ -97,7 +97,10 @@ pub use error::{Error, Result};
 pub use geometry::Geometry;
 pub use journal::{CheckpointReport, CommitHandle, ForceMode, Journal, ReadIter};
 pub use metrics::Metrics;
-pub use options::{Options, RecoveryMode, SyncMethod, DEFAULT_MAX_RECORD_SIZE};
+pub use options::{
+    Options, RecoveryMode, SyncMethod, DEFAULT_MAX_RECORD_SIZE, DEFAULT_WRITE_AHEAD,
+    MAX_WRITE_AHEAD,
+};
 pub use recovery::{LogEnd, RecoveryReport, SkippedRange};
 
 // The vocabulary the facade's API speaks, from the crates it composes, so a

@@ -88,6 +88,16 @@ pub struct Options {
     pub max_batch: Duration,
     /// When log writes carry PREFLUSH / FUA (default NEED flags, Linux 5.14).
     pub flush_policy: FlushPolicy,
+    /// How far past its durable end the log may be written before a commit
+    /// makes it durable, in bytes (default 1 MiB; at most 64 MiB). The
+    /// in-flight window is the larger of this and `logbufs × logbsize`
+    /// ([`Options::inflight_window`]): a log write that would end past it
+    /// goes out FUA, and recovery takes valid records after a damaged one
+    /// for leftovers of unacknowledged writes (a torn tail) only within it
+    /// — beyond it they mean corruption. With small buffers a group of
+    /// large transactions spans more than the ring: a window no larger
+    /// than the ring made those writes FUA (README, `xfs-flush-flags`).
+    pub write_ahead: u64,
     /// Group commits that may be in flight at once (default 2; 1 to
     /// `logbufs`). With 1, a group's commit is one FUA write of its buffer
     /// (`pwrite` + `fdatasync`) and the next group waits for it. Above 1, a
@@ -121,6 +131,11 @@ pub struct Options {
     pub background_preallocation: bool,
 }
 
+/// The default [`Options::write_ahead`]: 1 MiB.
+pub const DEFAULT_WRITE_AHEAD: u64 = 1 << 20;
+/// The largest [`Options::write_ahead`]: 64 MiB.
+pub const MAX_WRITE_AHEAD: u64 = 64 << 20;
+
 /// The default [`Options::max_record_size`]: 64 MiB.
 pub const DEFAULT_MAX_RECORD_SIZE: usize = 64 << 20;
 
@@ -138,6 +153,7 @@ impl Default for Options {
             min_batch: Duration::ZERO,
             max_batch: Duration::from_millis(15),
             flush_policy: FlushPolicy::NeedFlags,
+            write_ahead: DEFAULT_WRITE_AHEAD,
             commits_in_flight: 2,
             recycle_policy: RecyclePolicy::Batched,
             prealloc: Prealloc::ZeroFill,
@@ -157,6 +173,7 @@ impl Options {
             logbsize: self.logbsize,
             alignment: self.alignment,
             flush_policy: self.flush_policy,
+            write_ahead: self.write_ahead,
         }
     }
 
@@ -190,10 +207,10 @@ impl Options {
         self.iclog().max_entry_size()
     }
 
-    /// Bytes that may be in flight (written, not yet durable) at a crash:
-    /// every buffer of the ring.
+    /// Bytes that may be written and not yet durable at a crash: the
+    /// larger of [`Options::write_ahead`] and every buffer of the ring.
     pub fn inflight_window(&self) -> u64 {
-        (self.logbufs * self.logbsize) as u64
+        self.iclog().inflight_window()
     }
 
     /// Checks every option and their combinations.
@@ -218,6 +235,15 @@ impl Options {
                 format!(
                     "{} is not between 1 and logbufs ({})",
                     self.commits_in_flight, self.logbufs
+                ),
+            );
+        }
+        if self.write_ahead > MAX_WRITE_AHEAD {
+            return bad(
+                "write_ahead",
+                format!(
+                    "{} exceeds the limit of {MAX_WRITE_AHEAD}",
+                    self.write_ahead
                 ),
             );
         }

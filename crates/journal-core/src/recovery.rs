@@ -6,9 +6,10 @@
 //! where that fails (what was found there is a [`Damage`]) is examined:
 //!
 //! 1. **Did the log go on?** Records may be in flight at a crash: up to
-//!    `W = logbufs × logbsize` bytes (the *in-flight window*, the largest
-//!    any session used, kept in the control file) written concurrently,
-//!    none acknowledged past the first incomplete one, so valid records
+//!    `W` bytes past the durable end (the *in-flight window*: the larger
+//!    of `write_ahead` and `logbufs × logbsize`, the largest any session
+//!    used, kept in the control file) written and not yet durable, none
+//!    acknowledged past the first incomplete one, so valid records
 //!    *within* `[P, P + W)` are leftovers of unacknowledged writes. A valid
 //!    current record *beyond* it — in `[P + W, P + 2W)`, or near the start
 //!    of any existing segment above `P`'s (a deleted or damaged segment in

@@ -704,7 +704,13 @@ pub fn bench_options(env: &Env) -> Options {
 
 /// A JSON description of journal options.
 pub fn options_json(o: &Options) -> Json {
-    json!({"segment_size": o.segment_size, "logbufs": o.logbufs, "logbsize": o.logbsize, "alignment": o.alignment, "sync_method": format!("{:?}", o.sync_method), "batch_policy": format!("{:?}", o.batch_policy), "max_batch_us": o.max_batch.as_micros() as u64, "flush_policy": format!("{:?}", o.flush_policy), "commits_in_flight": o.commits_in_flight, "recycle_policy": format!("{:?}", o.recycle_policy), "prealloc": format!("{:?}", o.prealloc), "direct_io": o.direct_io})
+    json!({"segment_size": o.segment_size, "logbufs": o.logbufs, "logbsize": o.logbsize, "alignment": o.alignment, "sync_method": format!("{:?}", o.sync_method), "batch_policy": format!("{:?}", o.batch_policy), "max_batch_us": o.max_batch.as_micros() as u64, "flush_policy": format!("{:?}", o.flush_policy), "commits_in_flight": o.commits_in_flight, "recycle_policy": format!("{:?}", o.recycle_policy), "prealloc": format!("{:?}", o.prealloc), "direct_io": o.direct_io, "write_ahead": o.write_ahead})
+}
+
+/// The median of `v` (the upper one of an even count); `v` is not empty.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
 }
 
 /// Stringifies an I/O or journal error for the bench's error path.
