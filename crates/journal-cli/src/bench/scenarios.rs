@@ -2,7 +2,8 @@
 //! and prints a table.
 
 use super::{
-    bench_options, commit_load, err, fresh_journal, histogram, micros, options_json, table, Env,
+    bench_options, commit_load, err, fresh_journal, histogram, median, micros, options_json, table,
+    Env,
 };
 use journal_core::vfs::{SimVfs, Vfs};
 use journal_core::{
@@ -277,21 +278,27 @@ pub fn pg_recycle(env: &Env) -> Result<Json, String> {
 
 /// Seed 003 (XFS NEED_FLUSH / NEED_FUA): writers commit transactions that
 /// span several buffers; 32 KiB vs 256 KiB buffers, NEED flags vs
-/// PREFLUSH|FUA on every write.
+/// PREFLUSH|FUA on every write. The four configurations run in interleaved
+/// rounds (a fresh journal each time); rates are medians over the rounds,
+/// the other figures those of the median run.
 pub fn xfs_flush_flags(env: &Env) -> Result<Json, String> {
-    let mut rows = Vec::new();
-    let mut results = Vec::new();
-    let mut rate = std::collections::HashMap::new();
     let writers = if env.smoke { 2 } else { 8 };
-    for logbsize in [32usize << 10, 256 << 10] {
-        for (fname, policy) in [
-            ("NeedFlags", FlushPolicy::NeedFlags),
-            ("EveryWrite", FlushPolicy::EveryWrite),
-        ] {
-            env.progress(&format!(
-                "xfs-flush-flags: logbsize {} KiB, {fname}",
-                logbsize >> 10
-            ));
+    let rounds = if env.smoke { 1 } else { 3 };
+    let configs = [
+        (32usize << 10, "NeedFlags", FlushPolicy::NeedFlags),
+        (32 << 10, "EveryWrite", FlushPolicy::EveryWrite),
+        (256 << 10, "NeedFlags", FlushPolicy::NeedFlags),
+        (256 << 10, "EveryWrite", FlushPolicy::EveryWrite),
+    ];
+    // Per configuration, one (rate, run figures) per round.
+    let mut runs: Vec<Vec<(f64, Json)>> = vec![Vec::new(); configs.len()];
+    for round in 0..rounds {
+        for (k, &(logbsize, fname, policy)) in configs.iter().enumerate() {
+            env.progress_bar(
+                round * configs.len() + k,
+                rounds * configs.len(),
+                &format!("xfs-flush-flags: logbsize {} KiB, {fname}", logbsize >> 10),
+            );
             let options = Options {
                 logbsize,
                 flush_policy: policy,
@@ -311,28 +318,47 @@ pub fn xfs_flush_flags(env: &Env) -> Result<Json, String> {
             let m = j.metrics();
             drop(j);
             env.discard(&dir);
-            rate.insert((logbsize, fname), load.rate());
-            rows.push(vec![
-                format!("{}", logbsize >> 10),
-                fname.to_string(),
-                format!("{:.0}", load.rate()),
-                format!("{:.3}", load.syncs_per_commit()),
-                m.log_writes_preflush.to_string(),
-                m.log_bare_flushes.to_string(),
-                m.groups.to_string(),
-                m.noiclog_waits.to_string(),
-            ]);
-            results.push(
-                json!({"logbsize": logbsize, "flush_policy": fname, "commits_per_s": load.rate(), "syncs_per_commit": load.syncs_per_commit(), "p50_us": load.q(0.5), "preflush_writes": m.log_writes_preflush, "bare_flushes": m.log_bare_flushes, "groups": m.groups, "noiclog_waits": m.noiclog_waits}),
-            );
+            runs[k].push((
+                load.rate(),
+                json!({"commits_per_s": load.rate(), "syncs_per_commit": load.syncs_per_commit(), "p50_us": load.q(0.5), "log_writes": m.log_writes, "preflush_writes": m.log_writes_preflush, "bare_flushes": m.log_bare_flushes, "groups": m.groups, "noiclog_waits": m.noiclog_waits}),
+            ));
         }
     }
-    println!("xfs-flush-flags (seed 003): {writers} writers, 48 KiB transactions");
+    let mut rows = Vec::new();
+    let mut results = Vec::new();
+    let mut rate = std::collections::HashMap::new();
+    for (&(logbsize, fname, _), mut r) in configs.iter().zip(runs) {
+        let med = median(r.iter().map(|(x, _)| *x).collect());
+        rate.insert((logbsize, fname), med);
+        r.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let figures = &r[r.len() / 2].1;
+        let all: Vec<f64> = r.iter().map(|(x, _)| *x).collect();
+        let f = |k: &str| figures[k].as_f64().unwrap_or(0.0);
+        rows.push(vec![
+            format!("{}", logbsize >> 10),
+            fname.to_string(),
+            format!("{med:.0}"),
+            format!("{:.0}-{:.0}", all[0], all[all.len() - 1]),
+            format!("{:.3}", f("syncs_per_commit")),
+            format!("{:.0}", f("preflush_writes")),
+            format!("{:.0}", f("bare_flushes")),
+            format!("{:.0}", f("groups")),
+            format!("{:.0}", f("noiclog_waits")),
+        ]);
+        results.push(
+            json!({"logbsize": logbsize, "flush_policy": fname, "commits_per_s": med, "rounds_commits_per_s": all, "median_run": figures}),
+        );
+    }
+    println!(
+        "xfs-flush-flags (seed 003): {writers} writers, 48 KiB transactions, medians of {rounds} interleaved rounds, {} s per point",
+        env.seconds
+    );
     table(
         &[
             "logbsize KiB",
             "policy",
             "commits/s",
+            "range",
             "syncs/commit",
             "preflush writes",
             "bare flushes",
@@ -355,7 +381,7 @@ pub fn xfs_flush_flags(env: &Env) -> Result<Json, String> {
     );
     println!("NeedFlags / EveryWrite: 32 KiB {r32:.2}x, 256 KiB {r256:.2}x; 32 KiB / 256 KiB with NeedFlags {gap:.2} (seed: 32 KiB 152,851 -> 221,533, 256 KiB 228,286)");
     Ok(
-        json!({"scenario": "xfs-flush-flags", "writers": writers, "results": results, "ratios": json!({"need_flags_over_every_write_32k": r32, "need_flags_over_every_write_256k": r256, "need_flags_32k_over_256k": gap})}),
+        json!({"scenario": "xfs-flush-flags", "writers": writers, "rounds": rounds, "results": results, "ratios": json!({"need_flags_over_every_write_32k": r32, "need_flags_over_every_write_256k": r256, "need_flags_32k_over_256k": gap})}),
     )
 }
 
