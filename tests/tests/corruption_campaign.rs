@@ -53,8 +53,13 @@ const CLASSES: [&str; 13] = [
     "garbage-segment",
 ];
 
-fn options(mode: RecoveryMode) -> Options {
+/// `write_ahead` 0 keeps the in-flight window at the ring (32 KiB);
+/// the default widens it past the whole log (1 MiB against 6 segments of
+/// 64 KiB), leaving the durable-LSN stamps and the control file's end to
+/// tell damage from a torn tail. Each base journal picks one.
+fn options(mode: RecoveryMode, write_ahead: u64) -> Options {
     Options {
+        write_ahead,
         segment_size: 64 << 10,
         logbufs: 2,
         logbsize: 16 << 10,
@@ -67,18 +72,20 @@ fn options(mode: RecoveryMode) -> Options {
 }
 
 fn geometry() -> Geometry {
-    let o = options(RecoveryMode::TolerateTornTail);
+    let o = options(RecoveryMode::TolerateTornTail, 0);
     Geometry::new(o.segment_size, o.alignment)
 }
 
-fn open(vfs: &SimVfs, mode: RecoveryMode) -> journal_core::Result<Journal> {
+fn open(vfs: &SimVfs, mode: RecoveryMode, write_ahead: u64) -> journal_core::Result<Journal> {
     let v: Arc<dyn Vfs> = Arc::new(vfs.clone());
-    Journal::open_with(v, sim_dir(), options(mode))
+    Journal::open_with(v, sim_dir(), options(mode, write_ahead))
 }
 
 /// A damaged-able journal: what was acknowledged, where the live log is.
 struct Base {
     vfs: SimVfs,
+    /// The `write_ahead` it was written and is opened with.
+    write_ahead: u64,
     acked: BTreeMap<Lsn, Vec<u8>>,
     /// The first record of the live log and the end of the log.
     scan: Lsn,
@@ -92,7 +99,12 @@ struct Base {
 
 fn build(rng: &mut SplitMix64) -> Base {
     let vfs = SimVfs::new();
-    let j = open(&vfs, RecoveryMode::TolerateTornTail).unwrap();
+    let write_ahead = if rng.chance(1, 2) {
+        0
+    } else {
+        journal_core::DEFAULT_WRITE_AHEAD
+    };
+    let j = open(&vfs, RecoveryMode::TolerateTornTail, write_ahead).unwrap();
     let mut acked = BTreeMap::new();
     let n = rng.range(150, 400) as u32;
     let mut lsns = Vec::new();
@@ -127,6 +139,7 @@ fn build(rng: &mut SplitMix64) -> Base {
     let j = open(
         &vfs.crash(CrashPolicy::DropUnsynced),
         RecoveryMode::AbsoluteConsistency,
+        write_ahead,
     )
     .expect("the undamaged journal opens in every mode");
     let end = j.durable_lsn();
@@ -157,6 +170,7 @@ fn build(rng: &mut SplitMix64) -> Base {
     drop(j);
     Base {
         vfs,
+        write_ahead,
         acked,
         scan: c.scan_lsn,
         redo: c.redo_lsn,
@@ -420,7 +434,11 @@ enum Outcome {
 
 /// Opens a damaged copy in `mode` and checks the campaign's invariants.
 fn judge(base: &Base, vfs: &SimVfs, mode: RecoveryMode, m: &Mutation, ctx: &str) -> Outcome {
-    let j = match open(&vfs.crash(CrashPolicy::DropUnsynced), mode) {
+    let j = match open(
+        &vfs.crash(CrashPolicy::DropUnsynced),
+        mode,
+        base.write_ahead,
+    ) {
         Err(e) => {
             assert!(
                 !(m.outside && mode == RecoveryMode::TolerateTornTail),
