@@ -508,12 +508,39 @@ impl LogReader {
         let align = self.alignment();
         let mut p = iclog::format::align_up(from.0, align);
         while p < to.0 {
+            p = self.skip_missing(p)?;
+            if p >= to.0 {
+                break;
+            }
             if self.claims(Lsn(p))? && matches!(self.check(Lsn(p))?, RecordCheck::Valid(_)) {
                 return Ok(Some(Lsn(p)));
             }
             p += align;
         }
         Ok(None)
+    }
+
+    /// `p`, or, when `p` falls in a segment that does not exist (it reads
+    /// as zeros: nothing there claims a position), the start of the next
+    /// segment that does — or `u64::MAX` past the last — so that scans
+    /// past the end of the log step over missing segments a segment at a
+    /// time. Segment data areas start on whole blocks, so an aligned
+    /// position stays aligned.
+    pub fn skip_missing(&mut self, p: u64) -> Result<u64> {
+        let g = self.geometry;
+        let (seg, _) = g.locate(Lsn(p));
+        if !matches!(self.seg(seg)?, Seg::Missing) {
+            return Ok(p);
+        }
+        let last = self.segment_numbers()?.into_iter().max().unwrap_or(0);
+        let mut s = seg + 1;
+        while s <= last {
+            if !matches!(self.seg(s)?, Seg::Missing) {
+                return Ok(g.segment_start(s).0);
+            }
+            s += 1;
+        }
+        Ok(u64::MAX)
     }
 
     /// The end of the valid record at `lsn`, or what was found instead.

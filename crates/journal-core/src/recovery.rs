@@ -247,7 +247,10 @@ fn vouched_durable(reader: &mut LogReader, end: Lsn, window: u64) -> Result<Opti
 /// The first valid current record past the in-flight window after `end`:
 /// in `[end + W, end + 2W)`, or near the start of any existing segment
 /// above `end`'s (a segment the log reached holds a record start within
-/// its first `W / 2` bytes, since a record is at most half a window).
+/// its first `W / 2` bytes, since a record is at most half a window, and
+/// within its data area, since a record is at most that). Each segment is
+/// searched within its own data area only: the next one, if it exists, is
+/// searched in turn.
 fn beyond_the_window(reader: &mut LogReader, end: Lsn, window: u64) -> Result<Option<Lsn>> {
     let from = end.plus(window);
     if let Some(l) = reader.find_valid(from, from.plus(window))? {
@@ -260,7 +263,7 @@ fn beyond_the_window(reader: &mut LogReader, end: Lsn, window: u64) -> Result<Op
             continue;
         }
         let start = g.segment_start(seg);
-        let to = start.plus(window);
+        let to = start.plus(window.min(g.data_size()));
         if from.max(start) < to {
             if let Some(l) = reader.find_valid(from.max(start), to)? {
                 return Ok(Some(l));
@@ -279,6 +282,10 @@ pub fn in_flight_leftovers(reader: &mut LogReader, end: Lsn, window: u64) -> Res
     let mut found = Vec::new();
     let mut p = end.0;
     while p < to {
+        p = reader.skip_missing(p)?;
+        if p >= to {
+            break;
+        }
         if reader.claims(Lsn(p))? {
             found.push(Lsn(p));
         }
