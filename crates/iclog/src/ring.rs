@@ -137,6 +137,16 @@ impl<E: Clone> RingState<E> {
         }
     }
 
+    /// `lsn` was appended: a force or write-out of anything beyond is a
+    /// caller's error.
+    fn check_appended(&self, lsn: Lsn) -> Result<(), Error<E>> {
+        let head = self.appended_end();
+        if lsn >= head {
+            return Err(Error::LsnBeyondHead { lsn, head });
+        }
+        Ok(())
+    }
+
     /// Indices from the oldest in-flight buffer up to (excluding) `i`.
     fn before(&self, i: usize) -> impl Iterator<Item = usize> + '_ {
         let n = self.slots.len();
@@ -548,10 +558,7 @@ impl<D: LogDevice> Ring<D> {
             if lsn < st.written_lsn {
                 return Ok(());
             }
-            let head = st.appended_end();
-            if lsn >= head {
-                return Err(Error::LsnBeyondHead { lsn, head });
-            }
+            st.check_appended(lsn)?;
             let i = Self::buffer_holding(&st, lsn, align);
             if st.slots[i].state == BufState::Active && self.switch(&mut st) {
                 st = self.submit(st, i)?;
@@ -969,10 +976,7 @@ impl<D: LogDevice> Ring<D> {
             if lsn < st.stable_lsn {
                 return Ok(());
             }
-            let head = st.appended_end();
-            if lsn >= head {
-                return Err(Error::LsnBeyondHead { lsn, head });
-            }
+            st.check_appended(lsn)?;
             if lsn < st.written_lsn {
                 // Written without FUA and not flushed since: a bare flush.
                 if st.flushing {

@@ -532,15 +532,9 @@ impl LogReader {
         if !matches!(self.seg(seg)?, Seg::Missing) {
             return Ok(p);
         }
-        let last = self.segment_numbers()?.into_iter().max().unwrap_or(0);
-        let mut s = seg + 1;
-        while s <= last {
-            if !matches!(self.seg(s)?, Seg::Missing) {
-                return Ok(g.segment_start(s).0);
-            }
-            s += 1;
-        }
-        Ok(u64::MAX)
+        // The directory lists the segments that exist, in order.
+        let next = self.segment_numbers()?.into_iter().find(|&n| n > seg);
+        Ok(next.map_or(u64::MAX, |n| g.segment_start(n).0))
     }
 
     /// The end of the valid record at `lsn`, or what was found instead.

@@ -491,7 +491,7 @@ pub fn commit_load_sliced(
     op: impl Fn(&Journal, usize, u64) -> journal_core::Result<()> + Send + Sync + 'static,
 ) -> journal_core::Result<Load> {
     let op: Arc<Op> = Arc::new(op);
-    run_clients(journal, clients, (seconds / 5.0).min(1.0), op.clone())?;
+    run_clients(journal, clients, warmup_seconds(seconds), op.clone())?;
     let slices = slices.max(1);
     let mut total: Option<Load> = None;
     for _ in 0..slices {
@@ -707,10 +707,10 @@ pub fn options_json(o: &Options) -> Json {
     json!({"segment_size": o.segment_size, "logbufs": o.logbufs, "logbsize": o.logbsize, "alignment": o.alignment, "sync_method": format!("{:?}", o.sync_method), "batch_policy": format!("{:?}", o.batch_policy), "max_batch_us": o.max_batch.as_micros() as u64, "flush_policy": format!("{:?}", o.flush_policy), "commits_in_flight": o.commits_in_flight, "recycle_policy": format!("{:?}", o.recycle_policy), "prealloc": format!("{:?}", o.prealloc), "direct_io": o.direct_io, "write_ahead": o.write_ahead})
 }
 
-/// The median of `v` (the upper one of an even count); `v` is not empty.
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+/// The unmeasured warm-up before a point of `seconds`: a fifth of it, at
+/// most one second.
+pub fn warmup_seconds(seconds: f64) -> f64 {
+    (seconds / 5.0).min(1.0)
 }
 
 /// Stringifies an I/O or journal error for the bench's error path.

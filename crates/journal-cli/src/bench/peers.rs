@@ -5,7 +5,7 @@
 //! pwrite of 4 KiB + fdatasync). Systems are interleaved within each round,
 //! rounds repeated, medians reported.
 
-use super::{err, histogram, median, micros, table, Env};
+use super::{err, histogram, micros, table, warmup_seconds, Env};
 use hdrhistogram::Histogram;
 use journal_core::vfs::{OpenOptions, OsVfs, Prealloc, Vfs};
 use journal_core::{Journal, Options};
@@ -52,7 +52,7 @@ const SYSTEMS: [&str; 4] = ["journal", "okaywal", "raft-engine", "device"];
 fn measure(env: &Env, system: &str, n: usize, record: &Arc<Vec<u8>>) -> Result<(f64, u64), String> {
     let dir = env.fresh_dir(system);
     let secs = env.seconds;
-    let warm = (secs / 5.0).min(1.0);
+    let warm = warmup_seconds(secs);
     let result = match system {
         "journal" => {
             let options = Options {
@@ -129,6 +129,11 @@ fn measure(env: &Env, system: &str, n: usize, record: &Arc<Vec<u8>>) -> Result<(
     };
     env.discard(&dir);
     Ok((result.0, result.1.value_at_quantile(0.99)))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
 }
 
 /// `journal bench --scenario peers`.
