@@ -94,6 +94,27 @@ fn a_durable_lsn_watcher_is_never_left_asleep() {
     });
 }
 
+/// A follower blocked at the durable end (a thread waiting on the
+/// durable-LSN signal through its condvar waker) while a committer thread
+/// makes the next entry durable: the ring's durable hook, called outside
+/// its lock from the completion path, wakes it whatever the interleaving,
+/// and it reads the entry back from the segment file.
+#[test]
+fn a_follower_blocked_at_the_durable_end_is_woken_by_a_commit() {
+    model(|| {
+        let vfs = SimVfs::new();
+        let j = Arc::new(open_sim(&vfs, options()).unwrap());
+        let mut follower = j.follow(j.appended_lsn()).unwrap();
+        let j2 = j.clone();
+        let t = thread::spawn(move || j2.append_durable(b"followed").unwrap());
+        let (lsn, bytes) = follower.next().unwrap().unwrap();
+        assert_eq!(&*bytes, b"followed");
+        assert_eq!(lsn, t.join().unwrap());
+        drop(follower);
+        drop(j);
+    });
+}
+
 /// Overlapped group commits (two in flight): one committer's record fills
 /// the first buffer, the other's goes to the second, and both force at
 /// once — two log writes in flight, completing in either order. Each

@@ -127,4 +127,4 @@ pub use config::{
 pub use device::{DeviceError, IoFlags, LogDevice};
 pub use error::Error;
 pub use lsn::Lsn;
-pub use ring::{BufState, Ring, RingStats, BUFFER_ALIGN};
+pub use ring::{BufState, DurableHook, Ring, RingStats, BUFFER_ALIGN};

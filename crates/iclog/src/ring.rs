@@ -3,7 +3,7 @@
 use crate::format::{self, ENTRY_HEADER_SIZE, HEADER_SIZE};
 use crate::{Config, Error, FlushPolicy, IoFlags, LogDevice, Lsn};
 use journal_sync::atomic::{AtomicU64, Ordering};
-use journal_sync::{Arc, Condvar, Mutex, MutexGuard, StatCounter};
+use journal_sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, StatCounter};
 
 /// The state of one buffer (XFS `ic_state`).
 ///
@@ -219,6 +219,26 @@ struct Inner<D: LogDevice> {
     /// `chains.len()`, so [`Ring::commit_point`] takes no lock when no
     /// chain is pending.
     open_chains: AtomicU64,
+    /// Told the durable LSN each time it advances ([`Ring::with_durable_hook`]).
+    on_durable: OnceLock<DurableHook>,
+    /// The highest durable LSN the hook has been told.
+    announced: AtomicU64,
+}
+
+/// What [`Ring::with_durable_hook`] registers: called with the new durable
+/// LSN, outside every ring lock.
+pub type DurableHook = Box<dyn Fn(Lsn) + Send + Sync>;
+
+/// Tells the ring's durable hook about any advance when a public call
+/// returns (by every path, errors included): declared first in each entry
+/// point, it drops after the ring lock guard, so the hook never runs under
+/// the ring lock.
+struct Announce<'a, D: LogDevice>(&'a Ring<D>);
+
+impl<D: LogDevice> Drop for Announce<'_, D> {
+    fn drop(&mut self) {
+        self.0.announce();
+    }
 }
 
 /// Where a reservation landed: (buffer, payload offset, LSN).
@@ -284,8 +304,38 @@ impl<D: LogDevice> Ring<D> {
                 durable: AtomicU64::new(start.0),
                 reserved_end: AtomicU64::new(start.0),
                 open_chains: AtomicU64::new(0),
+                on_durable: OnceLock::new(),
+                announced: AtomicU64::new(start.0),
             }),
         })
+    }
+
+    /// Registers `hook`, called with the new durable LSN whenever it
+    /// advances: once the in-order completion path or a bare flush moved
+    /// it, by the thread whose call moved it, before that call returns and
+    /// outside every ring lock (so the hook may wake waiters that take
+    /// their own locks, or call back into the ring). Calls may overlap and
+    /// arrive out of order across threads (each carries the durable LSN it
+    /// saw); every advance is covered by a call with an LSN at least as
+    /// high, made after the advance is visible through
+    /// [`Ring::durable_lsn`]. One hook per ring: a second is handed back.
+    pub fn set_durable_hook(&self, hook: DurableHook) -> Result<(), DurableHook> {
+        self.inner.on_durable.set(hook)
+    }
+
+    /// Calls the durable hook if the durable LSN passed what it was last
+    /// told. One atomic load when nothing advanced.
+    fn announce(&self) {
+        let Some(hook) = self.inner.on_durable.get() else {
+            return;
+        };
+        let durable = self.inner.durable.load(Ordering::Acquire);
+        if durable <= self.inner.announced.load(Ordering::Acquire) {
+            return;
+        }
+        if self.inner.announced.fetch_max(durable, Ordering::AcqRel) < durable {
+            hook(Lsn(durable));
+        }
     }
 
     /// The configuration.
@@ -316,6 +366,8 @@ impl<D: LogDevice> Ring<D> {
     /// [`Config::split_min`]: split over this buffer and the next. Its LSN
     /// is its first part's; force it through [`Ring::commit_point`].
     pub fn append(&self, payload: &[u8]) -> Result<Lsn, Error<D::Error>> {
+        // A buffer switch may write with FUA (EveryWrite, the window bound).
+        let _announce = Announce(self);
         if payload.len() > crate::config::MAX_RECORD_SIZE {
             return Err(Error::EntryTooLarge {
                 len: payload.len(),
@@ -550,6 +602,7 @@ impl<D: LogDevice> Ring<D> {
     /// joins) the next. Splitting a commit in two this way lets the next
     /// group's write go to the device while this group's flush runs.
     pub fn write_out(&self, lsn: Lsn) -> Result<(), Error<D::Error>> {
+        let _announce = Announce(self);
         let align = self.inner.config.alignment;
         let mut st = self.inner.state.lock();
         loop {
@@ -969,6 +1022,7 @@ impl<D: LogDevice> Ring<D> {
     // ---- forces ---------------------------------------------------------
 
     fn force_inner(&self, lsn: Lsn, wait: bool) -> Result<(), Error<D::Error>> {
+        let _announce = Announce(self);
         let align = self.inner.config.alignment;
         let mut st = self.inner.state.lock();
         loop {

@@ -1,9 +1,11 @@
 //! Durability as futures, for async callers, with no runtime dependency.
 //!
 //! A task that waits for an LSN to become durable registers its `Waker`
-//! here, keyed by the LSN; whoever advances the durable LSN (every path
-//! of the journal that can — a commit, a force, an append whose buffer
-//! switch wrote with FUA, the forcer below) wakes the wakers it covered.
+//! here, keyed by the LSN; the ring wakes the wakers a durable-LSN advance
+//! covers, through its durable hook ([`iclog::Ring::set_durable_hook`]),
+//! from every path that advances it (in-order completion, a bare flush),
+//! outside its lock — so a commit, a force, a checkpoint, an append whose
+//! buffer switch wrote with FUA, the forcer below all wake them alike.
 //! A waiter registers, then looks at the durable LSN again, so a wakeup
 //! between its first look and its registration is never lost.
 //!
@@ -15,7 +17,6 @@
 
 use crate::poison::Poison;
 use crate::{Error, Journal, Lsn, Result};
-use iclog::Ring;
 use jbd_batch::Batcher;
 use journal_sync::atomic::{AtomicBool, Ordering};
 use journal_sync::{thread, Condvar, Mutex};
@@ -142,10 +143,9 @@ impl AsyncCommits {
             // One committer among the others: the batcher may group it
             // with committer threads and lets a lone one go at once.
             match f.batcher.start().stop_sync(target) {
-                Ok(_) => {
-                    self.state.lock().served = Some(target);
-                    self.wake_durable(f.ring.durable_lsn());
-                }
+                // The ring woke the tasks it made durable (its durable
+                // hook), before the batcher returned.
+                Ok(_) => self.state.lock().served = Some(target),
                 Err(e) => {
                     f.poison.set((*e).clone());
                     self.wake_all();
@@ -172,7 +172,6 @@ impl AsyncCommits {
 
 /// What the forcer needs of the journal.
 pub(crate) struct Forcer {
-    pub(crate) ring: Arc<Ring<crate::device::Device>>,
     pub(crate) batcher: Batcher<Lsn, SharedError>,
     pub(crate) poison: Arc<Poison>,
 }

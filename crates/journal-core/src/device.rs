@@ -17,6 +17,7 @@
 //!   ([`SyncMethod::Fsync`]).
 //! - Neither: `pwrite`; the segment is remembered as needing a flush.
 
+use crate::index::RecordIndex;
 use crate::{Error, Geometry, SyncMethod};
 use iclog::{IoFlags, LogDevice, Lsn};
 use journal_sync::atomic::{AtomicBool, Ordering};
@@ -81,6 +82,9 @@ pub(crate) struct Device {
     /// Direct-I/O handles of the segments being written, when the log is
     /// written past the page cache.
     direct: Option<DirectFiles>,
+    /// Where records start, for reads by position: every record written is
+    /// noted before its write.
+    index: Arc<RecordIndex>,
     pub(crate) stats: DeviceStats,
 }
 
@@ -156,6 +160,7 @@ impl Device {
         sync_method: SyncMethod,
         head: u64,
         direct: Option<DirectFiles>,
+        index: Arc<RecordIndex>,
     ) -> Self {
         Self {
             store,
@@ -166,6 +171,7 @@ impl Device {
             pending_data_flush: Mutex::new(None),
             head: Mutex::new(head),
             direct,
+            index,
             stats: DeviceStats::default(),
         }
     }
@@ -278,6 +284,8 @@ impl LogDevice for Device {
     type Error = Error;
 
     fn write(&self, lsn: Lsn, bytes: &[u8], flags: IoFlags) -> Result<(), Error> {
+        // Before the write: whatever becomes durable is findable.
+        self.index.note(lsn);
         // At most two pieces: a record is never larger than a segment's
         // data area (the options guarantee it), so it crosses at most one
         // boundary. No allocation on the write path.

@@ -108,6 +108,31 @@ pub enum Error {
         /// The tail (redo position).
         tail: Lsn,
     },
+    /// A read of an LSN that is not durable yet (appended, or not even
+    /// that): reads return only what a crash would keep.
+    LsnNotDurable {
+        /// The LSN.
+        lsn: Lsn,
+        /// Every record below this is durable.
+        durable: Lsn,
+    },
+    /// [`crate::Journal::read_at`] of an LSN inside the log that no append
+    /// returned: it falls inside a record's header, an entry's bytes, or a
+    /// later part of a chained record.
+    NotAnEntry {
+        /// The LSN.
+        lsn: Lsn,
+    },
+    /// A [`crate::Follower`] fell more than
+    /// [`crate::Options::follow_lag_limit`] behind and a checkpoint
+    /// recycled segments it had not read: it can read no further (open a
+    /// new one from the tail, or catch up another way).
+    FollowerLagged {
+        /// The next LSN it would have read.
+        at: Lsn,
+        /// The limit it passed.
+        limit: u64,
+    },
     /// The journal was closed.
     Closed,
 }
@@ -232,6 +257,16 @@ impl fmt::Display for Error {
             Error::LsnNotInLog { lsn, tail } => {
                 write!(f, "LSN {lsn} is not in the log (tail is {tail})")
             }
+            Error::LsnNotDurable { lsn, durable } => {
+                write!(f, "LSN {lsn} is not durable yet (durable up to {durable})")
+            }
+            Error::NotAnEntry { lsn } => {
+                write!(f, "LSN {lsn} is not the LSN of an entry")
+            }
+            Error::FollowerLagged { at, limit } => write!(
+                f,
+                "follower at LSN {at} fell more than {limit} bytes behind and its segments were recycled"
+            ),
             Error::Closed => f.write_str("journal is closed"),
         }
     }

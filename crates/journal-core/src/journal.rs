@@ -3,9 +3,10 @@
 use crate::async_commit::{AsyncCommits, CommitFuture, DurableWatch, Forcer};
 use crate::control::{read_control, Control, ControlFile};
 use crate::device::{Device, DirectFiles};
+use crate::index::RecordIndex;
 use crate::poison::Poison;
-use crate::reader::{Entry, LogReader, OpenChain, SegmentPin, SegmentPins};
-use crate::recovery::{self, RecoveryReport, SkippedRange};
+use crate::reader::{LogReader, SegmentPins};
+use crate::recovery::{self, RecoveryReport};
 use crate::{Error, Geometry, Metrics, Options, Result};
 use iclog::{Lsn, Ring};
 use jbd_batch::Batcher;
@@ -61,32 +62,34 @@ impl CommitHandle<'_> {
     }
 }
 
-struct Inner {
-    vfs: Arc<dyn Vfs>,
-    dir: PathBuf,
-    options: Options,
-    geometry: Geometry,
-    ring: Arc<Ring<Device>>,
-    batcher: Batcher<Lsn, SharedError>,
-    store: SegmentStore,
-    control: Mutex<ControlFile>,
-    poison: Arc<Poison>,
-    asyncs: Arc<AsyncCommits>,
-    closed: AtomicBool,
-    recovery: RecoveryReport,
-    startup: StartupReport,
-    commits: StatCounter,
-    already_durable: StatCounter,
-    worker: Mutex<Option<Worker>>,
+pub(crate) struct Inner {
+    pub(crate) vfs: Arc<dyn Vfs>,
+    pub(crate) dir: PathBuf,
+    pub(crate) options: Options,
+    pub(crate) geometry: Geometry,
+    pub(crate) ring: Arc<Ring<Device>>,
+    pub(crate) batcher: Batcher<Lsn, SharedError>,
+    pub(crate) store: SegmentStore,
+    pub(crate) control: Mutex<ControlFile>,
+    pub(crate) poison: Arc<Poison>,
+    pub(crate) asyncs: Arc<AsyncCommits>,
+    pub(crate) closed: AtomicBool,
+    pub(crate) recovery: RecoveryReport,
+    pub(crate) startup: StartupReport,
+    pub(crate) commits: StatCounter,
+    pub(crate) already_durable: StatCounter,
+    pub(crate) worker: Mutex<Option<Worker>>,
     /// Segments readers map or will read: never recycled while pinned.
-    pins: Arc<SegmentPins>,
+    pub(crate) pins: Arc<SegmentPins>,
+    /// Where records start, for reads by position.
+    pub(crate) index: Arc<RecordIndex>,
     _lock: DirLock,
 }
 
 /// A write-ahead journal in one directory. `Send + Sync`: share it with
 /// `Arc`. See the crate docs for the commit path and the failure rules.
 pub struct Journal {
-    inner: Inner,
+    pub(crate) inner: Inner,
 }
 
 impl std::fmt::Debug for Journal {
@@ -133,7 +136,8 @@ impl Journal {
         let geometry = Geometry::new(c.segment_size, c.alignment);
         let (store, mut startup) =
             SegmentStore::open(vfs.clone(), &dir, options.store(), c.journal_id)?;
-        let recovery = recover(&vfs, &dir, &options, geometry, &store, &mut control)?;
+        let index = Arc::new(RecordIndex::default());
+        let recovery = recover(&vfs, &dir, &options, geometry, &store, &mut control, &index)?;
         replace_damaged(&store, &mut startup, geometry, &recovery)?;
         let (head_seg, _) = geometry.locate(recovery.end_lsn);
         store.set_head(head_seg);
@@ -154,11 +158,22 @@ impl Journal {
             options.sync_method,
             head_seg,
             direct,
+            index.clone(),
         );
         let ring = Arc::new(
             Ring::new(options.iclog(), device, recovery.end_lsn, c.redo_lsn)
                 .map_err(Error::from)?,
         );
+        // Waiters on the durable LSN (tasks, followers) are woken by the
+        // ring, from every path that advances it, outside its lock.
+        let asyncs = Arc::new(AsyncCommits::default());
+        let a2 = asyncs.clone();
+        if ring
+            .set_durable_hook(Box::new(move |durable| a2.wake_durable(durable)))
+            .is_err()
+        {
+            unreachable!("a new ring has no durable hook");
+        }
         let r2 = ring.clone();
         let shared = |e| Arc::new(ring_error(e));
         let batcher = if options.commits_in_flight > 1 {
@@ -187,7 +202,7 @@ impl Journal {
                 store,
                 control: Mutex::new(control),
                 poison: Arc::new(Poison::default()),
-                asyncs: Arc::new(AsyncCommits::default()),
+                asyncs,
                 closed: AtomicBool::new(false),
                 recovery,
                 startup,
@@ -195,6 +210,7 @@ impl Journal {
                 already_durable: StatCounter::new(),
                 worker: Mutex::new(worker),
                 pins: Arc::new(SegmentPins::default()),
+                index,
                 _lock: lock,
             },
         })
@@ -289,8 +305,6 @@ impl Journal {
             .ring
             .append(record)
             .map_err(|e| self.poison(ring_error(e)))?;
-        // A buffer switch may have written with FUA (EveryWrite).
-        self.wake_durable();
         Ok(lsn)
     }
 
@@ -341,7 +355,6 @@ impl Journal {
                     self.inner.already_durable.incr();
                 }
                 self.inner.commits.incr();
-                self.wake_durable();
                 Ok(())
             }
             Err(e) => Err(self.poison((*e).clone())),
@@ -372,7 +385,6 @@ impl Journal {
             e @ Error::LsnNotAppended { .. } => e,
             e => self.poison(e),
         })?;
-        self.wake_durable();
         Ok(())
     }
 
@@ -384,7 +396,6 @@ impl Journal {
             .ring
             .force_all()
             .map_err(|e| self.poison(ring_error(e)))?;
-        self.wake_durable();
         Ok(end)
     }
 
@@ -434,16 +445,9 @@ impl Journal {
 
     pub(crate) fn forcer(&self) -> Forcer {
         Forcer {
-            ring: self.inner.ring.clone(),
             batcher: self.inner.batcher.clone(),
             poison: self.inner.poison.clone(),
         }
-    }
-
-    /// Wakes the async waiters the durable LSN now covers (one atomic load
-    /// when none waits). Called after every path that can advance it.
-    fn wake_durable(&self) {
-        self.inner.asyncs.wake_durable(self.durable_lsn());
     }
 
     /// Every record below this LSN is durable.
@@ -513,9 +517,18 @@ impl Journal {
                 end_lsn: ring.durable_lsn().max(current.end_lsn),
                 ..current
             })?;
-            // Segments a reader maps (or will read) stay until it is done.
-            let mut redo_seg = self.inner.geometry.segment_of(scan);
-            if let Some(pinned) = self.inner.pins.lowest() {
+            self.inner.index.forget_below(scan);
+            // Segments a reader maps (or will read) stay until it is done;
+            // a follower's stay too, unless it lags past its limit and
+            // holds segments this checkpoint would recycle.
+            let g = self.inner.geometry;
+            let mut redo_seg = g.segment_of(scan);
+            let durable = ring.durable_lsn();
+            let limit = self.inner.options.follow_lag_limit;
+            let lagging = |seg: u64| {
+                seg < redo_seg && durable.0.saturating_sub(g.segment_start(seg).0) > limit
+            };
+            if let Some(pinned) = self.inner.pins.lowest_revoking(lagging) {
                 redo_seg = redo_seg.min(pinned);
             }
             let r = self.inner.store.recycle(redo_seg)?;
@@ -546,48 +559,10 @@ impl Journal {
         Ok(pos)
     }
 
-    /// Iterates over the entries with LSN at or after `lsn`, up to the
-    /// durable LSN, reading the segment files: `(lsn, bytes)` for replay.
-    ///
-    /// Sealed segments are memory-mapped and entries come out as views of
-    /// them ([`EntryBytes`](crate::reader::EntryBytes), no copy; a chained
-    /// record is reassembled into a buffer of its own). A chained record
-    /// whose last part is not durable yet is not returned. While the
-    /// iterator (or any entry it returned) lives, checkpoints leave the
-    /// segments it reads in place.
-    pub fn read_from(&self, lsn: Lsn) -> Result<ReadIter> {
-        self.check()?;
-        // Under the control lock, so no checkpoint recycles below the pin
-        // between reading the tail and pinning it.
-        let control = self.inner.control.lock();
-        let c = control.current();
-        let redo = c.redo_lsn;
-        if lsn < redo {
-            return Err(Error::LsnNotInLog { lsn, tail: redo });
-        }
-        let floor = self
-            .inner
-            .pins
-            .pin(self.inner.geometry.segment_of(c.scan_lsn));
-        drop(control);
-        Ok(ReadIter {
-            reader: self.reader(),
-            pos: c.scan_lsn,
-            from: lsn,
-            end: self.durable_lsn(),
-            pending: std::collections::VecDeque::new(),
-            chains: iclog::format::Chains::new(),
-            open: OpenChain::default(),
-            failed: false,
-            skipped: self.inner.recovery.skipped.clone(),
-            _floor: floor,
-        })
-    }
-
     /// A read-only reader of this journal's segment files, mapping the
     /// segments wholly below the durable LSN (bytes never rewritten) and
     /// pinning them against recycling.
-    fn reader(&self) -> LogReader {
+    pub(crate) fn reader(&self) -> LogReader {
         LogReader::mapping(
             self.inner.vfs.clone(),
             &self.inner.dir,
@@ -693,85 +668,6 @@ fn ring_error(e: iclog::Error<Error>) -> Error {
     }
 }
 
-/// Iterator of [`Journal::read_from`]: `(lsn, bytes)` of each entry.
-pub struct ReadIter {
-    reader: LogReader,
-    pos: Lsn,
-    from: Lsn,
-    end: Lsn,
-    pending: std::collections::VecDeque<Entry>,
-    /// Follows chained records, and the parts of the one being read.
-    chains: iclog::format::Chains,
-    open: OpenChain,
-    failed: bool,
-    /// Corrupt ranges recovery skipped ([`crate::RecoveryMode::SkipCorrupt`]).
-    skipped: Vec<SkippedRange>,
-    /// Holds every segment from the scan start up against recycling.
-    _floor: SegmentPin,
-}
-
-impl std::fmt::Debug for ReadIter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReadIter")
-            .field("pos", &self.pos)
-            .field("end", &self.end)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Iterator for ReadIter {
-    type Item = Result<Entry>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            if let Some(e) = self.pending.pop_front() {
-                if e.0 >= self.from {
-                    return Some(Ok(e));
-                }
-                continue;
-            }
-            // A chain still open at the end is not durable as a whole (or
-            // was cut by a crash): none of it is returned.
-            if self.failed || self.pos >= self.end {
-                return None;
-            }
-            if let Some(s) = self.skipped.iter().find(|s| s.from == self.pos) {
-                self.pos = s.to;
-                self.chains.reset();
-                self.open.clear();
-                continue;
-            }
-            match self.reader.entries(
-                self.pos,
-                &mut self.chains,
-                &mut self.open,
-                &mut self.pending,
-            ) {
-                Ok(Ok((next, _dropped))) => {
-                    // Dropped parts (a chain a crash cut, before the
-                    // recovered end; parts of a chain begun before the
-                    // scan start) were never whole records: nothing lost.
-                    self.pos = next;
-                }
-                Ok(Err(found)) => {
-                    // Below the durable LSN every record must be valid.
-                    self.failed = true;
-                    return Some(Err(Error::Corruption {
-                        lsn: self.pos,
-                        segment: self.reader.segment_of(self.pos),
-                        found,
-                        next_valid: None,
-                    }));
-                }
-                Err(e) => {
-                    self.failed = true;
-                    return Some(Err(e));
-                }
-            }
-        }
-    }
-}
-
 /// Step 1 of opening: the directory exists (created, and its creation made
 /// durable, if asked) and is locked against other opens.
 fn lock_dir(vfs: &dyn Vfs, dir: &Path, options: &Options) -> Result<DirLock> {
@@ -852,13 +748,17 @@ fn recover(
     geometry: Geometry,
     store: &SegmentStore,
     control: &mut ControlFile,
+    index: &RecordIndex,
 ) -> Result<RecoveryReport> {
     let c = control.current();
     let window = c.inflight_window.max(options.inflight_window());
     // Nothing writes the log during recovery: every segment may be mapped
     // (and no checkpoint runs, so no pins are needed).
     let mut reader = LogReader::mapping(vfs.clone(), dir, geometry, Lsn(u64::MAX), None);
-    let mut report = recovery::scan(&mut reader, &c, options.recovery_mode, window)?;
+    let mut report =
+        recovery::scan_noting(&mut reader, &c, options.recovery_mode, window, &mut |lsn| {
+            index.note(lsn)
+        })?;
     let leftovers = recovery::in_flight_leftovers(&mut reader, report.end_lsn, window)?;
     // Unmap before writing into the files.
     drop(reader);

@@ -82,11 +82,14 @@ mod control;
 mod damage;
 mod device;
 mod error;
+mod follow;
 mod geometry;
+mod index;
 mod journal;
 mod metrics;
 mod options;
 mod poison;
+mod read;
 pub mod reader;
 pub mod recovery;
 
@@ -94,13 +97,17 @@ pub use async_commit::{CommitFuture, DurableWatch};
 pub use control::{read_control, Control, CONTROL_FILE, CONTROL_MAGIC, CONTROL_VERSION, SLOT_SIZE};
 pub use damage::Damage;
 pub use error::{Error, Result};
+pub use follow::Follower;
 pub use geometry::Geometry;
-pub use journal::{CheckpointReport, CommitHandle, ForceMode, Journal, ReadIter};
+pub use index::STRIDE as INDEX_STRIDE;
+pub use journal::{CheckpointReport, CommitHandle, ForceMode, Journal};
 pub use metrics::Metrics;
 pub use options::{
-    Options, RecoveryMode, SyncMethod, DEFAULT_MAX_RECORD_SIZE, DEFAULT_WRITE_AHEAD,
-    MAX_WRITE_AHEAD,
+    Options, RecoveryMode, SyncMethod, DEFAULT_FOLLOW_LAG_LIMIT, DEFAULT_MAX_RECORD_SIZE,
+    DEFAULT_WRITE_AHEAD, MAX_WRITE_AHEAD,
 };
+pub use read::ReadIter;
+pub use reader::EntryBytes;
 pub use recovery::{LogEnd, RecoveryReport, SkippedRange};
 
 // The vocabulary the facade's API speaks, from the crates it composes, so a

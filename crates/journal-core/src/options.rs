@@ -129,7 +129,18 @@ pub struct Options {
     /// false, segments are prepared at open and the writer creates the rest
     /// itself (counted as stalls): for single-threaded embedders and loom.
     pub background_preallocation: bool,
+    /// How far a [`crate::Follower`] may fall behind (default 256 MiB; at
+    /// least one segment): bytes of log from the start of the oldest
+    /// segment it still needs to the durable end. A follower holds its
+    /// segments against recycling; once a checkpoint would recycle one it
+    /// holds and it lags by more than this, it is cut loose — its next read
+    /// returns [`crate::Error::FollowerLagged`] — instead of keeping
+    /// segments until the disk fills.
+    pub follow_lag_limit: u64,
 }
+
+/// The default [`Options::follow_lag_limit`]: 256 MiB.
+pub const DEFAULT_FOLLOW_LAG_LIMIT: u64 = 256 << 20;
 
 /// The default [`Options::write_ahead`]: 1 MiB.
 pub const DEFAULT_WRITE_AHEAD: u64 = 1 << 20;
@@ -162,6 +173,7 @@ impl Default for Options {
             recovery_mode: RecoveryMode::TolerateTornTail,
             max_record_size: DEFAULT_MAX_RECORD_SIZE,
             background_preallocation: true,
+            follow_lag_limit: DEFAULT_FOLLOW_LAG_LIMIT,
         }
     }
 }
@@ -253,6 +265,15 @@ impl Options {
                 format!(
                     "{:?} exceeds max_batch {:?}",
                     self.min_batch, self.max_batch
+                ),
+            );
+        }
+        if self.follow_lag_limit < self.segment_size {
+            return bad(
+                "follow_lag_limit",
+                format!(
+                    "{} is less than one segment ({})",
+                    self.follow_lag_limit, self.segment_size
                 ),
             );
         }

@@ -26,6 +26,7 @@
 use crate::{Damage, Geometry, Result};
 use iclog::format::{parse_record, Chains, Dropped, Piece, Record, RecordCheck, HEADER_SIZE};
 use iclog::{Lsn, MAX_LOGBSIZE};
+use journal_sync::atomic::{AtomicBool, Ordering};
 use journal_sync::{Mutex, OnceLock};
 use journal_vfs::{Mapping, OpenOptions, Vfs, VfsFile};
 use segment_recycler::segment_name;
@@ -44,25 +45,68 @@ pub const MAX_PAYLOAD: usize = MAX_LOGBSIZE - HEADER_SIZE;
 const CHUNK: usize = 256 << 10;
 
 /// Segments that must not be recycled: each pin holds one segment (and,
-/// by the journal's rule, every segment above it) until dropped.
+/// by the journal's rule, every segment above it) until dropped. Plain pins
+/// ([`SegmentPins::pin`]: a read iterator's floor, a mapped segment) hold
+/// for as long as they live; a follower's pin ([`FollowPin`]) may be
+/// revoked by a checkpoint once its follower lags too far.
 #[derive(Debug, Default)]
 pub struct SegmentPins {
-    held: Mutex<BTreeMap<u64, usize>>,
+    held: Mutex<Held>,
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    /// Segment → plain pins on it.
+    plain: BTreeMap<u64, usize>,
+    /// Follower id → (segment, revoked flag).
+    follows: BTreeMap<u64, (u64, Arc<AtomicBool>)>,
+    next_id: u64,
 }
 
 impl SegmentPins {
     /// Pins segment `seg` until the returned guard drops.
     pub fn pin(self: &Arc<Self>, seg: u64) -> SegmentPin {
-        *self.held.lock().entry(seg).or_insert(0) += 1;
+        *self.held.lock().plain.entry(seg).or_insert(0) += 1;
         SegmentPin {
             pins: self.clone(),
             seg,
         }
     }
 
+    /// A revocable pin on segment `seg`, for a follower.
+    pub(crate) fn follow(self: &Arc<Self>, seg: u64) -> FollowPin {
+        let revoked = Arc::new(AtomicBool::new(false));
+        let mut held = self.held.lock();
+        held.next_id += 1;
+        let id = held.next_id;
+        held.follows.insert(id, (seg, revoked.clone()));
+        FollowPin {
+            pins: self.clone(),
+            id,
+            revoked,
+        }
+    }
+
     /// The lowest pinned segment, if any: checkpoints recycle only below it.
     pub fn lowest(&self) -> Option<u64> {
-        self.held.lock().keys().next().copied()
+        self.lowest_revoking(|_| false)
+    }
+
+    /// The lowest pinned segment after revoking every follower pin for
+    /// which `cut(segment)` holds (a checkpoint passes "below what it would
+    /// recycle, and lagging past the limit").
+    pub(crate) fn lowest_revoking(&self, cut: impl Fn(u64) -> bool) -> Option<u64> {
+        let mut held = self.held.lock();
+        held.follows.retain(|_, (seg, revoked)| {
+            let keep = !cut(*seg);
+            if !keep {
+                revoked.store(true, Ordering::Release);
+            }
+            keep
+        });
+        let plain = held.plain.keys().next().copied();
+        let follows = held.follows.values().map(|(s, _)| *s).min();
+        plain.into_iter().chain(follows).min()
     }
 }
 
@@ -76,12 +120,46 @@ pub struct SegmentPin {
 impl Drop for SegmentPin {
     fn drop(&mut self) {
         let mut held = self.pins.held.lock();
-        if let Some(n) = held.get_mut(&self.seg) {
+        if let Some(n) = held.plain.get_mut(&self.seg) {
             *n -= 1;
             if *n == 0 {
-                held.remove(&self.seg);
+                held.plain.remove(&self.seg);
             }
         }
+    }
+}
+
+/// A follower's pin: moves forward as it reads, and is revoked (for good)
+/// by a checkpoint when the follower lags past its limit.
+#[derive(Debug)]
+pub(crate) struct FollowPin {
+    pins: Arc<SegmentPins>,
+    id: u64,
+    revoked: Arc<AtomicBool>,
+}
+
+impl FollowPin {
+    /// Moves the pin to segment `seg` (forward); false once revoked.
+    pub(crate) fn advance(&self, seg: u64) -> bool {
+        let mut held = self.pins.held.lock();
+        match held.follows.get_mut(&self.id) {
+            Some((s, _)) => {
+                *s = (*s).max(seg);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether a checkpoint revoked it: segments it held may be gone.
+    pub(crate) fn revoked(&self) -> bool {
+        self.revoked.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for FollowPin {
+    fn drop(&mut self) {
+        self.pins.held.lock().follows.remove(&self.id);
     }
 }
 
@@ -285,6 +363,9 @@ pub struct LogReader {
     /// The source of the last record parsed (what [`LogReader::check`]
     /// borrows).
     cur: Arc<Source>,
+    /// Read-ahead stops here (the durable end, for a reader following the
+    /// log: what lies past it is not worth copying yet).
+    read_end: Lsn,
 }
 
 impl fmt::Debug for LogReader {
@@ -312,6 +393,7 @@ impl LogReader {
             buf: empty.clone(),
             buf_lsn: Lsn(0),
             cur: empty,
+            read_end: Lsn(u64::MAX),
         }
     }
 
@@ -348,6 +430,19 @@ impl LogReader {
     /// The segment holding `lsn`.
     pub fn segment_of(&self, lsn: Lsn) -> u64 {
         self.geometry.segment_of(lsn)
+    }
+
+    /// The log is durable further: bytes past the old durable end are read
+    /// afresh (the read-ahead buffer may hold them as they were), segments
+    /// that did not exist are looked for again, and segments below
+    /// `from_seg` are let go (with their pins). Handles of the others are
+    /// kept, so a reader following the log opens each segment once.
+    pub(crate) fn refresh(&mut self, from_seg: u64, read_end: Lsn) {
+        self.read_end = read_end;
+        self.segs
+            .retain(|&n, s| n >= from_seg && !matches!(s, Seg::Missing));
+        self.buf = Source::owned(Vec::new());
+        self.cur = self.buf.clone();
     }
 
     /// Forgets cached bytes, mappings and handles (after the files changed).
@@ -448,7 +543,8 @@ impl LogReader {
         let have = lsn >= self.buf_lsn
             && lsn.0 + len as u64 <= self.buf_lsn.0 + self.buf.bytes.len() as u64;
         if !have {
-            let mut buf = vec![0u8; len.max(CHUNK)];
+            let ahead = CHUNK.min(self.read_end.0.saturating_sub(lsn.0) as usize);
+            let mut buf = vec![0u8; len.max(ahead)];
             self.read(lsn, &mut buf)?;
             self.buf = Source::owned(buf);
             self.buf_lsn = lsn;

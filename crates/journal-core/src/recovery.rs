@@ -116,6 +116,18 @@ pub fn scan(
     mode: RecoveryMode,
     window: u64,
 ) -> Result<RecoveryReport> {
+    scan_noting(reader, control, mode, window, &mut |_| {})
+}
+
+/// [`scan`], telling `note` the LSN of every valid record it follows (the
+/// journal builds its record index from them).
+pub(crate) fn scan_noting(
+    reader: &mut LogReader,
+    control: &Control,
+    mode: RecoveryMode,
+    window: u64,
+    note: &mut dyn FnMut(Lsn),
+) -> Result<RecoveryReport> {
     let window = window.max(1);
     let mut report = RecoveryReport {
         redo_lsn: control.scan_lsn,
@@ -136,6 +148,7 @@ pub fn scan(
     loop {
         let found = match reader.examine(pos)? {
             Ok(r) => {
+                note(pos);
                 report.records += 1;
                 report.entries += r.header.entry_count.get() as u64;
                 chains.feed(&r, |p| {

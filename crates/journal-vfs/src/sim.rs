@@ -332,6 +332,13 @@ impl SimVfs {
         st.captured = None;
     }
 
+    /// Whether an armed crash has captured its image (which
+    /// [`SimVfs::take_crash`] then hands over): a test that runs operations
+    /// one after another asks after each, to know which one the crash cut.
+    pub fn crash_captured(&self) -> bool {
+        self.inner.state.lock().captured.is_some()
+    }
+
     /// The image an armed crash captured, if its call came (disarming it
     /// if it did not).
     pub fn take_crash(&self) -> Option<SimVfs> {
