@@ -1,104 +1,107 @@
 //! openraft's log storage on the journal.
 //!
 //! [`JournalLogStore`] implements openraft's `RaftLogStorage` (storage v2)
-//! for **openraft 0.9.25**, the latest stable release, on a
-//! [`journal_core::Journal`]. Every log entry, vote, truncation and purge is
-//! one journal record (JSON through serde):
+//! for **openraft 0.9.25** on a [`journal_core::Journal`]. The entries live
+//! in the journal's segment files and are read back from there; memory
+//! holds only an index and a bounded cache, as raft-engine does for TiKV.
 //!
-//! - **append**: each entry is appended to the journal; the `LogFlushed`
-//!   callback fires when the last of them is durable, from a task awaiting
-//!   [`journal_core::Journal::commit_async`] — so openraft's pipeline goes on
-//!   meanwhile, and the flushes of concurrent appends share the journal's
-//!   group commits.
+//! # What is in memory, what is on disk
+//!
+//! - **On disk**, one journal record per entry, vote, committed id,
+//!   truncation and purge ([`format`]: a fixed header — version, kind, log
+//!   index — then the log id and the entry in postcard).
+//! - **In memory**: the index from log index to the LSN of the entry's
+//!   record (8 bytes an entry, in a ring buffer) and the leader ids, kept
+//!   once per run of entries with the same leader; the vote, the committed
+//!   and the last purged id; and a cache of the newest entries, bounded by
+//!   their encoded bytes ([`DEFAULT_CACHE_BYTES`], [`JournalLogStore::with_cache_bytes`]):
+//!   openraft reads the entries it has just appended, before they are
+//!   durable, to replicate them. 1,000,000 entries cost about 8 MiB of
+//!   index (16 MiB while its ring buffer grows), whatever their size.
+//!
+//! # Operations
+//!
+//! - **append**: each entry is appended to the journal, indexed and
+//!   cached; the `LogFlushed` callback fires when the last of them is
+//!   durable, from a task awaiting [`journal_core::Journal::commit_async`]
+//!   — openraft's pipeline goes on meanwhile, and the flushes of concurrent
+//!   appends share the journal's group commits.
+//! - **read** (`try_get_log_entries`): cached entries are cloned; the rest
+//!   are read from the journal, a run of consecutive entries with one range
+//!   read ([`journal_core::Journal::read_range`], which starts at the first
+//!   entry's record rather than scanning the log), and decoded.
 //! - **vote**: a vote record, durable before `save_vote` returns.
-//! - **truncate(log_id)**: a logical truncation record (entries at and after
-//!   `log_id.index` are gone), durable before it returns. Replay applies
-//!   records in log order, so entries appended after it survive it.
+//! - **truncate(log_id)**: a logical truncation record (entries at and
+//!   after `log_id.index` are gone), durable before it returns. Replay
+//!   applies records in log order, so entries appended after it survive it.
 //! - **purge(log_id)**: a purge record, then a *state* record carrying the
 //!   vote, the committed id and the last purged id, both durable; then the
 //!   journal checkpoints at the oldest LSN still needed (the state record,
 //!   or the oldest remaining entry), so segments holding only purged
 //!   entries are recycled.
 //! - **open**: the journal recovers, and the records from its checkpoint on
-//!   are replayed into the in-memory index from log index to `(LogId, LSN)`
-//!   and entry, the vote, the committed and the purged ids.
-//!
-//! Entries are also kept in memory from append until purge (as
-//! raft-engine's memtable does): openraft reads entries it has just
-//! appended, before they are durable, to replicate them.
+//!   are replayed into the index — reading each entry's header and log id,
+//!   never decoding an entry.
 #![forbid(unsafe_code)]
 // openraft's storage traits return its `StorageError`, large as it is; the
 // helpers here return the same.
 #![allow(clippy::result_large_err)]
 
-use journal_core::{Journal, Lsn, Options};
+pub mod format;
+mod index;
+
+use crate::format::Record;
+use crate::index::{Cache, LogIndex};
+use journal_core::sync::Mutex;
+use journal_core::{ForceMode, Journal, Lsn, Options};
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{LogId, RaftLogId, RaftTypeConfig, StorageError, StorageIOError, Vote};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use serde::Serialize;
 use std::fmt::Debug;
-use std::ops::RangeBounds;
+use std::ops::{Bound, RangeBounds};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-/// One journal record.
-#[derive(Serialize, Deserialize)]
-#[serde(bound(
-    serialize = "E: Serialize, NID: openraft::NodeId",
-    deserialize = "E: DeserializeOwned, NID: openraft::NodeId"
-))]
-enum Record<E, NID: openraft::NodeId> {
-    /// A log entry.
-    Entry(E),
-    /// The vote.
-    Vote(Vote<NID>),
-    /// The committed log id.
-    Committed(Option<LogId<NID>>),
-    /// Entries at and after this index are gone.
-    Truncate(u64),
-    /// Entries up to and including this id are gone.
-    Purge(LogId<NID>),
-    /// Everything but the entries, rewritten by a purge so that the
-    /// checkpoint can move past older records.
-    State {
-        vote: Option<Vote<NID>>,
-        committed: Option<LogId<NID>>,
-        purged: Option<LogId<NID>>,
-    },
-}
+/// The default bound of the cache of newest entries: 4 MiB of encoded
+/// entries.
+pub const DEFAULT_CACHE_BYTES: usize = 4 << 20;
 
 type Nid<C> = <C as RaftTypeConfig>::NodeId;
 
-/// A live entry: its id, the LSN of its record, the entry.
-struct Stored<C: RaftTypeConfig> {
-    id: LogId<Nid<C>>,
-    lsn: Lsn,
-    entry: C::Entry,
-}
-
 struct State<C: RaftTypeConfig> {
-    /// Log index → the live entry there.
-    entries: BTreeMap<u64, Stored<C>>,
+    index: LogIndex<Nid<C>>,
+    cache: Cache<C::Entry>,
     vote: Option<Vote<Nid<C>>>,
     committed: Option<LogId<Nid<C>>>,
     purged: Option<LogId<Nid<C>>>,
 }
 
 impl<C: RaftTypeConfig> State<C> {
-    fn apply(&mut self, lsn: Lsn, r: Record<C::Entry, Nid<C>>) {
+    /// Applies a record read back or just appended at `lsn` (the entry
+    /// itself, with its encoded size, when there is one to cache).
+    fn apply(
+        &mut self,
+        lsn: Lsn,
+        r: Record<Nid<C>>,
+        entry: Option<(C::Entry, usize)>,
+    ) -> Result<(), format::Error> {
         match r {
-            Record::Entry(e) => {
-                let id = e.get_log_id().clone();
-                self.entries.insert(id.index, Stored { id, lsn, entry: e });
+            Record::Entry(id) => {
+                self.index.push(&id, lsn)?;
+                if let Some((e, size)) = entry {
+                    self.cache.insert(id.index, e, size);
+                }
             }
             Record::Vote(v) => self.vote = Some(v),
             Record::Committed(c) => self.committed = c,
             Record::Truncate(since) => {
-                self.entries.split_off(&since);
+                self.index.truncate(since);
+                self.cache.truncate(since);
             }
             Record::Purge(upto) => {
-                self.entries = self.entries.split_off(&(upto.index + 1));
+                self.index.purge(upto.index);
+                self.cache.purge(upto.index);
                 self.purged = Some(upto);
             }
             Record::State {
@@ -111,6 +114,7 @@ impl<C: RaftTypeConfig> State<C> {
                 self.purged = purged;
             }
         }
+        Ok(())
     }
 }
 
@@ -120,7 +124,7 @@ struct Shared<C: RaftTypeConfig> {
 }
 
 /// openraft's log storage on a journal. Cheap to clone: clones share the
-/// journal and the index (the log reader is a clone).
+/// journal, the index and the cache (the log reader is a clone).
 pub struct JournalLogStore<C: RaftTypeConfig> {
     shared: Arc<Shared<C>>,
 }
@@ -145,6 +149,51 @@ fn write_err<NID: openraft::NodeId>(e: impl std::error::Error + 'static) -> Stor
     StorageIOError::write_logs(&e).into()
 }
 
+fn read_err<NID: openraft::NodeId>(e: impl std::error::Error + 'static) -> StorageError<NID> {
+    StorageIOError::read_logs(&e).into()
+}
+
+/// Why the log could not be opened or read.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The journal failed (recovery, a read).
+    Journal(journal_core::Error),
+    /// A record the journal returned whole (its CRC held) is not one this
+    /// adapter wrote, or breaks the log's order: another program's
+    /// journal, or a newer format.
+    BadRecord {
+        /// The record's LSN.
+        lsn: Lsn,
+        /// What is wrong with it.
+        error: format::Error,
+    },
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Journal(e) => write!(f, "{e}"),
+            Error::BadRecord { lsn, error } => write!(f, "raft log record at LSN {lsn}: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Journal(e) => Some(e),
+            Error::BadRecord { error, .. } => Some(error),
+        }
+    }
+}
+
+impl From<journal_core::Error> for Error {
+    fn from(e: journal_core::Error) -> Self {
+        Error::Journal(e)
+    }
+}
+
 impl<C> JournalLogStore<C>
 where
     C: RaftTypeConfig,
@@ -152,28 +201,24 @@ where
 {
     /// Opens (or creates) the log in `dir`, recovering the journal and
     /// rebuilding the index from its records.
-    pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Self, journal_core::Error> {
+    pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Self, Error> {
         Self::from_journal(Arc::new(Journal::open(dir, options)?))
     }
 
     /// The log on an open journal (a `SimVfs` one in tests).
-    pub fn from_journal(journal: Arc<Journal>) -> Result<Self, journal_core::Error> {
+    pub fn from_journal(journal: Arc<Journal>) -> Result<Self, Error> {
         let mut state = State {
-            entries: BTreeMap::new(),
+            index: LogIndex::default(),
+            cache: Cache::new(DEFAULT_CACHE_BYTES),
             vote: None,
             committed: None,
             purged: None,
         };
         for r in journal.read_from(journal.redo_lsn())? {
             let (lsn, bytes) = r?;
-            let record =
-                serde_json::from_slice(&bytes).map_err(|_| journal_core::Error::Corruption {
-                    lsn,
-                    segment: journal.geometry().segment_of(lsn),
-                    found: journal_core::Damage::Zeroes,
-                    next_valid: None,
-                })?;
-            state.apply(lsn, record);
+            let bad = |error| Error::BadRecord { lsn, error };
+            let record = Record::decode_header(&bytes).map_err(bad)?;
+            state.apply(lsn, record, None).map_err(bad)?;
         }
         Ok(Self {
             shared: Arc::new(Shared {
@@ -183,24 +228,144 @@ where
         })
     }
 
+    /// Bounds the cache of newest entries at `bytes` of encoded entries.
+    pub fn with_cache_bytes(self, bytes: usize) -> Self {
+        self.shared.state.lock().cache.set_limit(bytes);
+        self
+    }
+
     /// The journal underneath (for its metrics, or to close it).
     pub fn journal(&self) -> &Arc<Journal> {
         &self.shared.journal
     }
 
-    fn encode(r: &Record<C::Entry, Nid<C>>) -> Result<Vec<u8>, StorageError<Nid<C>>> {
-        serde_json::to_vec(r).map_err(write_err)
+    /// Entries indexed (live, not purged or truncated) and entries cached.
+    pub fn counts(&self) -> (u64, usize) {
+        let st = self.shared.state.lock();
+        (st.index.len(), st.cache.len())
     }
 
     /// Appends `r` durably; applies it to the index.
-    async fn durable(&self, r: Record<C::Entry, Nid<C>>) -> Result<Lsn, StorageError<Nid<C>>> {
-        let bytes = Self::encode(&r)?;
+    async fn durable(&self, r: Record<Nid<C>>) -> Result<Lsn, StorageError<Nid<C>>> {
+        let bytes = r.encode_without_entry().map_err(write_err)?;
         let j = &self.shared.journal;
         let lsn = j.append(&bytes).map_err(write_err)?;
-        self.shared.state.lock().expect("state").apply(lsn, r);
+        self.shared
+            .state
+            .lock()
+            .apply(lsn, r, None)
+            .map_err(write_err)?;
         j.commit_async(lsn).await.map_err(write_err)?;
         Ok(lsn)
     }
+
+    /// Appends `entries` (in memory until the journal makes them durable);
+    /// returns the LSN of the last one's record, if any.
+    fn append_entries(
+        &self,
+        entries: impl IntoIterator<Item = C::Entry>,
+    ) -> Result<Option<Lsn>, StorageError<Nid<C>>> {
+        let j = &self.shared.journal;
+        let mut last = None;
+        for e in entries {
+            let id = e.get_log_id().clone();
+            let bytes = format::encode_entry(&id, &e).map_err(write_err)?;
+            let lsn = j.append(&bytes).map_err(write_err)?;
+            let size = bytes.len();
+            self.shared
+                .state
+                .lock()
+                .apply(lsn, Record::Entry(id), Some((e, size)))
+                .map_err(write_err)?;
+            last = Some(lsn);
+        }
+        Ok(last)
+    }
+
+    /// Reads the entries `first..end` (all indexed) from the cache and the
+    /// journal.
+    fn read_entries(&self, first: u64, end: u64) -> Result<Vec<C::Entry>, StorageError<Nid<C>>> {
+        let mut out = Vec::with_capacity(end.saturating_sub(first).min(4096) as usize);
+        let mut next = first;
+        while next < end {
+            // Cached entries, and the run of uncached ones after them.
+            let (missing, run_end) = {
+                let st = self.shared.state.lock();
+                while next < end {
+                    match st.cache.get(next) {
+                        Some(e) => out.push(e.clone()),
+                        None => break,
+                    }
+                    next += 1;
+                }
+                let mut lsns = Vec::new();
+                let mut i = next;
+                while i < end && st.cache.get(i).is_none() {
+                    match st.index.lsn(i) {
+                        Some(l) => lsns.push(l),
+                        None => break,
+                    }
+                    i += 1;
+                }
+                (lsns, i)
+            };
+            if missing.is_empty() {
+                if next < end && run_end == next {
+                    // Neither cached nor indexed: purged or truncated since.
+                    break;
+                }
+                continue;
+            }
+            self.read_run(&missing, &mut out)?;
+            next = run_end;
+        }
+        Ok(out)
+    }
+
+    /// Reads the entries at `lsns` (ascending: entries of higher index were
+    /// appended later) with one range read, skipping the records between
+    /// them (votes, truncated entries).
+    fn read_run(&self, lsns: &[Lsn], out: &mut Vec<C::Entry>) -> Result<(), StorageError<Nid<C>>> {
+        let j = &self.shared.journal;
+        let (Some(&first), Some(&last)) = (lsns.first(), lsns.last()) else {
+            return Ok(());
+        };
+        if last >= j.durable_lsn() {
+            // Evicted from the cache before it was durable (a batch larger
+            // than the cache): make it durable, then read it.
+            j.force(last, ForceMode::Durable).map_err(read_err)?;
+        }
+        let mut want = lsns.iter().copied().peekable();
+        for r in j.read_range(first, Lsn(last.0 + 1)).map_err(read_err)? {
+            let (lsn, bytes) = r.map_err(read_err)?;
+            if want.peek() != Some(&lsn) {
+                continue;
+            }
+            want.next();
+            let e: C::Entry = format::decode_entry(&bytes)
+                .map_err(|error| read_err::<Nid<C>>(Error::BadRecord { lsn, error }))?;
+            out.push(e);
+        }
+        match want.next() {
+            None => Ok(()),
+            Some(lsn) => Err(read_err(journal_core::Error::NotAnEntry { lsn })),
+        }
+    }
+}
+
+/// `range` as `first..end` of log indexes.
+fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
+    let first = match range.start_bound() {
+        Bound::Included(&s) => s,
+        Bound::Excluded(&s) => s.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => e.saturating_add(1),
+        Bound::Excluded(&e) => e,
+        Bound::Unbounded => u64::MAX,
+    };
+    (first, end)
 }
 
 impl<C> RaftLogReader<C> for JournalLogStore<C>
@@ -212,12 +377,18 @@ where
         &mut self,
         range: RB,
     ) -> Result<Vec<C::Entry>, StorageError<Nid<C>>> {
-        let st = self.shared.state.lock().expect("state");
-        Ok(st
-            .entries
-            .range(range)
-            .map(|(_, s)| s.entry.clone())
-            .collect())
+        let (first, end) = bounds(&range);
+        let (first, end) = {
+            let st = self.shared.state.lock();
+            match (st.index.first(), st.index.last()) {
+                (Some(lo), Some(hi)) => (first.max(lo), end.min(hi + 1)),
+                _ => return Ok(Vec::new()),
+            }
+        };
+        if first >= end {
+            return Ok(Vec::new());
+        }
+        self.read_entries(first, end)
     }
 }
 
@@ -229,8 +400,8 @@ where
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<C>, StorageError<Nid<C>>> {
-        let st = self.shared.state.lock().expect("state");
-        let last = st.entries.values().next_back().map(|s| s.id.clone());
+        let st = self.shared.state.lock();
+        let last = st.index.last().and_then(|i| st.index.log_id(i));
         Ok(LogState {
             last_purged_log_id: st.purged.clone(),
             last_log_id: last.or_else(|| st.purged.clone()),
@@ -247,7 +418,7 @@ where
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<Nid<C>>>, StorageError<Nid<C>>> {
-        Ok(self.shared.state.lock().expect("state").vote.clone())
+        Ok(self.shared.state.lock().vote.clone())
     }
 
     async fn save_committed(
@@ -256,17 +427,18 @@ where
     ) -> Result<(), StorageError<Nid<C>>> {
         // Made durable by the next force; openraft re-derives it otherwise.
         let r = Record::Committed(committed);
-        let lsn = self
-            .shared
-            .journal
-            .append(&Self::encode(&r)?)
+        let bytes = r.encode_without_entry().map_err(write_err)?;
+        let lsn = self.shared.journal.append(&bytes).map_err(write_err)?;
+        self.shared
+            .state
+            .lock()
+            .apply(lsn, r, None)
             .map_err(write_err)?;
-        self.shared.state.lock().expect("state").apply(lsn, r);
         Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<Nid<C>>>, StorageError<Nid<C>>> {
-        Ok(self.shared.state.lock().expect("state").committed.clone())
+        Ok(self.shared.state.lock().committed.clone())
     }
 
     async fn append<I>(
@@ -278,20 +450,13 @@ where
         I: IntoIterator<Item = C::Entry> + Send,
         I::IntoIter: Send,
     {
-        let j = self.shared.journal.clone();
-        let mut last = None;
-        for e in entries {
-            let r = Record::Entry(e);
-            let lsn = j.append(&Self::encode(&r)?).map_err(write_err)?;
-            self.shared.state.lock().expect("state").apply(lsn, r);
-            last = Some(lsn);
-        }
-        let Some(lsn) = last else {
+        let Some(lsn) = self.append_entries(entries)? else {
             callback.log_io_completed(Ok(()));
             return Ok(());
         };
         // The callback fires once the last entry is durable; openraft goes
         // on meanwhile, and concurrent flushes share group commits.
+        let j = self.shared.journal.clone();
         let flush = async move {
             let r = j.commit_async(lsn).await.map_err(std::io::Error::other);
             callback.log_io_completed(r);
@@ -301,7 +466,10 @@ where
                 rt.spawn(flush);
             }
             Err(_) => {
-                std::thread::spawn(move || journal_core::sync::future::block_on(flush));
+                std::thread::Builder::new()
+                    .name("openraft-log-flush".into())
+                    .spawn(move || journal_core::sync::future::block_on(flush))
+                    .map_err(write_err)?;
             }
         }
         Ok(())
@@ -315,7 +483,7 @@ where
     async fn purge(&mut self, log_id: LogId<Nid<C>>) -> Result<(), StorageError<Nid<C>>> {
         self.durable(Record::Purge(log_id)).await?;
         let state = {
-            let st = self.shared.state.lock().expect("state");
+            let st = self.shared.state.lock();
             Record::State {
                 vote: st.vote.clone(),
                 committed: st.committed.clone(),
@@ -326,11 +494,10 @@ where
         // Everything older than the state record and the oldest remaining
         // entry is no longer needed: move the tail, recycle segments.
         let redo = {
-            let st = self.shared.state.lock().expect("state");
-            st.entries
-                .values()
-                .map(|s| s.lsn)
-                .min()
+            let st = self.shared.state.lock();
+            st.index
+                .first()
+                .and_then(|i| st.index.lsn(i))
                 .map_or(state_lsn, |oldest| oldest.min(state_lsn))
         };
         let j = self.shared.journal.clone();
