@@ -8,6 +8,7 @@
 mod group_commit;
 #[cfg(feature = "peers")]
 mod peers;
+mod reads;
 mod replay;
 mod scenarios;
 pub mod svg;
@@ -48,6 +49,10 @@ pub enum Scenario {
     /// Reading a 1 GiB log back (recovery, `read_from`) against a plain
     /// sequential read of its files; 4 KiB and 1 MiB (chained) records.
     Replay,
+    /// Reads by position on a 64 MiB and a 1 GiB log of 1 KiB entries:
+    /// `read_at` of the newest and of random entries, `read_from` of the
+    /// last 1,000, a follower's delivery after a commit.
+    Reads,
     /// This journal beside okaywal, raft-engine and the bare device, same
     /// workload, interleaved rounds (needs the `peers` feature: `cargo xtask
     /// bench-peers`; not part of `all`).
@@ -58,7 +63,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in the order `all` runs them.
-    const EACH: [Scenario; 8] = [
+    const EACH: [Scenario; 9] = [
         Scenario::GroupCommit,
         Scenario::WtFlushWait,
         Scenario::JbdLoneWriter,
@@ -67,6 +72,7 @@ impl Scenario {
         Scenario::Alignment,
         Scenario::Async,
         Scenario::Replay,
+        Scenario::Reads,
     ];
 
     fn name(self) -> &'static str {
@@ -79,6 +85,7 @@ impl Scenario {
             Scenario::Alignment => "alignment",
             Scenario::Async => "async",
             Scenario::Replay => "replay",
+            Scenario::Reads => "reads",
             Scenario::Peers => "peers",
             Scenario::All => "all",
         }
@@ -176,7 +183,8 @@ pub struct BenchArgs {
     /// (group-commit scenario).
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
-    /// Size of the log the replay scenario writes and reads back, MiB
+    /// Size of the log the replay scenario writes and reads back, and of
+    /// the reads scenario's large log, MiB
     /// [default: 1024, or 8 with --smoke].
     #[arg(long, value_name = "MIB")]
     log_mib: Option<u64>,
@@ -667,6 +675,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Scenario::Alignment => scenarios::alignment(&env),
             Scenario::Async => scenarios::async_tasks(&env),
             Scenario::Replay => replay::replay(&env, args),
+            Scenario::Reads => reads::reads(&env, args.log_mib),
             #[cfg(feature = "peers")]
             Scenario::Peers => peers::peers(&env),
             #[cfg(not(feature = "peers"))]
@@ -711,6 +720,12 @@ pub fn options_json(o: &Options) -> Json {
 /// most one second.
 pub fn warmup_seconds(seconds: f64) -> f64 {
     (seconds / 5.0).min(1.0)
+}
+
+/// The median of `v` (the upper one of an even count); 0 for none.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// Stringifies an I/O or journal error for the bench's error path.

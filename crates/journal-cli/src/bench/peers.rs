@@ -5,7 +5,7 @@
 //! pwrite of 4 KiB + fdatasync). Systems are interleaved within each round,
 //! rounds repeated, medians reported.
 
-use super::{err, histogram, micros, table, warmup_seconds, Env};
+use super::{err, histogram, median, micros, table, warmup_seconds, Env};
 use hdrhistogram::Histogram;
 use journal_core::vfs::{OpenOptions, OsVfs, Prealloc, Vfs};
 use journal_core::{Journal, Options};
@@ -129,11 +129,6 @@ fn measure(env: &Env, system: &str, n: usize, record: &Arc<Vec<u8>>) -> Result<(
     };
     env.discard(&dir);
     Ok((result.0, result.1.value_at_quantile(0.99)))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 /// `journal bench --scenario peers`.

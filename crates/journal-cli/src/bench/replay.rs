@@ -13,7 +13,7 @@
 //! parts over 256 KiB buffers, read part by part in place
 //! (`EntryBytes::parts`, no reassembly).
 
-use super::{bench_options, err, options_json, table, BenchArgs, Env};
+use super::{bench_options, err, median, options_json, table, BenchArgs, Env};
 use journal_core::vfs::{OpenOptions, OsVfs, Vfs};
 use journal_core::{Journal, Options};
 use serde_json::{json, Value as Json};
@@ -36,7 +36,7 @@ fn touch(b: &[u8]) -> u64 {
 
 /// Reads every segment file of `dir` sequentially in 1 MiB reads; returns
 /// the bytes read.
-fn plain_read(vfs: &OsVfs, dir: &Path) -> Result<u64, String> {
+pub(super) fn plain_read(vfs: &OsVfs, dir: &Path) -> Result<u64, String> {
     let mut names: Vec<String> = vfs
         .read_dir(dir)
         .map_err(err)?
@@ -60,11 +60,6 @@ fn plain_read(vfs: &OsVfs, dir: &Path) -> Result<u64, String> {
         }
     }
     Ok(total)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 /// One record size: write the log, then three rounds of (a), (b), (c).
