@@ -312,6 +312,7 @@ fn bench_smoke_runs_every_scenario_and_writes_json_and_svg() {
             "alignment",
             "async",
             "replay",
+            "reads",
         ]
     );
     let points = scenarios[0]["points"].as_array().unwrap();
@@ -350,6 +351,28 @@ fn bench_smoke_runs_every_scenario_and_writes_json_and_svg() {
         }
     }
     assert_eq!(replay[1]["record_size"], 1 << 20);
+    // Reads: both logs measured, every figure and ratio present.
+    let reads = &scenarios[8];
+    for log in ["small", "large"] {
+        assert!(reads[log]["entries"].as_u64().unwrap() > 0, "{reads}");
+        for field in [
+            "read_at_newest_us",
+            "read_at_random_us",
+            "read_from_last_1000_us",
+        ] {
+            assert!(
+                reads[log][field].as_f64().unwrap() > 0.0,
+                "{field} in {reads}"
+            );
+        }
+        assert!(reads[log]["follow"]["delivered_p50_us"].as_f64().unwrap() > 0.0);
+    }
+    assert!(
+        reads["large_over_small"]["read_at_random"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
     let table = text(&out.stdout);
     assert!(
