@@ -114,7 +114,7 @@ impl Control {
                 found: s.version.get(),
             });
         }
-        Ok(Some(Control {
+        let c = Control {
             seq: s.seq.get(),
             journal_id: s.journal_id,
             segment_size: s.segment_size.get(),
@@ -123,9 +123,44 @@ impl Control {
             alignment: s.alignment.get() as u64,
             inflight_window: s.inflight_window.get() as u64,
             end_lsn: Lsn(s.end_lsn.get()),
-        }))
+        };
+        match c.impossible() {
+            Some(reason) => Err(Error::NotAJournal {
+                path: path.to_path_buf(),
+                reason,
+            }),
+            None => Ok(Some(c)),
+        }
+    }
+
+    /// What makes a slot whose CRC holds impossible for any journal to have
+    /// written: its geometry out of the ranges `Options` allows, or LSNs no
+    /// log reaches (so that arithmetic on them cannot overflow).
+    fn impossible(&self) -> Option<&'static str> {
+        let s = self.segment_size;
+        if !s.is_power_of_two() || !(64 << 10..=1 << 30).contains(&s) {
+            return Some("control file: segment_size is not a power of two from 64 KiB to 1 GiB");
+        }
+        if !self.alignment.is_power_of_two() || self.alignment > iclog::MAX_ALIGNMENT {
+            return Some("control file: alignment is not a power of two from 1 to 4096");
+        }
+        if [self.redo_lsn, self.scan_lsn, self.end_lsn]
+            .iter()
+            .any(|l| l.0 > MAX_LSN)
+        {
+            return Some("control file: an LSN beyond 2^62");
+        }
+        if self.scan_lsn > self.redo_lsn {
+            return Some("control file: scan_lsn is above redo_lsn");
+        }
+        None
     }
 }
+
+/// The largest LSN a control file may hold: 2^62, 4 EiB of log — far
+/// beyond any journal, and far enough below `u64::MAX` that positions
+/// computed from it do not overflow.
+pub const MAX_LSN: u64 = 1 << 62;
 
 /// The path of the control file of `dir`.
 pub fn control_path(dir: &Path) -> PathBuf {
