@@ -143,18 +143,15 @@ fn build(rng: &mut SplitMix64) -> Base {
     )
     .expect("the undamaged journal opens in every mode");
     let end = j.durable_lsn();
-    let mut records = Vec::new();
-    let mut reader =
-        journal_core::reader::LogReader::new(Arc::new(vfs.clone()), &sim_dir(), geometry());
-    let mut pos = c.scan_lsn;
-    while pos < end {
-        records.push(pos);
-        let next = reader
-            .record_end(pos)
-            .unwrap()
-            .expect("a valid live record");
-        pos = next;
-    }
+    let mut inspector =
+        journal_core::inspect::Inspector::open_with(Arc::new(vfs.clone()), sim_dir())
+            .expect("the undamaged journal inspects");
+    let records: Vec<Lsn> = inspector
+        .records(c.scan_lsn)
+        .map(|r| r.expect("a valid live record").lsn)
+        .take_while(|&l| l < end)
+        .collect();
+    drop(inspector);
     let replayed: Vec<_> = j
         .read_from(j.redo_lsn())
         .unwrap()

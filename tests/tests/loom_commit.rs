@@ -3,9 +3,9 @@
 //! durable in the SimVfs image.
 
 use journal_core::format::{segment_name, ENTRY_HEADER_SIZE};
+use journal_core::sync::{model, thread, Arc};
 use journal_core::vfs::SimVfs;
 use journal_core::{Geometry, Lsn, Options};
-use journal_sync::{model, thread, Arc};
 use journal_tests::{open_sim, sim_dir};
 
 fn options() -> Options {
@@ -66,7 +66,7 @@ fn an_async_commit_is_woken_once_its_record_is_durable() {
             assert!(durable_entry(&v2, l, 11).is_some());
         });
         let l = j.append(b"from-task").unwrap();
-        journal_sync::future::block_on(j.commit_async(l)).unwrap();
+        journal_core::sync::future::block_on(j.commit_async(l)).unwrap();
         assert_eq!(
             durable_entry(&vfs, l, 9).as_deref(),
             Some(&b"from-task"[..])
@@ -87,7 +87,7 @@ fn a_durable_lsn_watcher_is_never_left_asleep() {
         let l = j.append(b"watched").unwrap();
         let j2 = j.clone();
         let t = thread::spawn(move || j2.commit(l).unwrap());
-        journal_sync::future::block_on(j.durable_lsn_watch().wait_for(l)).unwrap();
+        journal_core::sync::future::block_on(j.durable_lsn_watch().wait_for(l)).unwrap();
         assert_eq!(durable_entry(&vfs, l, 7).as_deref(), Some(&b"watched"[..]));
         t.join().unwrap();
         drop(j);

@@ -5,9 +5,9 @@
 //! wake-up in the ring (a checkpoint's force wakes durable-LSN waiters).
 #![cfg(not(any(loom, shuttle)))]
 
+use journal_core::sync::{thread, Arc, Mutex};
 use journal_core::vfs::{OpenOptions, SimVfs, Vfs};
 use journal_core::{Error, Journal, Lsn, Options};
-use journal_sync::{thread, Arc, Mutex};
 use journal_tests::{open_sim, payload, sim_dir, small_options};
 use std::future::Future;
 use std::pin::pin;

@@ -10,11 +10,11 @@
 //! `cargo xtask shuttle --iterations N`.
 #![cfg(shuttle)]
 
+use journal_core::sync::shuttle::scheduler::{PctScheduler, RandomScheduler};
+use journal_core::sync::shuttle::{Config, Runner};
+use journal_core::sync::{thread, Mutex};
 use journal_core::vfs::{CrashPolicy, SimVfs};
 use journal_core::{BatchPolicy, Lsn, Options};
-use journal_sync::shuttle::scheduler::{PctScheduler, RandomScheduler};
-use journal_sync::shuttle::{Config, Runner};
-use journal_sync::{thread, Mutex};
 use journal_tests::{open_sim, payload, verify};
 use std::sync::Arc;
 

@@ -232,17 +232,51 @@ fn the_leaf_crates_do_not_depend_on_each_other() {
     }
 }
 
+/// The crates inside the facade.
+const INTERNAL: [&str; 5] = [
+    "iclog",
+    "jbd-batch",
+    "segment-recycler",
+    "journal-vfs",
+    "journal-sync",
+];
+
+/// Members that use the journal: everything above journal-core.
+fn users() -> Vec<String> {
+    members()
+        .into_iter()
+        .filter(|m| {
+            m.starts_with("prototypes/")
+                || m.starts_with("adapters/")
+                || m == "crates/journal-cli"
+                || m == "tests"
+        })
+        .collect()
+}
+
+#[test]
+fn users_of_the_journal_name_no_crate_inside_the_facade() {
+    let paths: Vec<String> = INTERNAL
+        .iter()
+        .map(|c| format!("{}::", c.replace('-', "_")))
+        .collect();
+    let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+    let mut bad = Vec::new();
+    for member in users() {
+        // Every source: src, tests, benches, examples, binaries.
+        bad.extend(offenders(&rust_files(&root().join(&member)), &paths));
+    }
+    assert!(
+        bad.is_empty(),
+        "paths into the crates inside the facade (use journal_core's re-exports):\n{}",
+        bad.join("\n")
+    );
+}
+
 #[test]
 fn users_of_the_journal_depend_on_journal_core_alone() {
-    let internal = ["iclog", "jbd-batch", "segment-recycler", "journal-vfs"];
-    for member in members() {
-        let is_user = member.starts_with("prototypes/")
-            || member.starts_with("adapters/")
-            || member == "crates/journal-cli"
-            || member == "tests";
-        if !is_user {
-            continue;
-        }
+    let internal = INTERNAL;
+    for member in users() {
         let m = manifest(&root().join(&member).join("Cargo.toml"));
         for section in ["dependencies", "dev-dependencies"] {
             let Some(deps) = m.get(section).and_then(|d| d.as_table()) else {
@@ -302,6 +336,44 @@ fn code_map() -> Vec<(String, Vec<String>)> {
         sections.push((heading, files));
     }
     sections
+}
+
+/// The sources of a member the code map must name: those of `src/` (and,
+/// for the test crate, its whole tree), relative to `src/` and to the
+/// member.
+fn mapped_sources(member: &str) -> Vec<(String, String)> {
+    let base = root().join(member);
+    let dir = if member == "tests" {
+        base.clone()
+    } else {
+        base.join("src")
+    };
+    rust_files(&dir)
+        .into_iter()
+        .map(|f| {
+            let abs = root().join(&f);
+            let rel = |b: &Path| abs.strip_prefix(b).unwrap_or(&abs).display().to_string();
+            (rel(&base.join("src")), rel(&base))
+        })
+        .collect()
+}
+
+#[test]
+fn the_code_map_names_every_source_file() {
+    let map = code_map();
+    let mut missing = Vec::new();
+    for (heading, files) in &map {
+        for (in_src, in_member) in mapped_sources(heading) {
+            if !files.iter().any(|f| *f == in_src || *f == in_member) {
+                missing.push(format!("{heading}: {in_member}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "source files ARCHITECTURE.md's code map does not name:\n{}",
+        missing.join("\n")
+    );
 }
 
 #[test]

@@ -8,7 +8,7 @@
 //! # What is in memory, what is on disk
 //!
 //! - **On disk**, one journal record per entry, vote, committed id,
-//!   truncation and purge ([`format`]: a fixed header — version, kind, log
+//!   truncation and purge ([`mod@format`]: a fixed header — version, kind, log
 //!   index — then the log id and the entry in postcard).
 //! - **In memory**: the index from log index to the LSN of the entry's
 //!   record (8 bytes an entry, in a ring buffer) and the leader ids, kept

@@ -219,13 +219,13 @@ struct Inner<D: LogDevice> {
     /// `chains.len()`, so [`Ring::commit_point`] takes no lock when no
     /// chain is pending.
     open_chains: AtomicU64,
-    /// Told the durable LSN each time it advances ([`Ring::with_durable_hook`]).
+    /// Told the durable LSN each time it advances ([`Ring::set_durable_hook`]).
     on_durable: OnceLock<DurableHook>,
     /// The highest durable LSN the hook has been told.
     announced: AtomicU64,
 }
 
-/// What [`Ring::with_durable_hook`] registers: called with the new durable
+/// What [`Ring::set_durable_hook`] registers: called with the new durable
 /// LSN, outside every ring lock.
 pub type DurableHook = Box<dyn Fn(Lsn) + Send + Sync>;
 

@@ -8,15 +8,12 @@
 //! mid-flight.
 
 use clap::Args;
-use journal_core::format::{scan_segments, Chains, HeaderCheck, IoFlags, Piece, ScanReport};
-use journal_core::reader::LogReader;
-use journal_core::recovery::{self, LogEnd};
-use journal_core::vfs::{DirLock, OsVfs, Vfs};
-use journal_core::{read_control, Control, Error, Geometry, Lsn, RecoveryMode};
+use journal_core::format::IoFlags;
+use journal_core::inspect::{EntryRole, HeaderCheck, Inspector, ScanReport};
+use journal_core::{Control, Error, LogEnd, Lsn, RecoveryMode};
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 /// The journal directory argument of every inspection command.
 #[derive(Debug, Args)]
@@ -123,56 +120,13 @@ fn parse_lsn(s: &str) -> Result<Lsn, String> {
     v.map(Lsn).map_err(|_| format!("bad LSN {s:?}"))
 }
 
-/// A journal opened read-only: its control file and a log reader.
-struct Opened {
-    dir: PathBuf,
-    vfs: Arc<dyn Vfs>,
-    control: Control,
-    reader: LogReader,
-    /// Held when it was free: the segments are then mapped.
-    _lock: Option<DirLock>,
-}
-
-impl Opened {
-    fn geometry(&self) -> Geometry {
-        self.reader.geometry()
-    }
-
-    fn segments(&self) -> Result<ScanReport, Failure> {
-        scan_segments(&*self.vfs, &self.dir).map_err(fail)
-    }
-}
-
-fn open(args: &DirArgs) -> Result<Opened, Failure> {
-    let dir = args.dir.clone();
-    let vfs: Arc<dyn Vfs> = Arc::new(OsVfs::new());
-    if !vfs.exists(&dir).unwrap_or(false) {
-        return Err(fail(format!("{}: no such directory", dir.display())));
-    }
-    let control = match read_control(&*vfs, &dir) {
-        Ok(Some(c)) => c,
-        Ok(None) => {
-            return Err(fail(format!(
-                "{}: not a journal (no control file)",
-                dir.display()
-            )))
+fn open(args: &DirArgs) -> Result<Inspector, Failure> {
+    Inspector::open(&args.dir).map_err(|e| match e {
+        Error::NotFound { dir } => fail(format!("{}: no such directory", dir.display())),
+        Error::NotAJournal { path, reason } => {
+            fail(format!("{}: not a journal ({reason})", path.display()))
         }
-        Err(e) => return Err(fail(e)),
-    };
-    let geometry = Geometry::new(control.segment_size, control.alignment);
-    // Only an unlocked journal may be mapped: nothing writes it while we
-    // hold its lock. A live one is read with pread.
-    let lock = vfs.lock_dir(&dir).ok();
-    let reader = match lock {
-        Some(_) => LogReader::mapping(vfs.clone(), &dir, geometry, Lsn(u64::MAX), None),
-        None => LogReader::new(vfs.clone(), &dir, geometry),
-    };
-    Ok(Opened {
-        dir,
-        vfs,
-        control,
-        reader,
-        _lock: lock,
+        e => fail(e),
     })
 }
 
@@ -192,137 +146,124 @@ fn hex(bytes: &[u8]) -> String {
 /// `journal dump DIR [--from LSN] [--limit N] [--entries] [--json]`.
 pub fn dump(args: &DumpArgs) -> Result<u8, Failure> {
     let mut j = open(&args.dir)?;
-    let c = j.control;
+    let c = *j.control();
+    let dir = j.dir().to_path_buf();
     let from = args.from.unwrap_or(c.scan_lsn);
     let limit = args.limit.unwrap_or(u64::MAX);
     if args.json {
         println!(
             "{}",
-            json!({"journal": j.dir, "segment_size": c.segment_size, "alignment": c.alignment,
+            json!({"journal": dir, "segment_size": c.segment_size, "alignment": c.alignment,
                    "redo_lsn": c.redo_lsn.0, "scan_lsn": c.scan_lsn.0})
         );
     } else {
         println!(
             "# journal {}: segment size {}, alignment {}, redo {}, scan from {}",
-            j.dir.display(),
+            dir.display(),
             c.segment_size,
             c.alignment,
             c.redo_lsn,
             c.scan_lsn
         );
     }
-    let mut pos = c.scan_lsn;
+    let mut records = j.records(from);
     let mut shown = 0;
-    // Chained records: the format's bookkeeping, and the one being read —
-    // its first part's LSN, bytes so far, parts so far.
-    let mut chains = Chains::new();
-    let mut chain: Option<(Lsn, u64, u32)> = None;
     while shown < limit {
-        let r = match j.reader.examine(pos).map_err(fail)? {
-            Ok(r) => r,
-            Err(found) => {
-                if args.json {
-                    println!(
-                        "{}",
-                        json!({"end": pos.0, "found": found.to_string(), "bad_record": found.is_bad_record()})
-                    );
-                } else {
-                    let crc = if found.is_bad_record() {
-                        "crc=bad: "
-                    } else {
-                        ""
-                    };
-                    println!("end at lsn={pos}: {crc}{found}");
-                }
-                break;
-            }
-        };
-        let end = r.end();
-        let n = r.header.entry_count.get() as usize;
-        // Each entry's role: whole, or part k of the chain at some LSN (part
-        // 0 of LSN 0: a chain begun before where we started reading).
-        let mut roles = Vec::with_capacity(r.header.entry_count.get() as usize);
-        let mut completed = None;
-        chains.feed(&r, |p| match p {
-            Piece::Whole(..) => roles.push(None),
-            Piece::Orphan(b) => roles.push(Some((Lsn(0), b.len() as u64, 0))),
-            Piece::Part { first, bytes, last } => {
-                let (len, parts) = chain.map_or((0, 0), |(_, l, k)| (l, k));
-                let c = (first, len + bytes.len() as u64, parts + 1);
-                chain = (!last).then_some(c);
-                if last {
-                    completed = Some(c);
-                }
-                roles.push(Some(c));
-            }
-            // A chain this record does not continue was cut by a crash.
-            Piece::Abandoned(_) => chain = None,
-        });
-        if end > from {
-            if args.json {
-                let entries: Vec<_> = r
-                    .entries()
-                    .zip(&roles)
-                    .map(|((l, b), role)| match role {
-                        None => json!({"lsn": l.0, "len": b.len()}),
-                        Some((first, _, part)) => json!({"lsn": l.0, "len": b.len(),
-                            "part_of": first.0, "part": part}),
-                    })
-                    .collect();
-                println!(
-                    "{}",
-                    json!({"lsn": r.lsn().0, "len": r.header.len.get(), "size": r.size,
-                           "flags": flags(r.flags()), "entry_count": r.header.entry_count.get(),
-                           "continued": r.continued(), "continues": r.continues(),
-                           "tail": r.tail_lsn().0, "crc_ok": true, "entries": entries})
-                );
-                if let Some((first, len, parts)) = completed {
-                    println!(
-                        "{}",
-                        json!({"chained_record": {"lsn": first.0, "len": len, "parts": parts}})
-                    );
-                }
-            } else {
-                let cont = match (r.continued(), r.continues()) {
-                    (false, false) => "",
-                    (true, false) => " chain=last",
-                    (false, true) => " chain=first",
-                    (true, true) if n == 1 => " chain=middle",
-                    (true, true) => " chain=last,first",
-                };
-                println!(
-                    "lsn={} len={} size={} flags={} entries={} tail={} crc=ok{cont}",
-                    r.lsn(),
-                    r.header.len.get(),
-                    r.size,
-                    flags(r.flags()),
-                    r.header.entry_count.get(),
-                    r.tail_lsn()
-                );
-                if args.entries {
-                    for ((l, b), role) in r.entries().zip(&roles) {
-                        let more = if b.len() > 16 { "…" } else { "" };
-                        let what = match role {
-                            None => "entry".to_string(),
-                            Some((Lsn(0), _, 0)) => "part of a chain begun earlier".to_string(),
-                            Some((first, _, part)) => format!("part {part} of {first}:"),
-                        };
-                        println!(
-                            "  {what} lsn={l} len={} {}{more}",
-                            b.len(),
-                            hex(&b[..b.len().min(16)])
-                        );
-                    }
-                }
-                if let Some((first, len, parts)) = completed {
-                    println!("  chained record lsn={first} len={len} parts={parts}");
-                }
-            }
-            shown += 1;
+        let Some(r) = records.next() else { break };
+        let r = r.map_err(fail)?;
+        if args.json {
+            print_record_json(&r);
+        } else {
+            print_record(&r, args.entries);
         }
-        pos = end;
+        shown += 1;
+    }
+    if let Some((pos, found)) = records.end() {
+        if args.json {
+            println!(
+                "{}",
+                json!({"end": pos.0, "found": found.to_string(), "bad_record": found.is_bad_record()})
+            );
+        } else {
+            let crc = if found.is_bad_record() {
+                "crc=bad: "
+            } else {
+                ""
+            };
+            println!("end at lsn={pos}: {crc}{found}");
+        }
     }
     Ok(0)
+}
+
+fn print_record_json(r: &journal_core::inspect::RecordInfo) {
+    let entries: Vec<_> = r
+        .entries
+        .iter()
+        .map(|e| match e.role {
+            EntryRole::Whole => json!({"lsn": e.lsn.0, "len": e.len}),
+            EntryRole::Part { chain, part } => {
+                json!({"lsn": e.lsn.0, "len": e.len, "part_of": chain.0, "part": part})
+            }
+            EntryRole::PartOfEarlier => {
+                json!({"lsn": e.lsn.0, "len": e.len, "part_of": 0, "part": 0})
+            }
+        })
+        .collect();
+    println!(
+        "{}",
+        json!({"lsn": r.lsn.0, "len": r.len, "size": r.size,
+               "flags": flags(r.flags), "entry_count": r.entry_count,
+               "continued": r.continued, "continues": r.continues,
+               "tail": r.tail.0, "crc_ok": true, "entries": entries})
+    );
+    if let Some(c) = r.completed_chain {
+        println!(
+            "{}",
+            json!({"chained_record": {"lsn": c.lsn.0, "len": c.len, "parts": c.parts}})
+        );
+    }
+}
+
+fn print_record(r: &journal_core::inspect::RecordInfo, entries: bool) {
+    let cont = match (r.continued, r.continues) {
+        (false, false) => "",
+        (true, false) => " chain=last",
+        (false, true) => " chain=first",
+        (true, true) if r.entry_count == 1 => " chain=middle",
+        (true, true) => " chain=last,first",
+    };
+    println!(
+        "lsn={} len={} size={} flags={} entries={} tail={} crc=ok{cont}",
+        r.lsn,
+        r.len,
+        r.size,
+        flags(r.flags),
+        r.entry_count,
+        r.tail
+    );
+    if entries {
+        for e in &r.entries {
+            let more = if e.len > 16 { "…" } else { "" };
+            let what = match e.role {
+                EntryRole::Whole => "entry".to_string(),
+                EntryRole::PartOfEarlier => "part of a chain begun earlier".to_string(),
+                EntryRole::Part { chain, part } => format!("part {part} of {chain}:"),
+            };
+            println!(
+                "  {what} lsn={} len={} {}{more}",
+                e.lsn,
+                e.len,
+                hex(&e.head)
+            );
+        }
+    }
+    if let Some(c) = r.completed_chain {
+        println!(
+            "  chained record lsn={} len={} parts={}",
+            c.lsn, c.len, c.parts
+        );
+    }
 }
 
 /// Problems with the segment files themselves (not the log in them). A
@@ -372,15 +313,15 @@ fn check_segments(
 /// cannot tell.
 pub fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
     let mut j = open(&args.dir)?;
-    let c = j.control;
+    let c = *j.control();
     let g = j.geometry();
-    match recovery::scan(&mut j.reader, &c, args.mode.into(), c.inflight_window) {
+    match j.scan(args.mode.into()) {
         Ok(r) => {
             let live = |n: u64| {
                 r.end_lsn > r.redo_lsn
                     && (g.segment_of(r.redo_lsn)..=g.segment_of(Lsn(r.end_lsn.0 - 1))).contains(&n)
             };
-            let (problems, warnings) = check_segments(&j.segments()?, &c, live)?;
+            let (problems, warnings) = check_segments(&j.segments().map_err(fail)?, &c, live)?;
             for p in &problems {
                 eprintln!("journal verify: {p}");
             }
@@ -401,7 +342,7 @@ pub fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
             }
             println!(
                 "{}: {} records, {} entries ({} chained records) from LSN {} to {}",
-                j.dir.display(),
+                j.dir().display(),
                 r.records,
                 r.entries,
                 r.chained,
@@ -421,8 +362,8 @@ pub fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
 /// `journal stat DIR [--json]`.
 pub fn stat(args: &StatArgs) -> Result<u8, Failure> {
     let mut j = open(&args.dir)?;
-    let scan = j.segments()?;
-    let c = j.control;
+    let scan = j.segments().map_err(fail)?;
+    let c = *j.control();
     let g = j.geometry();
     let numbers: Vec<u64> = scan.segments.iter().map(|s| s.number).collect();
     let id = hex(&c.journal_id);
@@ -440,13 +381,7 @@ pub fn stat(args: &StatArgs) -> Result<u8, Failure> {
         }
         frontier = Some(s.number);
     }
-    let report = recovery::scan(
-        &mut j.reader,
-        &c,
-        RecoveryMode::SkipCorrupt,
-        c.inflight_window,
-    )
-    .map_err(fail)?;
+    let report = j.scan(RecoveryMode::SkipCorrupt).map_err(fail)?;
     let (end_kind, end_found) = match &report.end {
         LogEnd::Clean { found } => ("clean end", found),
         LogEnd::TornTail { found, .. } => ("torn tail", found),
@@ -464,7 +399,7 @@ pub fn stat(args: &StatArgs) -> Result<u8, Failure> {
         println!(
             "{}",
             serde_json::to_string_pretty(&json!({
-                "journal": j.dir,
+                "journal": j.dir(),
                 "journal_id": id,
                 "segment_size": c.segment_size,
                 "data_bytes_per_segment": g.data_size(),
@@ -490,7 +425,7 @@ pub fn stat(args: &StatArgs) -> Result<u8, Failure> {
         );
         return Ok(0);
     }
-    println!("journal:          {}", j.dir.display());
+    println!("journal:          {}", j.dir().display());
     println!("journal id:       {id}");
     println!(
         "segment size:     {} ({} data bytes)",

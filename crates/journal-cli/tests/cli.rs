@@ -488,3 +488,63 @@ fn dump_shows_chain_parts_and_whole_records_and_verify_counts_them() {
         text(&out.stdout)
     );
 }
+
+/// A change to a control slot's bytes.
+type Edit = fn(&mut [u8]);
+
+/// Rewrites every slot of `dir`'s control file with `edit` applied and
+/// the CRC recomputed: damage that gets past the checksum.
+fn reseal_control(dir: &Path, edit: impl Fn(&mut [u8])) {
+    let path = dir.join("control");
+    let mut bytes = std::fs::read(&path).unwrap();
+    for slot in bytes.chunks_mut(512) {
+        edit(slot);
+        let crc = crc32c(&slot[..76]);
+        slot[76..80].copy_from_slice(&crc.to_le_bytes());
+    }
+    std::fs::write(&path, bytes).unwrap();
+}
+
+/// A control file whose CRC holds but whose values no journal writes: a
+/// tiny or odd segment size, a bad alignment, a scan position near the end
+/// of the LSN space. Every command refuses it with one line and exit 2 (it
+/// panicked before on the segment size), and so does `Journal::open`.
+#[test]
+fn a_control_file_with_a_valid_crc_and_impossible_values_is_refused() {
+    let edits: [(&str, Edit); 4] = [
+        ("segment size 4096", |s| {
+            s[32..40].copy_from_slice(&4096u64.to_le_bytes())
+        }),
+        ("segment size not a power of two", |s| {
+            s[32..40].copy_from_slice(&((1u64 << 20) + 512).to_le_bytes())
+        }),
+        ("alignment 3", |s| {
+            s[56..60].copy_from_slice(&3u32.to_le_bytes())
+        }),
+        ("scan position near u64::MAX", |s| {
+            s[40..48].copy_from_slice(&(u64::MAX - 10).to_le_bytes());
+            s[48..56].copy_from_slice(&(u64::MAX - 100).to_le_bytes());
+        }),
+    ];
+    for (what, edit) in edits {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("j");
+        make(&dir, 5);
+        reseal_control(&dir, edit);
+        for cmd in ["stat", "dump", "verify"] {
+            let out = journal(&[cmd, dir.to_str().unwrap()]);
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{what}: {cmd}: {err}");
+            assert!(
+                err.contains("not a journal") && err.lines().count() == 1,
+                "{what}: {cmd}: {err}"
+            );
+        }
+        match Journal::open(&dir, options()) {
+            Err(journal_core::Error::NotAJournal { reason, .. }) => {
+                assert!(reason.starts_with("control file:"), "{what}: {reason}")
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+}

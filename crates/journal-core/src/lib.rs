@@ -71,7 +71,7 @@
 //! # Recovery
 //!
 //! On open, the control file gives the redo LSN; the log is scanned from
-//! there with iclog's parser ([`recovery`]). [`RecoveryMode`] decides what a
+//! there with iclog's parser ([`RecoveryReport`] says what it found). [`RecoveryMode`] decides what a
 //! bad record means; stale records from recycled segments carry another
 //! LSN and end the log; headers of unacknowledged in-flight records found
 //! past the end are cleared so appends never chain into them.
@@ -85,16 +85,19 @@ mod error;
 mod follow;
 mod geometry;
 mod index;
+pub mod inspect;
 mod journal;
 mod metrics;
 mod options;
 mod poison;
 mod read;
-pub mod reader;
-pub mod recovery;
+mod reader;
+mod recovery;
 
 pub use async_commit::{CommitFuture, DurableWatch};
-pub use control::{read_control, Control, CONTROL_FILE, CONTROL_MAGIC, CONTROL_VERSION, SLOT_SIZE};
+pub use control::{
+    read_control, Control, CONTROL_FILE, CONTROL_MAGIC, CONTROL_VERSION, MAX_LSN, SLOT_SIZE,
+};
 pub use damage::Damage;
 pub use error::{Error, Result};
 pub use follow::Follower;
@@ -107,7 +110,7 @@ pub use options::{
     DEFAULT_WRITE_AHEAD, MAX_WRITE_AHEAD,
 };
 pub use read::ReadIter;
-pub use reader::EntryBytes;
+pub use reader::{Entry, EntryBytes, MAX_PAYLOAD};
 pub use recovery::{LogEnd, RecoveryReport, SkippedRange};
 
 // The vocabulary the facade's API speaks, from the crates it composes, so a
@@ -115,38 +118,52 @@ pub use recovery::{LogEnd, RecoveryReport, SkippedRange};
 pub use iclog::{FlushPolicy, Lsn};
 pub use jbd_batch::{BatchPolicy, GROUP_BUCKETS};
 pub use journal_vfs::{CrashPolicy, OsVfs, Prealloc, SimVfs, Vfs, VfsError, VfsFile};
-pub use segment_recycler::{JournalId, RecyclePolicy, StartupReport};
+pub use segment_recycler::{
+    DamagedSegment, Error as SegmentError, JournalId, RecyclePolicy, StartupReport,
+};
 
-/// The synchronisation primitives the journal is built on (the whole of
+/// The synchronisation primitives the journal is built on (from
 /// `journal-sync`): poison-free `Mutex` and `Condvar` with deadlines,
-/// atomics, threads. They are std's in a normal build and loom's or
-/// shuttle's under `--cfg loom` / `--cfg shuttle`, so a program that uses
-/// them for its own locks is model-checked together with the journal.
+/// atomics, threads, a small `block_on`. They are std's in a normal build
+/// and loom's or shuttle's under `--cfg loom` / `--cfg shuttle`, so a
+/// program that uses them for its own locks is model-checked together
+/// with the journal (`model` runs a loom model; `shuttle` is the shuttle
+/// runtime in a shuttle build).
 pub mod sync {
-    pub use journal_sync::*;
+    #[cfg(shuttle)]
+    pub use journal_sync::shuttle;
+    pub use journal_sync::{
+        atomic, future, model, thread, Arc, Condvar, Deadline, Mutex, MutexGuard, OnceLock,
+        StatCounter, Stopwatch,
+    };
 }
 
-/// The filesystem boundary the journal runs on (the whole of
-/// `journal-vfs`): [`Vfs`] and [`VfsFile`], the real [`OsVfs`], and
-/// [`SimVfs`], the crash-simulating filesystem with fault injection, for
-/// tests of programs built on the journal. Data files a program wants
-/// crash-tested with its journal go through this too.
+/// The filesystem boundary the journal runs on (from `journal-vfs`):
+/// [`Vfs`] and [`VfsFile`], the real [`OsVfs`], and [`SimVfs`], the
+/// crash-simulating filesystem with fault injection, for tests of programs
+/// built on the journal. Data files a program wants crash-tested with its
+/// journal go through this too.
 pub mod vfs {
-    pub use journal_vfs::*;
+    pub use journal_vfs::{
+        process_usage, AlignedBuf, CounterSnapshot, CrashPolicy, Fault, FuaMode, Mapping, Op,
+        OpenOptions, OsVfs, OsVfsOptions, Prealloc, ProcessUsage, Result, SimVfs, SplitMix64, Vfs,
+        VfsError, VfsFile,
+    };
 }
 
-/// The on-disk format, for tools that inspect a journal read-only (as
-/// `journal dump` and `journal verify` do): the log record (header,
-/// entries, the parser that classifies what it finds at an LSN) and the
-/// segment files (names, header, a read-only scan of a directory).
-/// docs/FORMAT.md describes the bytes.
+/// The on-disk format, for tools that write or check bytes themselves
+/// (docs/FORMAT.md describes them): the log record's header and sizes,
+/// the segment files' names and header. Reading a journal's records is
+/// [`inspect`]'s job.
 pub mod format {
-    pub use iclog::format::*;
+    pub use iclog::format::{
+        align_up, encode_header, record_crc, record_size, RecordHeader, CONTINUED, CONTINUES,
+        ENTRY_HEADER_SIZE, HEADER_SIZE, MAGIC, MIN_VERSION, VERSION,
+    };
     pub use iclog::IoFlags;
     pub use segment_recycler::{
-        parse_name, scan as scan_segments, segment_name, HeaderCheck, NameKind, ScanReport,
-        ScannedSegment, SegmentHeader, DATA_OFFSET, SEGMENT_HEADER_SIZE, SEGMENT_MAGIC,
-        SEGMENT_VERSION,
+        parse_name, segment_name, NameKind, SegmentHeader, DATA_OFFSET, SEGMENT_HEADER_SIZE,
+        SEGMENT_MAGIC, SEGMENT_VERSION,
     };
 }
 

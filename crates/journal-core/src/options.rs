@@ -26,7 +26,21 @@ pub enum SyncMethod {
 /// In every mode, a log that stops below the durable end recorded by the
 /// last checkpoint or clean close is an error ([`crate::Error::LogEndsEarly`]),
 /// and a record with a valid CRC and a newer format version is refused.
-/// The full decision table is in [`crate::recovery`].
+///
+/// How the log ends at the first position `P` where no valid record is
+/// (`W` is the in-flight window; docs/FORMAT.md, "Recovery, in terms of
+/// the format"):
+///
+/// | found at `P` | TolerateTornTail | AbsoluteConsistency | SkipCorrupt |
+/// |---|---|---|---|
+/// | zeros, bad magic, stale LSN, no segment; nothing valid after | clean end | clean end | clean end |
+/// | bad CRC, truncated, damaged LSN; nothing valid after | torn tail, cut and reported | error | torn tail, cut and reported |
+/// | anything, valid records in `[P, P + W)` only, none written after `P` was durable | end (leftovers cleared) | error | end (leftovers cleared) |
+/// | anything, a record in `[P, P + W)` written after `P` was durable | error (corruption) | error (corruption) | skipped to it, reported |
+/// | anything, a valid record beyond the window | error (corruption) | error (corruption) | skipped to it, reported |
+/// | anything, below the checkpoint's durable end | error (log ends early) | error | error |
+/// | a record with a valid CRC and a newer version | error | error | error |
+/// | the end falls inside a chained record (its last part missing) | chain cut, reported | error | chain cut, reported |
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RecoveryMode {
     /// Default. A bad record (CRC mismatch, truncated, damaged LSN) at the

@@ -87,11 +87,6 @@ impl SegmentPins {
         }
     }
 
-    /// The lowest pinned segment, if any: checkpoints recycle only below it.
-    pub fn lowest(&self) -> Option<u64> {
-        self.lowest_revoking(|_| false)
-    }
-
     /// The lowest pinned segment after revoking every follower pin for
     /// which `cut(segment)` holds (a checkpoint passes "below what it would
     /// recycle, and lagging past the limit").
@@ -443,13 +438,6 @@ impl LogReader {
             .retain(|&n, s| n >= from_seg && !matches!(s, Seg::Missing));
         self.buf = Source::owned(Vec::new());
         self.cur = self.buf.clone();
-    }
-
-    /// Forgets cached bytes, mappings and handles (after the files changed).
-    pub fn invalidate(&mut self) {
-        self.buf = Source::owned(Vec::new());
-        self.cur = self.buf.clone();
-        self.segs.clear();
     }
 
     fn seg(&mut self, n: u64) -> Result<&Seg> {

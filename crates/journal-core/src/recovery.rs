@@ -31,16 +31,7 @@
 //! Otherwise `P` is the end: torn if a bad record is there, clean if zeros,
 //! stale bytes of a recycled file, no header or no segment.
 //!
-//! | found at `P` | TolerateTornTail | AbsoluteConsistency | SkipCorrupt |
-//! |---|---|---|---|
-//! | zeros, bad magic, stale LSN, no segment; nothing valid after | clean end | clean end | clean end |
-//! | bad CRC, truncated, damaged LSN; nothing valid after | torn tail, cut and reported | error | torn tail, cut and reported |
-//! | anything, valid records in `[P, P + W)` only, none written after `P` was durable | end (leftovers cleared) | error | end (leftovers cleared) |
-//! | anything, a record in `[P, P + W)` written after `P` was durable | error (corruption) | error (corruption) | skipped to it, reported |
-//! | anything, a valid record beyond the window | error (corruption) | error (corruption) | skipped to it, reported |
-//! | anything, below the checkpoint's durable end | error (log ends early) | error | error |
-//! | a record with a valid CRC and a newer version | error | error | error |
-//! | the end falls inside a chained record (its last part missing) | chain cut, reported | error | chain cut, reported |
+//! The decision per mode is tabled on [`crate::RecoveryMode`].
 //!
 //! A chained record (one written in parts over consecutive records) whose
 //! last part is missing at the end was never acknowledged — a commit of it

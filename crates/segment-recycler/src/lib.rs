@@ -78,6 +78,6 @@ pub use header::{
 };
 pub use name::{parse_name, segment_name, tmp_name, NameKind};
 pub use store::{
-    scan, RecycleReport, ScanReport, ScannedSegment, SegmentStore, StartupReport, StoreStats,
-    Worker, FAILPOINT_RECYCLE_BEFORE_DIR_FSYNC,
+    scan, DamagedSegment, RecycleReport, ScanReport, ScannedSegment, SegmentStore, StartupReport,
+    StoreStats, Worker, FAILPOINT_RECYCLE_BEFORE_DIR_FSYNC,
 };

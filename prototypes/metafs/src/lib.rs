@@ -13,7 +13,7 @@
 //!
 //! How it journals — compound transactions, full block images, data
 //! before metadata, revokes, checkpoints, recovery — is in the docs of
-//! [`volume`](crate::volume).
+//! [`volume`].
 //!
 //! ```
 //! use metafs::{Fs, MkfsOptions, MountOptions};
