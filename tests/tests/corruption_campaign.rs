@@ -544,6 +544,9 @@ fn run_seed(seed: u64, per_base: u64, tally: &mut Tally) -> u64 {
     per_base
 }
 
+/// Base journals (seeds) `cargo test` runs.
+const SEEDS: u64 = 12;
+
 #[test]
 fn corruption_campaign() {
     let per_base = 60;
@@ -553,13 +556,19 @@ fn corruption_campaign() {
         run_seed(seed, per_base, &mut tally);
         return;
     }
-    let budget: f64 = std::env::var("JOURNAL_CORRUPT_SECONDS")
+    let budget: Option<f64> = std::env::var("JOURNAL_CORRUPT_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok());
+    let fixed: u64 = std::env::var("JOURNAL_CORRUPT_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(10.0);
+        .unwrap_or(SEEDS);
     let start = Instant::now();
     let (mut seeds, mut mutations) = (0u64, 0u64);
-    while seeds < 4 || start.elapsed().as_secs_f64() < budget {
+    while match budget {
+        Some(b) => seeds == 0 || start.elapsed().as_secs_f64() < b,
+        None => seeds < fixed,
+    } {
         mutations += run_seed(seeds, per_base, &mut tally);
         seeds += 1;
     }
@@ -586,5 +595,18 @@ fn corruption_campaign() {
             );
         }
     }
-    assert!(seeds >= 4 && mutations >= 4 * per_base);
+    assert_eq!(
+        mutations,
+        seeds * per_base,
+        "every base journal took its mutations"
+    );
+    // Over the fixed seeds every class of damage was tried, and damage was
+    // both survived whole and caught (reported or refused).
+    if budget.is_none() && fixed >= SEEDS {
+        let tried = |class: &&str| tally.iter().any(|((c, _, _), n)| c == class && *n > 0);
+        let untried: Vec<_> = CLASSES.iter().filter(|c| !tried(c)).collect();
+        assert!(untried.is_empty(), "classes never tried: {untried:?}");
+        let seen = |o| tally.iter().any(|((_, _, x), n)| *x == o && *n > 0);
+        assert!(seen(Outcome::Whole) && (seen(Outcome::Reported) || seen(Outcome::Refused)));
+    }
 }

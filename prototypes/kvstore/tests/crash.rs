@@ -4,8 +4,9 @@
 //! recovery, and the checks: every transaction whose `commit()` returned is
 //! there whole; no transaction is there in part; nothing appears that was
 //! never written; `check` finds the pages sound. Seeded; a failure prints
-//! its seed (`KVSTORE_CRASH_SEED=N` reruns it). `KVSTORE_CRASH_SECONDS`
-//! sets the budget (default 10 s).
+//! its seed (`KVSTORE_CRASH_SEED=N` reruns it). `cargo test` runs a fixed
+//! number of seeds (`SEEDS`, or `KVSTORE_CRASH_SEEDS`); `KVSTORE_CRASH_SECONDS`
+//! runs them for a time budget instead.
 
 use journal_core::vfs::{CrashPolicy, SimVfs, SplitMix64, Vfs};
 use kvstore::{Options, Store};
@@ -245,6 +246,10 @@ impl Log {
     }
 }
 
+/// Seeds `cargo test` runs: the same cases on any machine (`KVSTORE_CRASH_SECONDS`
+/// runs seeds for a time budget instead).
+const SEEDS: u64 = 60;
+
 #[test]
 fn store_crash_campaign() {
     if let Ok(s) = std::env::var("KVSTORE_CRASH_SEED") {
@@ -252,13 +257,19 @@ fn store_crash_campaign() {
         println!("kvstore crash campaign: 1 seed, {n} crash states");
         return;
     }
-    let budget: f64 = std::env::var("KVSTORE_CRASH_SECONDS")
+    let budget: Option<f64> = std::env::var("KVSTORE_CRASH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok());
+    let fixed: u64 = std::env::var("KVSTORE_CRASH_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(10.0);
+        .unwrap_or(SEEDS);
     let start = Instant::now();
     let (mut seeds, mut states) = (0u64, 0u64);
-    while seeds < 6 || start.elapsed().as_secs_f64() < budget {
+    while match budget {
+        Some(b) => seeds == 0 || start.elapsed().as_secs_f64() < b,
+        None => seeds < fixed,
+    } {
         let seed = seeds;
         match std::panic::catch_unwind(|| run_seed(seed)) {
             Ok(n) => states += n,

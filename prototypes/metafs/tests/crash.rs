@@ -18,7 +18,9 @@
 //! the transaction around it, so no prefix describes it; the API tests
 //! cover them.)
 //!
-//! `METAFS_CRASH_SECONDS` sets the budget (default 15); a failure prints
+//! `cargo test` runs a fixed number of seeds (`SEEDS`, or
+//! `METAFS_CRASH_SEEDS`); `METAFS_CRASH_SECONDS` runs them for a time
+//! budget instead; a failure prints
 //! its seed, `METAFS_CRASH_SEED=N` reruns it.
 
 use journal_core::vfs::{CrashPolicy, SimVfs, SplitMix64, Vfs};
@@ -370,6 +372,10 @@ fn run_seed(seed: u64) -> u64 {
     states
 }
 
+/// Seeds `cargo test` runs: the same cases on any machine (`METAFS_CRASH_SECONDS`
+/// runs seeds for a time budget instead).
+const SEEDS: u64 = 30;
+
 #[test]
 fn crash_campaign() {
     if let Ok(s) = std::env::var("METAFS_CRASH_SEED") {
@@ -378,13 +384,19 @@ fn crash_campaign() {
         println!("metafs crash campaign: seed {seed}: {n} crash states checked");
         return;
     }
-    let budget: f64 = std::env::var("METAFS_CRASH_SECONDS")
+    let budget: Option<f64> = std::env::var("METAFS_CRASH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok());
+    let fixed: u64 = std::env::var("METAFS_CRASH_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(15.0);
+        .unwrap_or(SEEDS);
     let start = Instant::now();
     let (mut seeds, mut states) = (0u64, 0u64);
-    while seeds < 8 || start.elapsed().as_secs_f64() < budget {
+    while match budget {
+        Some(b) => seeds == 0 || start.elapsed().as_secs_f64() < b,
+        None => seeds < fixed,
+    } {
         let seed = seeds;
         match std::panic::catch_unwind(|| run_seed(seed)) {
             Ok(n) => states += n,
