@@ -88,6 +88,7 @@ mod index;
 pub mod inspect;
 mod journal;
 mod metrics;
+mod open;
 mod options;
 mod poison;
 mod read;
