@@ -9,6 +9,13 @@ use journal_vfs::{OpenOptions, Vfs, VfsFile};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+mod recycle;
+mod startup;
+
+pub use recycle::{RecycleReport, FAILPOINT_RECYCLE_BEFORE_DIR_FSYNC};
+use startup::{classify, Found};
+pub use startup::{scan, DamagedSegment, ScanReport, ScannedSegment, StartupReport};
+
 /// An open segment file. A plain `std` `Arc`: it only shares the handle,
 /// it synchronises nothing (and loom's `Arc` cannot hold unsized values).
 type File = std::sync::Arc<dyn VfsFile>;
@@ -86,49 +93,6 @@ pub struct StoreStats {
     pub checkpoints: u64,
 }
 
-/// What [`SegmentStore::open`] found.
-#[derive(Debug, Clone, Default)]
-pub struct StartupReport {
-    /// Segment numbers found, ascending.
-    pub segments: Vec<u64>,
-    /// Names in the directory that are not segments (ignored).
-    pub ignored: Vec<String>,
-    /// Leftovers of interrupted segment creations (removed).
-    pub removed_temporaries: Vec<String>,
-    /// Missing numbers between the lowest and highest segment.
-    pub gaps: Vec<u64>,
-    /// Segments whose header was lost (zeros) or carries another number (a
-    /// recycle cut short by a crash): their contents are stale; their
-    /// header was rewritten.
-    pub reinitialized: Vec<u64>,
-    /// Damaged segments (bad header magic or checksum, shorter than a
-    /// header, the wrong size): not installed. Whether one may be replaced
-    /// is for the owner of the log to decide (it must lie outside the live
-    /// log); see [`SegmentStore::replace_damaged`].
-    pub damaged: Vec<DamagedSegment>,
-    /// Damaged segments outside the live log that were removed, to be
-    /// created anew when the log reaches them.
-    pub replaced: Vec<u64>,
-}
-
-/// A segment [`SegmentStore::open`] found damaged.
-#[derive(Debug, Clone)]
-pub struct DamagedSegment {
-    /// Its number.
-    pub segment: u64,
-    /// What is wrong ([`Error::BadHeader`] or [`Error::SizeMismatch`]).
-    pub error: std::sync::Arc<Error>,
-}
-
-/// What a recycle pass did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RecycleReport {
-    /// `(old number, new number)` of each recycled segment.
-    pub recycled: Vec<(u64, u64)>,
-    /// Old segments removed.
-    pub removed: Vec<u64>,
-}
-
 struct Inner {
     vfs: std::sync::Arc<dyn Vfs>,
     dir: PathBuf,
@@ -154,60 +118,6 @@ impl std::fmt::Debug for SegmentStore {
             .field("config", &self.inner.config)
             .finish_non_exhaustive()
     }
-}
-
-/// One segment file found by [`scan`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScannedSegment {
-    /// Its number (from its name).
-    pub number: u64,
-    /// Its path.
-    pub path: PathBuf,
-    /// Its header: valid (with the number it carries), or what is wrong.
-    pub header: HeaderCheck,
-    /// Its length in bytes.
-    pub len: u64,
-}
-
-/// A read-only look at a journal directory: segments (with their headers),
-/// temporaries and other names. Modifies nothing.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ScanReport {
-    /// Segments, ascending by number.
-    pub segments: Vec<ScannedSegment>,
-    /// Leftovers of interrupted creations.
-    pub temporaries: Vec<String>,
-    /// Other names.
-    pub other: Vec<String>,
-}
-
-/// Lists and classifies a journal directory without modifying anything.
-pub fn scan(vfs: &dyn Vfs, dir: &Path) -> Result<ScanReport, Error> {
-    let mut report = ScanReport::default();
-    let mut names = vfs.read_dir(dir).map_err(Error::io(None))?;
-    names.sort();
-    for name in names {
-        match parse_name(&name) {
-            NameKind::Segment(n) => {
-                let path = dir.join(&name);
-                let f = vfs
-                    .open(&path, OpenOptions::read())
-                    .map_err(Error::io(Some(n)))?;
-                let mut buf = [0u8; SEGMENT_HEADER_SIZE];
-                let got = f.read_at(&mut buf, 0).map_err(Error::io(Some(n)))?;
-                let len = f.len().map_err(Error::io(Some(n)))?;
-                report.segments.push(ScannedSegment {
-                    number: n,
-                    path,
-                    header: SegmentHeader::check(&buf[..got]),
-                    len,
-                });
-            }
-            NameKind::Temporary(_) => report.temporaries.push(name),
-            NameKind::Other => report.other.push(name),
-        }
-    }
-    Ok(report)
 }
 
 impl SegmentStore {
@@ -237,68 +147,16 @@ impl SegmentStore {
         let mut segs = BTreeMap::new();
         for s in &found.segments {
             let n = s.number;
-            let damaged = |error: Error| DamagedSegment {
-                segment: n,
-                error: std::sync::Arc::new(error),
-            };
-            let stale = match s.header {
-                HeaderCheck::Valid(h) => {
-                    if h.journal_id != journal_id {
-                        return Err(Error::ForeignSegment {
-                            path: s.path.clone(),
-                            segment: n,
-                        });
-                    }
-                    if h.segment_size.get() != config.segment_size {
-                        // Fixed at creation for every segment: a journal
-                        // made with another size, not damage.
-                        return Err(Error::SizeMismatch {
-                            path: s.path.clone(),
-                            expected: config.segment_size,
-                            found: h.segment_size.get(),
-                        });
-                    }
-                    // A number other than the name's is a recycle cut short
-                    // by a crash: an older one, the header rewrite was lost;
-                    // a later one, the rename was lost. Either way the data
-                    // is stale (recycled segments lie wholly below a tail
-                    // that was made durable before the recycle began).
-                    h.segment_no.get() != n
-                }
-                HeaderCheck::Zeroes => true,
-                HeaderCheck::UnsupportedVersion(v) => {
-                    return Err(Error::UnsupportedVersion {
-                        path: s.path.clone(),
-                        version: v,
-                    })
-                }
-                HeaderCheck::BadMagic => {
-                    report
-                        .damaged
-                        .push(damaged(bad(s, "not a segment header (magic)")));
-                    continue;
-                }
-                HeaderCheck::BadCrc => {
-                    report
-                        .damaged
-                        .push(damaged(bad(s, "header checksum mismatch")));
-                    continue;
-                }
-                HeaderCheck::Short => {
-                    report
-                        .damaged
-                        .push(damaged(bad(s, "file shorter than a header")));
+            let stale = match classify(s, &config, journal_id)? {
+                Found::Usable { stale } => stale,
+                Found::Damaged(error) => {
+                    report.damaged.push(DamagedSegment {
+                        segment: n,
+                        error: std::sync::Arc::new(error),
+                    });
                     continue;
                 }
             };
-            if s.len != config.segment_size {
-                report.damaged.push(damaged(Error::SizeMismatch {
-                    path: s.path.clone(),
-                    expected: config.segment_size,
-                    found: s.len,
-                }));
-                continue;
-            }
             let file: File = vfs
                 .open(&s.path, OpenOptions::write())
                 .map_err(Error::io(Some(n)))?
@@ -571,160 +429,6 @@ impl SegmentStore {
         Ok(file)
     }
 
-    /// Recycles every segment wholly below `redo_segment` (the segment
-    /// holding the redo position): renamed to future numbers with their
-    /// header rewritten, up to `max_segments` files in all; the rest are
-    /// removed. Then makes the names durable as the policy says.
-    ///
-    /// Under [`RecyclePolicy::Batched`] the renamed segments are installed
-    /// and usable before the one directory fsync of the batch: the failpoint
-    /// [`FAILPOINT_RECYCLE_BEFORE_DIR_FSYNC`] sits in that window (the crash
-    /// window of the durability frontier), for tests to write and crash in.
-    pub fn recycle(&self, redo_segment: u64) -> Result<RecycleReport, Error> {
-        let pending = self.recycle_begin(redo_segment)?;
-        fail::fail_point!(FAILPOINT_RECYCLE_BEFORE_DIR_FSYNC, |_| {
-            Err(Error::Io {
-                segment: None,
-                source: journal_vfs::VfsError::new(
-                    journal_vfs::Op::SyncDir,
-                    &self.inner.dir,
-                    std::io::Error::other("failpoint"),
-                ),
-            })
-        });
-        pending.finish()
-    }
-
-    /// The first half of [`SegmentStore::recycle`]: renames (and removals)
-    /// done, recycled segments installed and usable, but under
-    /// [`RecyclePolicy::Batched`] their names are not durable until
-    /// [`PendingRecycle::finish`] fsyncs the directory.
-    fn recycle_begin(&self, redo_segment: u64) -> Result<PendingRecycle, Error> {
-        let cfg = self.inner.config;
-        let mut st = self.inner.state.lock();
-        while st.recycling {
-            st = self.inner.cv.wait(st);
-        }
-        let redo = redo_segment.min(st.head);
-        let old: Vec<(u64, File)> = st
-            .segs
-            .range(..redo)
-            .map(|(&n, s)| (n, s.file.clone()))
-            .collect();
-        for (n, _) in &old {
-            st.segs.remove(n);
-        }
-        let kept = st.segs.len() as u64 + st.creating.len() as u64;
-        let room = cfg.max_segments.saturating_sub(kept) as usize;
-        let mut targets = Vec::new();
-        for _ in 0..old.len().min(room) {
-            let t = st.next_free_number();
-            st.creating.insert(t);
-            targets.push(t);
-        }
-        st.recycling = true;
-        self.inner.stats.checkpoints.incr();
-        drop(st);
-
-        let mut pending = PendingRecycle {
-            store: self.clone(),
-            report: RecycleReport::default(),
-            unsynced: Vec::new(),
-            done: false,
-        };
-        let mut result = Ok(());
-        for (i, (n, file)) in old.into_iter().enumerate() {
-            if result.is_err() {
-                break;
-            }
-            result = match targets.get(i) {
-                Some(&t) => self.recycle_one(n, file, t, &mut pending),
-                None => self.remove_one(n, &mut pending),
-            };
-        }
-        // Release reservations that were not installed.
-        let mut st = self.inner.state.lock();
-        for t in &targets {
-            st.creating.remove(t);
-        }
-        drop(st);
-        self.inner.cv.notify_all();
-        result.map(|_| pending)
-    }
-
-    fn recycle_one(
-        &self,
-        old: u64,
-        old_file: File,
-        new: u64,
-        pending: &mut PendingRecycle,
-    ) -> Result<(), Error> {
-        let vfs = &self.inner.vfs;
-        let cfg = &self.inner.config;
-        let per_segment = cfg.recycle_policy == RecyclePolicy::PerSegmentDurableRename;
-        let (from, to) = (self.path(old), self.path(new));
-        if per_segment {
-            old_file.sync_all().map_err(Error::io(Some(old)))?;
-        }
-        drop(old_file);
-        vfs.rename(&from, &to).map_err(Error::io(Some(old)))?;
-        let file: File = vfs
-            .open(&to, OpenOptions::write())
-            .map_err(Error::io(Some(new)))?
-            .into();
-        let header = SegmentHeader::new(new, cfg.segment_size, self.inner.journal_id);
-        file.write_at(&header.to_bytes(), 0)
-            .map_err(Error::io(Some(new)))?;
-        if per_segment {
-            file.sync_all().map_err(Error::io(Some(new)))?;
-            vfs.sync_dir(&self.inner.dir)
-                .map_err(Error::io(Some(new)))?;
-        } else {
-            // No fdatasync for the header: if it is lost, open finds a
-            // number other than the name's and rewrites it; the records
-            // written into the segment later carry their own LSNs, which is
-            // what recovery trusts. The first fdatasync of a log write into
-            // the segment makes the header durable along the way.
-            pending.unsynced.push(new);
-        }
-        let mut st = self.inner.state.lock();
-        st.creating.remove(&new);
-        st.segs.insert(
-            new,
-            Seg {
-                file,
-                name_durable: per_segment,
-            },
-        );
-        drop(st);
-        self.inner.cv.notify_all();
-        self.inner.stats.recycled.incr();
-        pending.report.recycled.push((old, new));
-        Ok(())
-    }
-
-    fn remove_one(&self, old: u64, pending: &mut PendingRecycle) -> Result<(), Error> {
-        self.inner
-            .vfs
-            .remove_file(&self.path(old))
-            .map_err(Error::io(Some(old)))?;
-        self.inner.stats.removed.incr();
-        pending.report.removed.push(old);
-        Ok(())
-    }
-
-    fn end_recycle(&self, durable: &[u64]) {
-        let mut st: MutexGuard<'_, State> = self.inner.state.lock();
-        for n in durable {
-            if let Some(s) = st.segs.get_mut(n) {
-                s.name_durable = true;
-            }
-        }
-        st.recycling = false;
-        drop(st);
-        self.inner.cv.notify_all();
-    }
-
     /// Starts the background preallocation worker: it keeps segments up to
     /// head + `preallocate_ahead` ready, woken by [`SegmentStore::set_head`].
     /// The worker stops when the returned guard is dropped.
@@ -760,65 +464,6 @@ impl SegmentStore {
                 // reports the error to the committer if it persists.
                 st.worker_error = Some(std::sync::Arc::new(e));
             }
-        }
-    }
-}
-
-fn bad(s: &ScannedSegment, reason: &'static str) -> Error {
-    Error::BadHeader {
-        path: s.path.clone(),
-        segment: s.number,
-        reason,
-    }
-}
-
-/// The failpoint between the renames of a recycle batch and its directory
-/// fsync (crate feature `failpoints`). Configured with
-/// `fail::cfg_callback`, it runs the test's code in the crash window; with
-/// `fail::cfg(.., "return")`, the recycle fails there as if the directory
-/// fsync had.
-pub const FAILPOINT_RECYCLE_BEFORE_DIR_FSYNC: &str = "segment-recycler::recycle-before-dir-fsync";
-
-/// A recycle whose renames are done but whose directory fsync is not
-/// (under [`RecyclePolicy::Batched`]). Dropping it without
-/// [`PendingRecycle::finish`] leaves the names to the write-path check.
-#[derive(Debug)]
-struct PendingRecycle {
-    store: SegmentStore,
-    report: RecycleReport,
-    unsynced: Vec<u64>,
-    done: bool,
-}
-
-impl PendingRecycle {
-    /// One directory fsync for the whole batch (and the removals), then the
-    /// durability frontier advances over the recycled segments.
-    fn finish(mut self) -> Result<RecycleReport, Error> {
-        let s = &self.store;
-        let needs_sync = !self.unsynced.is_empty() || !self.report.removed.is_empty();
-        let result = if needs_sync {
-            s.inner.vfs.sync_dir(&s.inner.dir).map_err(Error::io(None))
-        } else {
-            Ok(())
-        };
-        self.done = true;
-        match result {
-            Ok(()) => {
-                s.end_recycle(&self.unsynced);
-                Ok(std::mem::take(&mut self.report))
-            }
-            Err(e) => {
-                s.end_recycle(&[]);
-                Err(e)
-            }
-        }
-    }
-}
-
-impl Drop for PendingRecycle {
-    fn drop(&mut self) {
-        if !self.done {
-            self.store.end_recycle(&[]);
         }
     }
 }
