@@ -1,8 +1,11 @@
 //! `cargo xtask`: the scripts that drive the workspace, in Rust so they run
 //! wherever cargo does.
 //!
-//! - `cargo xtask ci`: format check, clippy with `-D warnings`, the whole test
-//!   suite, the loom suite, then the shuttle schedules. What `.ci/run` runs.
+//! - `cargo xtask ci`: format check, clippy with `-D warnings`, the docs with
+//!   `-D warnings`, the whole test suite, `cargo package` of the six library
+//!   crates, the loom suite, then the shuttle schedules. What `.ci/run` runs.
+//! - `cargo xtask package`: `cargo package` of the library crates together
+//!   (each verified by building it from its package).
 //! - `cargo xtask test`: the whole test suite (all crates, all targets, doc
 //!   tests).
 //! - `cargo xtask loom [CRATE...]`: the loom models, in release mode with
@@ -206,8 +209,43 @@ fn release_test(what: &str, test: &str, envs: &[(&str, String)]) -> Result<(), S
     run_tests(what, &mut cmd)
 }
 
+/// The crates published to crates.io, in dependency order.
+const LIBRARY_CRATES: &[&str] = &[
+    "journal-sync",
+    "journal-vfs",
+    "iclog",
+    "jbd-batch",
+    "segment-recycler",
+    "journal-core",
+];
+
+/// `cargo package` of every library crate, together (the unpublished
+/// path dependencies resolve to each other's packages).
+fn package() -> Result<(), String> {
+    let mut cmd = cargo();
+    cmd.args(["package", "--allow-dirty"]);
+    for c in LIBRARY_CRATES {
+        cmd.args(["--package", c]);
+    }
+    run("package", &mut cmd)
+}
+
+/// The documentation of every crate, broken links and missing docs refused.
+fn docs() -> Result<(), String> {
+    let flags = format!(
+        "{} -D warnings",
+        env::var("RUSTDOCFLAGS").unwrap_or_default()
+    );
+    run(
+        "doc",
+        cargo()
+            .args(["doc", "--workspace", "--no-deps"])
+            .env("RUSTDOCFLAGS", flags),
+    )
+}
+
 fn usage() -> String {
-    "usage: cargo xtask <ci | test | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | crash [--minutes N] | corrupt [--minutes N]>"
+    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | crash [--minutes N] | corrupt [--minutes N]>"
         .into()
 }
 
@@ -216,10 +254,13 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => fmt_check()
             .and_then(|_| clippy())
+            .and_then(|_| docs())
             .and_then(|_| test())
+            .and_then(|_| package())
             .and_then(|_| loom(&[]))
             .and_then(|_| shuttle(&[])),
         Some("test") => test(),
+        Some("package") => package(),
         Some("loom") => loom(&args[1..]),
         Some("crash") => minutes(&args[1..]).and_then(|m| {
             campaign(

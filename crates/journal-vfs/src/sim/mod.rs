@@ -452,4 +452,3 @@ fn torn_image(inode: &Inode, rng: &mut SplitMix64) -> Vec<u8> {
     }
     out
 }
-
