@@ -18,11 +18,11 @@ pub enum Error<E = DeviceError> {
         max: usize,
     },
     /// A force named an LSN that has not been appended yet.
-    LsnBeyondHead {
+    LsnNotAppended {
         /// The LSN asked for.
         lsn: Lsn,
         /// The end of what has been appended.
-        head: Lsn,
+        appended: Lsn,
     },
     /// A device write or flush failed: the ring is poisoned, nothing more is
     /// written, and every caller gets this error (the first one).
@@ -35,8 +35,11 @@ impl<E: fmt::Display> fmt::Display for Error<E> {
             Error::EntryTooLarge { len, max } => {
                 write!(f, "entry of {len} bytes exceeds the maximum of {max}")
             }
-            Error::LsnBeyondHead { lsn, head } => {
-                write!(f, "LSN {lsn} has not been appended (head is {head})")
+            Error::LsnNotAppended { lsn, appended } => {
+                write!(
+                    f,
+                    "LSN {lsn} has not been appended (appended up to {appended})"
+                )
             }
             Error::Poisoned(e) => write!(f, "log device failed, log is poisoned: {e}"),
         }

@@ -175,7 +175,7 @@ fn write_out_writes_plain_and_the_force_after_it_is_one_bare_flush() {
     assert!(r.durable_lsn() > b && r.durable_lsn() <= c);
     assert!(matches!(
         r.write_out(Lsn(1 << 40)),
-        Err(Error::LsnBeyondHead { .. })
+        Err(Error::LsnNotAppended { .. })
     ));
 }
 
@@ -390,7 +390,7 @@ fn forcing_beyond_the_head_is_an_error() {
     let a = r.append(b"x").unwrap();
     assert!(matches!(
         r.force(Lsn(a.0 + 100)),
-        Err(Error::LsnBeyondHead { .. })
+        Err(Error::LsnNotAppended { .. })
     ));
 }
 

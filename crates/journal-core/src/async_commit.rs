@@ -237,11 +237,11 @@ impl Future for CommitFuture<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let this = self.get_mut();
         if this.registered.is_none() {
-            let head = this.journal.appended_lsn();
-            if this.force && this.lsn >= head {
+            let appended = this.journal.appended_lsn();
+            if this.force && this.lsn >= appended {
                 return Poll::Ready(Err(Error::LsnNotAppended {
                     lsn: this.lsn,
-                    head,
+                    appended,
                 }));
             }
         }

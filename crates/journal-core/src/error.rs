@@ -99,7 +99,7 @@ pub enum Error {
         /// The LSN.
         lsn: Lsn,
         /// The end of the appended log.
-        head: Lsn,
+        appended: Lsn,
     },
     /// An LSN below the log tail (checkpointed away) or not at an entry.
     LsnNotInLog {
@@ -251,8 +251,8 @@ impl fmt::Display for Error {
                 f,
                 "option {option} is {given} but the journal was created with {on_disk}"
             ),
-            Error::LsnNotAppended { lsn, head } => {
-                write!(f, "LSN {lsn} has not been appended (head is {head})")
+            Error::LsnNotAppended { lsn, appended } => {
+                write!(f, "LSN {lsn} has not been appended (appended up to {appended})")
             }
             Error::LsnNotInLog { lsn, tail } => {
                 write!(f, "LSN {lsn} is not in the log (tail is {tail})")

@@ -225,9 +225,9 @@ impl Journal {
             return Ok(());
         }
         if lsn >= self.inner.ring.appended_lower_bound() {
-            let head = self.appended_lsn();
-            if lsn >= head {
-                return Err(Error::LsnNotAppended { lsn, head });
+            let appended = self.appended_lsn();
+            if lsn >= appended {
+                return Err(Error::LsnNotAppended { lsn, appended });
             }
         }
         self.stop(handle, lsn)
@@ -263,7 +263,7 @@ impl Journal {
         self.check()?;
         let lsn = self.inner.ring.commit_point(lsn);
         let r = match mode {
-            ForceMode::Written => self.inner.ring.force_async(lsn),
+            ForceMode::Written => self.inner.ring.start_force(lsn),
             ForceMode::Durable => self.inner.ring.force(lsn),
         };
         r.map_err(|e| match ring_error(e) {
@@ -371,9 +371,12 @@ impl Journal {
         self.check()?;
         let mut control = self.inner.control.lock();
         let current = control.current();
-        let head = self.appended_lsn();
-        if redo > head {
-            return Err(Error::LsnNotAppended { lsn: redo, head });
+        let appended = self.appended_lsn();
+        if redo > appended {
+            return Err(Error::LsnNotAppended {
+                lsn: redo,
+                appended,
+            });
         }
         if redo < current.redo_lsn {
             return Err(Error::LsnNotInLog {
@@ -385,7 +388,7 @@ impl Journal {
         let device = ring.device();
         let result = (|| {
             let flush = device.start_data_flush();
-            if ring.durable_lsn() < head {
+            if ring.durable_lsn() < appended {
                 ring.note_tail_moved(redo);
                 ring.force_all().map_err(ring_error)?;
             }
@@ -548,7 +551,7 @@ impl Drop for Journal {
 pub(crate) fn ring_error(e: iclog::Error<Error>) -> Error {
     match e {
         iclog::Error::EntryTooLarge { len, max } => Error::RecordTooLarge { len, max },
-        iclog::Error::LsnBeyondHead { lsn, head } => Error::LsnNotAppended { lsn, head },
+        iclog::Error::LsnNotAppended { lsn, appended } => Error::LsnNotAppended { lsn, appended },
         iclog::Error::Poisoned(e) => e,
     }
 }

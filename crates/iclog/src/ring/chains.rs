@@ -38,7 +38,7 @@ impl<D: LogDevice> Ring<D> {
         let (first, last) = result?;
         if first != last {
             let mut st = self.inner.state.lock();
-            let stable = st.stable_lsn;
+            let stable = st.durable_lsn;
             st.chains.retain(|_, l| *l >= stable);
             st.chains.insert(first, last);
             self.inner
@@ -87,7 +87,7 @@ impl<D: LogDevice> Ring<D> {
                 let mut waited = false;
                 loop {
                     let h;
-                    (st, h) = self.active_head(st, true, &mut waited)?;
+                    (st, h) = self.active_buffer(st, true, &mut waited)?;
                     let slot = &mut st.slots[h];
                     let room = cap - slot.used;
                     let fits = ENTRY_HEADER_SIZE + rest.len() <= room;

@@ -38,11 +38,11 @@ impl<D: LogDevice> Ring<D> {
 
     // ---- reservation and release -------------------------------------
 
-    /// Waits until the head buffer is ACTIVE (a "noiclog" wait, counted
+    /// Waits until the active buffer is ACTIVE (a "noiclog" wait, counted
     /// once per reservation through `waited`) and, unless the caller is the
     /// one laying out a chain (`chain_owner`), until no chain is being laid
-    /// out; returns the head's index, its LSN set if it is empty.
-    pub(super) fn active_head<'a>(
+    /// out; returns the active buffer's index, its LSN set if it is empty.
+    pub(super) fn active_buffer<'a>(
         &'a self,
         mut st: MutexGuard<'a, RingState<D::Error>>,
         chain_owner: bool,
@@ -55,7 +55,7 @@ impl<D: LogDevice> Ring<D> {
                 st = self.wait_space(st);
                 continue;
             }
-            let h = st.head;
+            let h = st.active;
             if st.slots[h].state != BufState::Active {
                 if !std::mem::replace(waited, true) {
                     self.inner.stats.noiclog_waits.incr();
@@ -83,7 +83,7 @@ impl<D: LogDevice> Ring<D> {
         let mut waited = false;
         loop {
             let h;
-            (st, h) = self.active_head(st, false, &mut waited)?;
+            (st, h) = self.active_buffer(st, false, &mut waited)?;
             let slot = &mut st.slots[h];
             if slot.used + total <= cap {
                 let offset = slot.used;
@@ -143,10 +143,10 @@ impl<D: LogDevice> Ring<D> {
         Ok(())
     }
 
-    /// ACTIVE → WANT_SYNC for the head buffer; the next buffer becomes the
-    /// head. Returns whether the caller must submit it (no references).
+    /// ACTIVE → WANT_SYNC for the active buffer; the next buffer becomes
+    /// the active one. Returns whether the caller must submit it (no references).
     pub(super) fn switch(&self, st: &mut RingState<D::Error>) -> bool {
-        let h = st.head;
+        let h = st.active;
         let align = self.inner.config.alignment;
         let slot = &mut st.slots[h];
         debug_assert_eq!(slot.state, BufState::Active);
@@ -155,7 +155,7 @@ impl<D: LogDevice> Ring<D> {
         let next = slot.lsn.plus(slot.record_size(align));
         let submit = slot.refs == 0;
         st.next_lsn = next;
-        st.head = (h + 1) % st.slots.len();
+        st.active = (h + 1) % st.slots.len();
         self.inner.stats.switches.incr();
         submit
     }
@@ -165,7 +165,7 @@ impl<D: LogDevice> Ring<D> {
     /// Whether a write of buffer `i` must be preceded by a cache flush:
     /// bytes below it were written without FUA and are not yet durable.
     pub(super) fn earlier_not_covered(&self, st: &RingState<D::Error>, i: usize) -> bool {
-        st.stable_lsn < st.written_lsn || st.before(i).any(|j| !st.slots[j].fua())
+        st.durable_lsn < st.written_lsn || st.before(i).any(|j| !st.slots[j].fua())
     }
 
     /// The flags buffer `i`'s write goes out with, decided under the lock
@@ -184,7 +184,7 @@ impl<D: LogDevice> Ring<D> {
             st.poison()?;
             let mut flags = st.slots[i].need;
             let end = st.slots[i].lsn.plus(st.slots[i].record_size(cfg.alignment));
-            if end.0 > st.stable_lsn.0 + window {
+            if end.0 > st.durable_lsn.0 + window {
                 // A plain write here could outlive, in a crash, records
                 // before it that are not durable, farther out than recovery
                 // takes for in-flight leftovers: it goes out FUA, which makes
@@ -233,7 +233,7 @@ impl<D: LogDevice> Ring<D> {
         };
         // Every record below this was durable before this one was written:
         // recovery uses the stamp to tell damage from a torn write.
-        let durable = st.stable_lsn;
+        let durable = st.durable_lsn;
         let slot = &mut st.slots[i];
         let tail = *slot.tail.get_or_insert(tail);
         slot.issued = flags;
@@ -304,12 +304,14 @@ impl<D: LogDevice> Ring<D> {
             );
             if issued.contains(IoFlags::PREFLUSH) {
                 // Every earlier write had completed before the flush.
-                st.stable_lsn = st.stable_lsn.max(lsn);
-                self.inner.durable.store(st.stable_lsn.0, Ordering::Release);
+                st.durable_lsn = st.durable_lsn.max(lsn);
+                self.inner
+                    .durable
+                    .store(st.durable_lsn.0, Ordering::Release);
             }
             st.written_lsn = end;
-            if issued.contains(IoFlags::FUA) && st.stable_lsn == lsn {
-                st.stable_lsn = end;
+            if issued.contains(IoFlags::FUA) && st.durable_lsn == lsn {
+                st.durable_lsn = end;
                 self.inner.durable.store(end.0, Ordering::Release);
             }
             st.slots[i].reset();
@@ -325,7 +327,7 @@ impl<D: LogDevice> Ring<D> {
         let mut st = self.inner.state.lock();
         loop {
             st.poison()?;
-            if lsn < st.stable_lsn {
+            if lsn < st.durable_lsn {
                 return Ok(());
             }
             st.check_appended(lsn)?;
@@ -347,8 +349,10 @@ impl<D: LogDevice> Ring<D> {
                 st.flushing = false;
                 match result {
                     Ok(()) => {
-                        st.stable_lsn = st.stable_lsn.max(covered);
-                        self.inner.durable.store(st.stable_lsn.0, Ordering::Release);
+                        st.durable_lsn = st.durable_lsn.max(covered);
+                        self.inner
+                            .durable
+                            .store(st.durable_lsn.0, Ordering::Release);
                     }
                     Err(e) => {
                         if st.poisoned.is_none() {
@@ -387,16 +391,18 @@ impl<D: LogDevice> Ring<D> {
         }
     }
 
-    /// The buffer holding `lsn`, which is below the head and at or above
+    /// The buffer holding `lsn`, which is below the appended end and at or above
     /// the written LSN (so in a buffer not yet written, or being written).
     pub(super) fn buffer_holding(st: &RingState<D::Error>, lsn: Lsn, align: u64) -> usize {
         (0..st.slots.len())
             .find(|&j| {
                 let s = &st.slots[j];
-                (s.state != BufState::Active || j == st.head) && s.holds(lsn, align)
+                (s.state != BufState::Active || j == st.active) && s.holds(lsn, align)
             })
             .unwrap_or_else(|| {
-                unreachable!("LSN {lsn} below the head and above the written LSN is in a buffer")
+                unreachable!(
+                    "LSN {lsn} below the appended end and above the written LSN is in a buffer"
+                )
             })
     }
 

@@ -21,7 +21,7 @@ mod io;
 /// oldest buffer first), so it never lingers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BufState {
-    /// Free, or taking writes if it is the head of the ring.
+    /// Free, or taking writes if it is the ring's active buffer.
     Active,
     /// Switched out: no new writes; written once the last reference drops.
     WantSync,
@@ -91,15 +91,15 @@ impl Slot {
 struct RingState<E> {
     slots: Vec<Slot>,
     /// The buffer that takes writes (when ACTIVE).
-    head: usize,
+    active: usize,
     /// The lowest-LSN buffer not yet completed and processed.
     oldest: usize,
-    /// Where the next record starts: the head's LSN once it takes data.
+    /// Where the next record starts: the active buffer's LSN once it takes data.
     next_lsn: Lsn,
     /// Every record below has completed its write (durable or not).
     written_lsn: Lsn,
     /// Every record below is durable.
-    stable_lsn: Lsn,
+    durable_lsn: Lsn,
     /// The log tail most recently reported.
     tail_lsn: Lsn,
     /// The tail carried by the last write that flushed after a tail move.
@@ -132,7 +132,7 @@ impl<E: Clone> RingState<E> {
 
     /// The end of everything appended so far.
     fn appended_end(&self) -> Lsn {
-        let h = &self.slots[self.head];
+        let h = &self.slots[self.active];
         if h.state == BufState::Active && h.used > 0 {
             h.lsn.plus((HEADER_SIZE + h.used) as u64)
         } else {
@@ -143,9 +143,9 @@ impl<E: Clone> RingState<E> {
     /// `lsn` was appended: a force or write-out of anything beyond is a
     /// caller's error.
     fn check_appended(&self, lsn: Lsn) -> Result<(), Error<E>> {
-        let head = self.appended_end();
-        if lsn >= head {
-            return Err(Error::LsnBeyondHead { lsn, head });
+        let appended = self.appended_end();
+        if lsn >= appended {
+            return Err(Error::LsnNotAppended { lsn, appended });
         }
         Ok(())
     }
@@ -213,7 +213,7 @@ struct Inner<D: LogDevice> {
     /// Signalled on every completion, flush, flag change or poisoning.
     progress: Condvar,
     stats: Stats,
-    /// `stable_lsn`, published for readers that take no lock (set under
+    /// `durable_lsn`, published for readers that take no lock (set under
     /// the state lock whenever it moves).
     durable: AtomicU64,
     /// The highest end of an entry reserved so far (a lower bound of what
@@ -285,11 +285,11 @@ impl<D: LogDevice> Ring<D> {
                 device,
                 state: Mutex::new(RingState {
                     slots,
-                    head: 0,
+                    active: 0,
                     oldest: 0,
                     next_lsn: start,
                     written_lsn: start,
-                    stable_lsn: start,
+                    durable_lsn: start,
                     tail_lsn: tail,
                     flushed_tail: tail,
                     tail_moved: false,
@@ -405,7 +405,7 @@ impl<D: LogDevice> Ring<D> {
         let Some(&last) = st.chains.get(&lsn) else {
             return lsn;
         };
-        if last < st.stable_lsn {
+        if last < st.durable_lsn {
             st.chains.remove(&lsn);
             self.inner
                 .open_chains
@@ -437,7 +437,7 @@ impl<D: LogDevice> Ring<D> {
     /// a reference, written by this thread before returning (the device
     /// interface is synchronous). Earlier records' completions are not
     /// waited for.
-    pub fn force_async(&self, lsn: Lsn) -> Result<(), Error<D::Error>> {
+    pub fn start_force(&self, lsn: Lsn) -> Result<(), Error<D::Error>> {
         self.force_inner(lsn, false)
     }
 
@@ -456,7 +456,7 @@ impl<D: LogDevice> Ring<D> {
         let mut st = self.inner.state.lock();
         loop {
             st.poison()?;
-            // (Durable implies written: stable_lsn never passes written_lsn.)
+            // (Durable implies written: durable_lsn never passes written_lsn.)
             if lsn < st.written_lsn {
                 return Ok(());
             }
@@ -489,7 +489,7 @@ impl<D: LogDevice> Ring<D> {
     /// every completion, for a waiter that registered itself and must not
     /// miss the wakeup of a completion racing its registration.
     pub fn durable_lsn_locked(&self) -> Lsn {
-        self.inner.state.lock().stable_lsn
+        self.inner.state.lock().durable_lsn
     }
 
     /// A lower bound of [`Ring::appended_lsn`] that takes no lock: every
