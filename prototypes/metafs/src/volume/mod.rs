@@ -1,0 +1,583 @@
+//! The filesystem: `mkfs`, mount (with recovery), the operations,
+//! transactions, checkpoints.
+//!
+//! # Journaling: ext4's ordered mode, jbd2's compound transactions
+//!
+//! Every operation changes metadata blocks (inode table, bitmap,
+//! directory and indirect blocks) in an in-memory block cache, inside the
+//! *running transaction* — one transaction shared by every operation since
+//! the last commit, as jbd2 compounds them. File data goes to its home
+//! blocks in the image at once (through the page cache, no sync).
+//!
+//! A commit (`fsync`, `sync`, a checkpoint) takes the running transaction:
+//! under the state lock, the images of its dirty metadata blocks are
+//! copied into one journal record; then the image file is fdatasynced if
+//! data was written (**data before the metadata that points to it**: the
+//! ordered-mode rule), the record is appended, and the journal's commit
+//! makes it durable. One commit runs at a time, as jbd2's commit thread
+//! runs them: a caller that finds one running waits on a condvar, and when
+//! it ends the first caller it did not cover leads the next, whose snapshot
+//! takes every change made by then — so concurrent fsyncs share commits,
+//! and the log order is the transaction order.
+//!
+//! *Physical* journaling (full block images, like jbd2) rather than
+//! logical redo records (like XFS): replay is writing images home in log
+//! order — idempotent, no interpretation, no order-dependent redo logic —
+//! and a block changed by a hundred operations in one transaction is
+//! logged once. The price is 4 KiB per changed block per commit, which
+//! group commit amortises.
+//!
+//! Two rules keep freed blocks honest (both jbd2's):
+//! - a block freed in a transaction is not reused before that transaction
+//!   is durable (else new data could overwrite a block the committed
+//!   metadata still points to);
+//! - a freed *metadata* block is *revoked* in the transaction's record, so
+//!   replay never writes an older image of it over what it holds next.
+//!
+//! # Checkpoints
+//!
+//! When the log since the last checkpoint passes
+//! [`MountOptions::checkpoint_log_bytes`] (and at unmount), the running
+//! transaction is committed, every metadata block changed since the last
+//! checkpoint is written home, and `journal.checkpoint` moves the tail:
+//! the image is registered with the journal, whose PREFLUSH makes the home
+//! writes stable before the tail moves. The checkpoint holds the state
+//! lock throughout, so what goes home is exactly the committed state.
+//!
+//! # Recovery
+//!
+//! Mounting opens the journal (its recovery finds the durable log), reads
+//! every transaction from the tail, and writes their images home in order
+//! — skipping images revoked at or after their transaction — then
+//! checkpoints.
+
+use crate::layout::{
+    check_name, dirent_at, dirent_is, ptr_at, set_dirent, set_ptr, Inode, Kind, Super, BLOCK,
+    DIRECT, DIRENTS_PER_BLOCK, MAX_FILE_SIZE, PER_INDIRECT, ROOT,
+};
+use crate::{txn, Error, Result};
+use journal_core::sync::{Condvar, Mutex};
+use journal_core::vfs::{OpenOptions, OsVfs, Vfs, VfsFile};
+use journal_core::{Journal, Lsn};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+mod ops;
+mod state;
+
+/// An inode number.
+pub type Ino = u32;
+
+/// Options of [`Fs::mkfs`].
+#[derive(Debug, Clone, Copy)]
+pub struct MkfsOptions {
+    /// Image size in bytes (rounded down to whole blocks; default 256 MiB).
+    pub size: u64,
+    /// Inodes (default: one per two blocks).
+    pub inodes: Option<u32>,
+    /// Options of the journal created beside the image.
+    pub journal: journal_core::Options,
+}
+
+impl Default for MkfsOptions {
+    fn default() -> Self {
+        Self {
+            size: 256 << 20,
+            inodes: None,
+            journal: journal_core::Options::default(),
+        }
+    }
+}
+
+/// Options of [`Fs::mount`].
+#[derive(Debug, Clone, Copy)]
+pub struct MountOptions {
+    /// Options of the journal (its geometry must match the one it was
+    /// created with).
+    pub journal: journal_core::Options,
+    /// Checkpoint when this much log was written since the last one
+    /// (default 64 MiB).
+    pub checkpoint_log_bytes: u64,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        Self {
+            journal: journal_core::Options::default(),
+            checkpoint_log_bytes: 64 << 20,
+        }
+    }
+}
+
+/// What mounting found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MountReport {
+    /// Transactions replayed from the journal.
+    pub transactions: u64,
+    /// Block images written home.
+    pub blocks_replayed: u64,
+    /// Block images skipped because a later transaction revoked them.
+    pub blocks_revoked: u64,
+}
+
+/// What [`Fs::stat`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    /// The inode number.
+    pub ino: Ino,
+    /// File or directory.
+    pub kind: Kind,
+    /// Size in bytes (a directory: its blocks).
+    pub size: u64,
+    /// Links.
+    pub nlink: u16,
+    /// Modification time, ns since the epoch.
+    pub mtime_ns: u64,
+    /// Blocks allocated to it (data, directory and indirect blocks).
+    pub blocks: u64,
+}
+
+/// The journal directory of an image: `IMAGE.journal` beside it.
+pub fn journal_dir(image: &Path) -> PathBuf {
+    let mut s = image.as_os_str().to_owned();
+    s.push(".journal");
+    PathBuf::from(s)
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// The in-memory state, under one lock: the metadata block cache and the
+/// running transaction.
+struct State {
+    sb: Super,
+    /// Metadata blocks read or changed: inode table, bitmap, directory and
+    /// indirect blocks. File data is never cached.
+    cache: HashMap<u32, Box<[u8]>>,
+    /// Blocks the running transaction changed.
+    running: BTreeSet<u32>,
+    /// Metadata blocks the running transaction freed.
+    revoked: Vec<u32>,
+    /// Blocks the running transaction freed (not reusable yet).
+    pending_free: Vec<u32>,
+    /// Every freed block not reusable yet: freed by the running transaction
+    /// or by one whose record is not yet durable.
+    unavailable: HashSet<u32>,
+    /// Freed blocks of appended transactions, by their record's LSN.
+    awaiting: Vec<(Lsn, Vec<u32>)>,
+    /// Metadata blocks changed since the last checkpoint.
+    checkpoint_set: BTreeSet<u32>,
+    /// File data written since the image was last synced.
+    data_dirty: bool,
+    /// Free bits in the bitmap (unavailable blocks included).
+    free_blocks: u64,
+    free_inodes: u64,
+    block_hint: u32,
+    inode_hint: u32,
+    /// Changes made so far (every metadata block or data write counts
+    /// one): a commit covers every change up to its snapshot's count.
+    ops: u64,
+}
+
+/// A transaction taken from the state for commit.
+struct Snapshot {
+    record: Option<Vec<u8>>,
+    frees: Vec<u32>,
+    data_dirty: bool,
+    /// The operations it covers: all up to this count.
+    ops: u64,
+}
+
+/// Where commits are sequenced (jbd2's commit, one at a time).
+struct Committer {
+    next_tid: u64,
+    /// A commit is running: its leader let go of this lock for the I/O;
+    /// every other caller waits on `commit_done`.
+    committing: bool,
+    /// Every change up to this count ([`State::ops`]) is durable.
+    durable: u64,
+    /// Log bytes appended since the last checkpoint.
+    since_checkpoint: u64,
+}
+
+/// A mounted filesystem. `Send + Sync`: share it between threads.
+pub struct Fs {
+    image: Box<dyn VfsFile>,
+    journal: Journal,
+    sb: Super,
+    state: Mutex<State>,
+    committer: Mutex<Committer>,
+    /// Signalled when a commit ends (durable, or failed).
+    commit_done: Condvar,
+    options: MountOptions,
+    failed: Mutex<Option<String>>,
+    report: MountReport,
+}
+
+impl std::fmt::Debug for Fs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fs")
+            .field("image", &self.image.path())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Fs {
+    /// Makes a filesystem in a new image file `image` on the real
+    /// filesystem, with its journal in `IMAGE.journal`.
+    pub fn mkfs(image: impl AsRef<Path>, options: MkfsOptions) -> Result<()> {
+        Self::mkfs_with(Arc::new(OsVfs::new()), image, options)
+    }
+
+    /// [`Fs::mkfs`] on any filesystem (a `SimVfs` in tests).
+    pub fn mkfs_with(
+        vfs: Arc<dyn Vfs>,
+        image: impl AsRef<Path>,
+        options: MkfsOptions,
+    ) -> Result<()> {
+        let image = image.as_ref();
+        let blocks = (options.size / BLOCK as u64).min(u32::MAX as u64) as u32;
+        let inodes = options
+            .inodes
+            .unwrap_or(blocks / 2)
+            .max(crate::layout::INODES_PER_BLOCK);
+        // Check the layout before creating anything.
+        let probe = Super::layout(blocks, inodes, [0; 16]);
+        if probe.data_start + 16 > blocks {
+            return Err(Error::InvalidArgument(
+                "image too small for its inode table and bitmap",
+            ));
+        }
+        if vfs.exists(image)? || vfs.exists(&journal_dir(image))? {
+            return Err(Error::Exists);
+        }
+        let journal = Journal::open_with(
+            vfs.clone(),
+            journal_dir(image),
+            journal_core::Options {
+                create_if_missing: true,
+                ..options.journal
+            },
+        )?;
+        let sb = Super::layout(blocks, inodes, journal.id());
+        let f = vfs.open(image, OpenOptions::create_new())?;
+        f.set_len(blocks as u64 * BLOCK as u64)?;
+        // Bitmap: the superblock, inode table and bitmap are in use.
+        let bitmap_blocks = sb.data_start - sb.bitmap_start;
+        let mut bitmap = vec![0u8; bitmap_blocks as usize * BLOCK];
+        for b in 0..sb.data_start as usize {
+            bitmap[b / 8] |= 1 << (b % 8);
+        }
+        f.write_at(&bitmap, sb.bitmap_start as u64 * BLOCK as u64)?;
+        // The root directory.
+        let (rb, ro) = sb.inode_place(ROOT);
+        let mut blk = vec![0u8; BLOCK];
+        Inode::new(Kind::Dir, ROOT, now_ns()).encode(&mut blk[ro..]);
+        f.write_at(&blk, rb as u64 * BLOCK as u64)?;
+        // The superblock last: an image without one is not a filesystem.
+        f.sync_data()?;
+        f.write_at(&sb.encode(), 0)?;
+        f.sync_all()?;
+        if let Some(parent) = image.parent().filter(|p| !p.as_os_str().is_empty()) {
+            vfs.sync_dir(parent)?;
+        }
+        journal.close()?;
+        Ok(())
+    }
+
+    /// Mounts the image `image` on the real filesystem (recovering it).
+    pub fn mount(image: impl AsRef<Path>, options: MountOptions) -> Result<Fs> {
+        Self::mount_with(Arc::new(OsVfs::new()), image, options)
+    }
+
+    /// [`Fs::mount`] on any filesystem. Checks the superblock before
+    /// touching anything; then opens the journal and replays it.
+    pub fn mount_with(
+        vfs: Arc<dyn Vfs>,
+        image: impl AsRef<Path>,
+        options: MountOptions,
+    ) -> Result<Fs> {
+        let image_path = image.as_ref();
+        if !vfs.exists(image_path)? {
+            return Err(Error::NotFound);
+        }
+        let image = vfs.open(image_path, OpenOptions::write())?;
+        let mut sb_block = vec![0u8; BLOCK];
+        let n = image.read_at(&mut sb_block, 0)?;
+        if n < 64 {
+            return Err(Error::NotMetafs("shorter than a superblock".into()));
+        }
+        let sb = Super::decode(&sb_block)?;
+        if image.len()? != sb.blocks as u64 * BLOCK as u64 {
+            return Err(Error::Corrupt(format!(
+                "image is {} bytes, its superblock says {} blocks",
+                image.len()?,
+                sb.blocks
+            )));
+        }
+        let jdir = journal_dir(image_path);
+        if !vfs.exists(&jdir)? {
+            return Err(Error::NotMetafs(format!(
+                "no journal at {}",
+                jdir.display()
+            )));
+        }
+        let journal = Journal::open_with(
+            vfs.clone(),
+            &jdir,
+            journal_core::Options {
+                create_if_missing: false,
+                ..options.journal
+            },
+        )?;
+        if journal.id() != sb.journal_id {
+            return Err(Error::NotMetafs(
+                "the journal beside it belongs to another image".into(),
+            ));
+        }
+        journal.register_data_file(image_path)?;
+        let (report, next_tid) = replay(&journal, &*image, &sb)?;
+        let mut state = State {
+            sb,
+            cache: HashMap::new(),
+            running: BTreeSet::new(),
+            revoked: Vec::new(),
+            pending_free: Vec::new(),
+            unavailable: HashSet::new(),
+            awaiting: Vec::new(),
+            checkpoint_set: BTreeSet::new(),
+            data_dirty: false,
+            free_blocks: 0,
+            free_inodes: 0,
+            block_hint: sb.data_start,
+            inode_hint: ROOT + 1,
+            ops: 0,
+        };
+        for b in sb.data_start..sb.blocks {
+            if !state.bit(&*image, b)? {
+                state.free_blocks += 1;
+            }
+        }
+        for ino in ROOT + 1..sb.inodes {
+            if state.inode(&*image, ino)?.kind == Kind::Free {
+                state.free_inodes += 1;
+            }
+        }
+        if state.live(&*image, ROOT)?.kind != Kind::Dir {
+            return Err(Error::Corrupt("the root is not a directory".into()));
+        }
+        Ok(Fs {
+            image,
+            journal,
+            sb,
+            state: Mutex::new(state),
+            committer: Mutex::new(Committer {
+                next_tid,
+                committing: false,
+                durable: 0,
+                since_checkpoint: 0,
+            }),
+            commit_done: Condvar::new(),
+            options,
+            failed: Mutex::new(None),
+            report,
+        })
+    }
+
+    /// What mounting replayed.
+    pub fn mount_report(&self) -> &MountReport {
+        &self.report
+    }
+
+    /// The superblock.
+    pub fn superblock(&self) -> Super {
+        self.sb
+    }
+
+    /// The journal (for its metrics).
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
+    /// Free blocks and inodes (blocks freed by commits not yet durable
+    /// included).
+    pub fn free(&self) -> (u64, u64) {
+        let st = self.state.lock();
+        (st.free_blocks, st.free_inodes)
+    }
+
+    fn check(&self) -> Result<()> {
+        match &*self.failed.lock() {
+            Some(why) => Err(Error::Poisoned(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn poison(&self, e: Error) -> Error {
+        let mut f = self.failed.lock();
+        if f.is_none() {
+            *f = Some(e.to_string());
+        }
+        e
+    }
+
+    /// Runs `op` on the state under its lock, after the poison check. An
+    /// I/O error of the image poisons the filesystem: the operation may
+    /// have changed the running transaction part-way, and no commit may
+    /// ever make that durable (remount to recover from the journal).
+    fn with<T>(&self, op: impl FnOnce(&mut State, &dyn VfsFile) -> Result<T>) -> Result<T> {
+        self.check()?;
+        let mut st = self.state.lock();
+        op(&mut st, &*self.image).map_err(|e| match e {
+            Error::Io(_) => self.poison(e),
+            e => e,
+        })
+    }
+
+    // ---- paths -----------------------------------------------------------
+
+    /// The inode at `path` (`/a/b/c`; empty components are ignored).
+    pub fn resolve(&self, path: &str) -> Result<Ino> {
+        let mut ino = ROOT;
+        for part in path.split('/').filter(|p| !p.is_empty()) {
+            if self.stat(ino)?.kind != Kind::Dir {
+                return Err(Error::NotADirectory);
+            }
+            ino = self.lookup(ino, part.as_bytes())?;
+        }
+        Ok(ino)
+    }
+
+    /// The parent directory and last name of `path`.
+    pub fn split<'p>(&self, path: &'p str) -> Result<(Ino, &'p [u8])> {
+        let path = path.trim_end_matches('/');
+        let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+        let d = self.resolve(dir)?;
+        if self.stat(d)?.kind != Kind::Dir {
+            return Err(Error::NotADirectory);
+        }
+        Ok((d, name.as_bytes()))
+    }
+
+    /// `mkdir PATH`.
+    pub fn mkdir_path(&self, path: &str) -> Result<Ino> {
+        let (d, n) = self.split(path)?;
+        self.mkdir(d, n)
+    }
+
+    /// `create PATH` (an empty file).
+    pub fn create_path(&self, path: &str) -> Result<Ino> {
+        let (d, n) = self.split(path)?;
+        self.create(d, n)
+    }
+
+    /// `unlink PATH`.
+    pub fn unlink_path(&self, path: &str) -> Result<()> {
+        let (d, n) = self.split(path)?;
+        self.unlink(d, n)
+    }
+
+    /// `rmdir PATH`.
+    pub fn rmdir_path(&self, path: &str) -> Result<()> {
+        let (d, n) = self.split(path)?;
+        self.rmdir(d, n)
+    }
+
+    /// `rename FROM TO`.
+    pub fn rename_path(&self, from: &str, to: &str) -> Result<()> {
+        let (d, n) = self.split(from)?;
+        let (td, tn) = self.split(to)?;
+        self.rename(d, n, td, tn)
+    }
+
+    /// The whole content of the file at `path`.
+    pub fn read_path(&self, path: &str) -> Result<Vec<u8>> {
+        let ino = self.resolve(path)?;
+        let size = self.stat(ino)?.size;
+        self.read(ino, 0, size as usize)
+    }
+
+    /// Every block the metadata reaches, and the cache's view of the
+    /// bitmap: for `fsck`.
+    pub(crate) fn inspect<T>(&self, f: impl FnOnce(&mut Inspector<'_>) -> Result<T>) -> Result<T> {
+        self.with(|st, img| {
+            let mut i = Inspector { st, img };
+            f(&mut i)
+        })
+    }
+}
+
+/// Read access to the metadata for `fsck`.
+pub(crate) struct Inspector<'a> {
+    st: &'a mut State,
+    img: &'a dyn VfsFile,
+}
+
+impl Inspector<'_> {
+    pub(crate) fn sb(&self) -> Super {
+        self.st.sb
+    }
+    pub(crate) fn inode(&mut self, ino: Ino) -> Result<Inode> {
+        self.st.inode(self.img, ino)
+    }
+    pub(crate) fn bit(&mut self, b: u32) -> Result<bool> {
+        self.st.bit(self.img, b)
+    }
+    pub(crate) fn bmap(&mut self, i: &Inode, idx: usize) -> Result<u32> {
+        self.st.bmap(self.img, i, idx)
+    }
+    pub(crate) fn entries(&mut self, dir: Ino) -> Result<Vec<(Vec<u8>, Ino)>> {
+        self.st.entries(self.img, dir)
+    }
+}
+
+/// Replays the journal into the image; returns what it did and the next
+/// transaction id.
+fn replay(journal: &Journal, image: &dyn VfsFile, sb: &Super) -> Result<(MountReport, u64)> {
+    let mut txns = Vec::new();
+    for r in journal.read_from(journal.redo_lsn())? {
+        let (_, bytes) = r?;
+        txns.push(txn::decode(&bytes)?);
+    }
+    let mut report = MountReport {
+        transactions: txns.len() as u64,
+        ..MountReport::default()
+    };
+    // A block's image is replayed unless a transaction at or after it
+    // revoked the block (jbd2's revoke table).
+    let mut revoked_at: HashMap<u32, u64> = HashMap::new();
+    for t in &txns {
+        for &b in &t.revoked {
+            let e = revoked_at.entry(b).or_insert(t.tid);
+            *e = (*e).max(t.tid);
+        }
+    }
+    let mut next_tid = 1;
+    for t in &txns {
+        for (b, img) in &t.blocks {
+            if *b >= sb.blocks {
+                return Err(Error::Corrupt(format!(
+                    "transaction {} logs block {b}",
+                    t.tid
+                )));
+            }
+            if revoked_at.get(b).is_some_and(|&r| r >= t.tid) {
+                report.blocks_revoked += 1;
+                continue;
+            }
+            image.write_at(img, *b as u64 * BLOCK as u64)?;
+            report.blocks_replayed += 1;
+        }
+        next_tid = next_tid.max(t.tid + 1);
+    }
+    if !txns.is_empty() {
+        // The image holds everything now: flush it and move the tail.
+        journal.checkpoint(journal.appended_lsn())?;
+    }
+    Ok((report, next_tid))
+}
