@@ -249,6 +249,7 @@ fn users() -> Vec<String> {
             m.starts_with("prototypes/")
                 || m.starts_with("adapters/")
                 || m == "crates/journal-cli"
+                || m == "crates/bench-harness"
                 || m == "tests"
         })
         .collect()

@@ -5,19 +5,17 @@
 //! cannot be opened.
 #![forbid(unsafe_code)]
 
+use bench_harness::{closed_loop, median, progress_bar, table, write_json, Clients, Op};
 use clap::{Parser, Subcommand};
-use hdrhistogram::Histogram;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use journal_core::vfs::{OpenOptions, OsVfs, Vfs};
+use indicatif::ProgressBar;
+use journal_core::vfs::{OsVfs, Vfs};
 use journal_core::Journal;
 use kvstore::{bench_value, Options, Store};
 use serde_json::json;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 /// An embedded key-value store on the journal.
 #[derive(Debug, Parser)]
@@ -185,92 +183,21 @@ fn main() -> ExitCode {
     }
 }
 
-fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 100_000_000, 3).expect("valid bounds")
-}
-
-struct Point {
-    commits: u64,
-    /// Operations per client.
-    per_client: Vec<u64>,
-    secs: f64,
-    latency: Histogram<u64>,
-}
-
-impl Point {
-    fn rate(&self) -> f64 {
-        self.commits as f64 / self.secs
-    }
-}
-
-/// `clients` threads running `op(client, seq)` in a loop for `seconds`.
-fn closed_loop(
-    clients: usize,
-    seconds: f64,
-    op: Arc<dyn Fn(usize, u64) -> Result<(), String> + Send + Sync>,
-) -> Result<Point, String> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let start = Instant::now();
-    let threads: Vec<_> = (0..clients)
-        .map(|c| {
-            let (op, stop) = (op.clone(), stop.clone());
-            std::thread::spawn(move || -> Result<(u64, Histogram<u64>), String> {
-                let mut h = histogram();
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let t = Instant::now();
-                    op(c, n)?;
-                    h.record((t.elapsed().as_micros() as u64).max(1)).ok();
-                    n += 1;
-                }
-                Ok((n, h))
-            })
-        })
-        .collect();
-    // The driver waits out the point (the clients never wait on it).
-    std::thread::sleep(Duration::from_secs_f64(seconds));
-    stop.store(true, Ordering::Relaxed);
-    let mut latency = histogram();
-    let mut commits = 0;
-    let mut per_client = Vec::new();
-    for t in threads {
-        let (n, h) = t.join().map_err(|_| "a client panicked".to_string())??;
-        commits += n;
-        per_client.push(n);
-        latency.add(&h).ok();
-    }
-    Ok(Point {
-        commits,
-        per_client,
-        secs: start.elapsed().as_secs_f64(),
-        latency,
-    })
-}
-
 fn key(c: usize, n: u64) -> Vec<u8> {
     format!("c{c:03}-{n:010}").into_bytes()
 }
 
+/// One store operation of client `c`, its `n`th.
+type ClientOp = Arc<Op<String>>;
+
+fn err(e: kvstore::Error) -> String {
+    e.to_string()
+}
+
 fn bench(args: &BenchArgs) -> Result<(), String> {
-    let err = |e: kvstore::Error| e.to_string();
     let seconds = args.seconds.unwrap_or(if args.smoke { 0.3 } else { 3.0 });
-    let size = args.value_size;
     if args.print_commits {
-        let store = Arc::new(open(&args.dir, true).map_err(err)?);
-        let s = store.clone();
-        let out = Arc::new(std::sync::Mutex::new(std::io::stdout()));
-        let op: Arc<dyn Fn(usize, u64) -> Result<(), String> + Send + Sync> =
-            Arc::new(move |c, n| {
-                let k = key(c, n);
-                s.put(&k, &bench_value(&k, size)).map_err(err)?;
-                let mut o = out.lock().expect("stdout");
-                writeln!(o, "{c} {n}")
-                    .and_then(|_| o.flush())
-                    .map_err(|e| e.to_string())
-            });
-        closed_loop(args.clients[0], seconds, op)?;
-        store.close().map_err(err)?;
-        return Ok(());
+        return print_commits(args, seconds);
     }
     OsVfs::new()
         .create_dir_all(&args.dir)
@@ -279,152 +206,207 @@ fn bench(args: &BenchArgs) -> Result<(), String> {
         .prefix("kvstore-bench")
         .tempdir_in(&args.dir)
         .map_err(|e| e.to_string())?;
-    let bar = if args.quiet {
-        ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden())
-    } else {
-        ProgressBar::new(args.clients.len() as u64 * 2 * if args.smoke { 1 } else { 3 })
-    };
-    bar.set_style(
-        ProgressStyle::with_template("[{elapsed_precise}] {wide_bar} {pos}/{len} {msg}")
-            .expect("a valid template"),
-    );
-    let mut rows = Vec::new();
-    let mut points = Vec::new();
-    let mut last_store = None;
     let rounds = if args.smoke || args.store_only { 1 } else { 3 };
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(|a, b| a.total_cmp(b));
-        v[v.len() / 2]
-    };
+    let bar = progress_bar(args.quiet);
+    bar.set_length(args.clients.len() as u64 * 2 * rounds as u64);
+    let (mut rows, mut points, mut last_store) = (Vec::new(), Vec::new(), None);
     for (i, &clients) in args.clients.iter().enumerate() {
-        // Rounds alternate the bare journal and the store, each on a fresh
-        // directory; medians over the rounds.
-        let (mut jr, mut sr, mut s50, mut s99, mut j50) = (vec![], vec![], vec![], vec![], vec![]);
-        let (mut groups, mut jgroups) = (vec![], vec![]);
-        for round in 0..rounds {
-            // The bare journal: one append_durable per commit of a record of
-            // the store's size, with the same client work (key, value).
-            bar.set_message(format!("journal, {clients} clients, round {}", round + 1));
-            let jdir = root.path().join(format!("journal-{i}-{round}"));
-            let journal = Arc::new(
-                Journal::open(&jdir, Options::default().journal).map_err(|e| e.to_string())?,
-            );
-            let j = journal.clone();
-            let journal_seconds = if args.store_only { 0.05 } else { seconds };
-            let jp = closed_loop(
-                clients,
-                journal_seconds,
-                Arc::new(move |c, n| {
-                    let k = key(c, n);
-                    let mut record = Vec::with_capacity(25 + k.len() + size);
-                    record.extend_from_slice(&[0x5A; 25]);
-                    record.extend_from_slice(&k);
-                    record.extend_from_slice(&bench_value(&k, size));
-                    j.append_durable(&record)
-                        .map(|_| ())
-                        .map_err(|e| e.to_string())
-                }),
-            )?;
-            jgroups.push(journal.metrics().avg_group_size);
-            journal.close().map_err(|e| e.to_string())?;
-            drop(journal);
-            bar.inc(1);
-            // The store.
-            bar.set_message(format!("store, {clients} clients, round {}", round + 1));
-            let store =
-                Arc::new(open(&root.path().join(format!("store-{i}-{round}")), true).map_err(err)?);
-            let s = store.clone();
-            let sp = closed_loop(
-                clients,
-                seconds,
-                Arc::new(move |c, n| {
-                    let k = key(c, n);
-                    s.put(&k, &bench_value(&k, size)).map(|_| ()).map_err(err)
-                }),
-            )?;
-            bar.inc(1);
-            groups.push(store.journal().metrics().avg_group_size);
-            jr.push(jp.rate());
-            sr.push(sp.rate());
-            j50.push(jp.latency.value_at_quantile(0.5) as f64);
-            s50.push(sp.latency.value_at_quantile(0.5) as f64);
-            s99.push(sp.latency.value_at_quantile(0.99) as f64);
-            if let Some((old, _)) = last_store.replace((store, sp.per_client)) {
-                old.close().map_err(err)?;
-            }
+        let p = bench_point(args, root.path(), &bar, i, clients, rounds, seconds)?;
+        rows.push(p.row);
+        points.push(p.json);
+        if let Some((old, _)) = last_store.replace(p.last_store) {
+            old.close().map_err(err)?;
         }
-        let (jrate, srate) = (median(jr), median(sr));
-        let overhead = 1.0 - srate / jrate;
-        let (p50, p99) = (median(s50), median(s99));
-        rows.push(format!(
-            "{clients:>7} {srate:>10.0} {p50:>8.0} {p99:>8.0} {jrate:>12.0} {:>9.1}%",
-            overhead * 100.0
-        ));
-        points.push(json!({
-            "clients": clients,
-            "value_size": size,
-            "rounds": rounds,
-            "commits_per_s": srate,
-            "p50_us": p50,
-            "p99_us": p99,
-            "journal_commits_per_s": jrate,
-            "journal_p50_us": median(j50),
-            "overhead": overhead,
-            "avg_group_size": median(groups),
-            "journal_avg_group_size": median(jgroups),
-        }));
     }
     bar.finish_and_clear();
     println!(
-        "kvstore: one put ({size}-byte value) per durable transaction, {seconds} s per point, medians of {rounds} rounds"
+        "kvstore: one put ({}-byte value) per durable transaction, {seconds} s per point, medians of {rounds} rounds",
+        args.value_size
     );
-    println!(
-        "{:>7} {:>10} {:>8} {:>8} {:>12} {:>10}",
-        "clients", "commits/s", "p50 µs", "p99 µs", "journal c/s", "overhead"
+    table(
+        &[
+            "clients",
+            "commits/s",
+            "p50 µs",
+            "p99 µs",
+            "journal c/s",
+            "overhead",
+        ],
+        &rows,
     );
-    for r in &rows {
-        println!("{r}");
-    }
-    // The read phase: gets of keys the last point wrote.
     let mut reads = json!(null);
-    if let Some((store, written)) = last_store.filter(|_| !args.store_only) {
-        let clients = written.len();
-        let s = store.clone();
-        let rp = closed_loop(
-            clients,
-            seconds,
-            Arc::new(move |c, n| {
-                // Every key this client's writer committed is there.
-                let k = key(c, n % written[c].max(1));
-                match s.get(&k).map_err(err)? {
-                    Some(v) if v == bench_value(&k, size) => Ok(()),
-                    Some(_) => Err(format!("wrong value for {}", String::from_utf8_lossy(&k))),
-                    None if written[c] == 0 => Ok(()),
-                    None => Err(format!("{} lost", String::from_utf8_lossy(&k))),
-                }
-            }),
-        )?;
-        println!(
-            "reads: {clients} clients, {:.0} gets/s, p50 {} µs, p99 {} µs",
-            rp.rate(),
-            rp.latency.value_at_quantile(0.5),
-            rp.latency.value_at_quantile(0.99)
-        );
-        reads = json!({"clients": clients, "gets_per_s": rp.rate(),
-                       "p50_us": rp.latency.value_at_quantile(0.5),
-                       "p99_us": rp.latency.value_at_quantile(0.99)});
+    if let Some((store, written)) = last_store {
+        if !args.store_only {
+            reads = read_phase(&store, written, seconds, args.value_size)?;
+        }
         store.close().map_err(err)?;
     }
     if let Some(path) = &args.json {
-        let doc = json!({"bench": "kvstore", "points": points, "reads": reads});
-        let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())? + "\n";
-        let vfs = OsVfs::new();
-        let f = vfs
-            .open(path, OpenOptions::create())
-            .map_err(|e| e.to_string())?;
-        f.set_len(0).map_err(|e| e.to_string())?;
-        f.write_at(text.as_bytes(), 0).map_err(|e| e.to_string())?;
+        write_json(
+            path,
+            &json!({"bench": "kvstore", "points": points, "reads": reads}),
+        )?;
         eprintln!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// `--print-commits`: one client's acknowledged puts printed as they
+/// return (the kill -9 test reads them).
+fn print_commits(args: &BenchArgs, seconds: f64) -> Result<(), String> {
+    let size = args.value_size;
+    let store = Arc::new(open(&args.dir, true).map_err(err)?);
+    let s = store.clone();
+    let out = Arc::new(std::sync::Mutex::new(std::io::stdout()));
+    let op: ClientOp = Arc::new(move |c, n| {
+        let k = key(c, n);
+        s.put(&k, &bench_value(&k, size)).map_err(err)?;
+        let mut o = out.lock().map_err(|_| "stdout lock poisoned".to_string())?;
+        writeln!(o, "{c} {n}")
+            .and_then(|_| o.flush())
+            .map_err(|e| e.to_string())
+    });
+    closed_loop(args.clients[0], seconds, op)?;
+    store.close().map_err(err)
+}
+
+/// One point: rounds alternating the bare journal and the store, each on a
+/// fresh directory; medians over the rounds.
+struct Point {
+    row: Vec<String>,
+    json: serde_json::Value,
+    /// The store of the last round and each client's puts (the read phase
+    /// reads them back).
+    last_store: (Arc<Store>, Vec<u64>),
+}
+
+fn bench_point(
+    args: &BenchArgs,
+    root: &Path,
+    bar: &ProgressBar,
+    i: usize,
+    clients: usize,
+    rounds: usize,
+    seconds: f64,
+) -> Result<Point, String> {
+    let size = args.value_size;
+    let (mut jr, mut sr, mut s50, mut s99, mut j50) = (vec![], vec![], vec![], vec![], vec![]);
+    let (mut groups, mut jgroups) = (vec![], vec![]);
+    let mut last = None;
+    for round in 0..rounds {
+        bar.set_message(format!("journal, {clients} clients, round {}", round + 1));
+        let journal_seconds = if args.store_only { 0.05 } else { seconds };
+        let jdir = root.join(format!("journal-{i}-{round}"));
+        let (jp, jg) = journal_round(&jdir, clients, journal_seconds, size)?;
+        bar.inc(1);
+        bar.set_message(format!("store, {clients} clients, round {}", round + 1));
+        let store = Arc::new(open(&root.join(format!("store-{i}-{round}")), true).map_err(err)?);
+        let s = store.clone();
+        let sp = closed_loop(
+            clients,
+            seconds,
+            Arc::new(move |c, n| {
+                let k = key(c, n);
+                s.put(&k, &bench_value(&k, size)).map(|_| ()).map_err(err)
+            }) as ClientOp,
+        )?;
+        bar.inc(1);
+        groups.push(store.journal().metrics().avg_group_size);
+        jgroups.push(jg);
+        jr.push(jp.rate());
+        sr.push(sp.rate());
+        j50.push(jp.q(0.5) as f64);
+        s50.push(sp.q(0.5) as f64);
+        s99.push(sp.q(0.99) as f64);
+        if let Some((old, _)) = last.replace((store, sp.per_client)) {
+            old.close().map_err(err)?;
+        }
+    }
+    let last_store = last.ok_or("no round ran")?;
+    let (jrate, srate) = (median(jr), median(sr));
+    let overhead = 1.0 - srate / jrate;
+    let (p50, p99) = (median(s50), median(s99));
+    Ok(Point {
+        row: vec![
+            clients.to_string(),
+            format!("{srate:.0}"),
+            format!("{p50:.0}"),
+            format!("{p99:.0}"),
+            format!("{jrate:.0}"),
+            format!("{:.1}%", overhead * 100.0),
+        ],
+        json: json!({
+            "clients": clients, "value_size": size, "rounds": rounds,
+            "commits_per_s": srate, "p50_us": p50, "p99_us": p99,
+            "journal_commits_per_s": jrate, "journal_p50_us": median(j50),
+            "overhead": overhead, "avg_group_size": median(groups),
+            "journal_avg_group_size": median(jgroups),
+        }),
+        last_store,
+    })
+}
+
+/// The bare journal: one `append_durable` per commit of a record of the
+/// store's size, with the same client work (key, value). Returns the load
+/// and the journal's average group size.
+fn journal_round(
+    dir: &Path,
+    clients: usize,
+    seconds: f64,
+    size: usize,
+) -> Result<(Clients, f64), String> {
+    let journal =
+        Arc::new(Journal::open(dir, Options::default().journal).map_err(|e| e.to_string())?);
+    let j = journal.clone();
+    let load = closed_loop(
+        clients,
+        seconds,
+        Arc::new(move |c, n| {
+            let k = key(c, n);
+            let mut record = Vec::with_capacity(25 + k.len() + size);
+            record.extend_from_slice(&[0x5A; 25]);
+            record.extend_from_slice(&k);
+            record.extend_from_slice(&bench_value(&k, size));
+            j.append_durable(&record)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }) as ClientOp,
+    )?;
+    let groups = journal.metrics().avg_group_size;
+    journal.close().map_err(|e| e.to_string())?;
+    Ok((load, groups))
+}
+
+/// The read phase: gets of the keys the last point's clients wrote, each
+/// checked.
+fn read_phase(
+    store: &Arc<Store>,
+    written: Vec<u64>,
+    seconds: f64,
+    size: usize,
+) -> Result<serde_json::Value, String> {
+    let clients = written.len();
+    let s = store.clone();
+    let rp = closed_loop(
+        clients,
+        seconds,
+        Arc::new(move |c, n| {
+            // Every key this client's writer committed is there.
+            let k = key(c, n % written[c].max(1));
+            match s.get(&k).map_err(err)? {
+                Some(v) if v == bench_value(&k, size) => Ok(()),
+                Some(_) => Err(format!("wrong value for {}", String::from_utf8_lossy(&k))),
+                None if written[c] == 0 => Ok(()),
+                None => Err(format!("{} lost", String::from_utf8_lossy(&k))),
+            }
+        }) as ClientOp,
+    )?;
+    println!(
+        "reads: {clients} clients, {:.0} gets/s, p50 {} µs, p99 {} µs",
+        rp.rate(),
+        rp.q(0.5),
+        rp.q(0.99)
+    );
+    Ok(json!({"clients": clients, "gets_per_s": rp.rate(),
+              "p50_us": rp.q(0.5), "p99_us": rp.q(0.99)}))
 }

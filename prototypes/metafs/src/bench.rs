@@ -6,9 +6,10 @@
 //! unit: 32 KiB vs 256 KiB log buffers × NEED flags vs PREFLUSH|FUA on
 //! every write, side by side.
 
+use bench_harness::{histogram, micros, table, write_json};
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
-use journal_core::vfs::{OpenOptions, OsVfs, SplitMix64, Vfs};
+use journal_core::vfs::SplitMix64;
 use journal_core::FlushPolicy;
 use metafs::{Fs, MkfsOptions, MountOptions};
 use serde_json::{json, Value as Json};
@@ -144,7 +145,7 @@ fn one(
             .map(|t| {
                 let fs = &fs;
                 s.spawn(move || -> Result<Histogram<u64>, String> {
-                    let mut h = Histogram::<u64>::new(3).expect("histogram");
+                    let mut h = histogram();
                     let mut rng = SplitMix64::new(t as u64);
                     let mut data = vec![0u8; 4096];
                     rng.fill(&mut data);
@@ -159,7 +160,7 @@ fn one(
                         if fsync {
                             fs.fsync(f).map_err(|e| e.to_string())?;
                         }
-                        let _ = h.record(t0.elapsed().as_micros() as u64);
+                        h.saturating_record(micros(t0.elapsed()));
                     }
                     Ok(h)
                 })
@@ -167,7 +168,10 @@ fn one(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().expect("a bench thread panicked"))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a bench thread panicked".into()))
+            })
             .collect::<Result<Vec<_>, String>>()
     })?;
     if !fsync {
@@ -176,7 +180,7 @@ fn one(
     let secs = start.elapsed().as_secs_f64();
     let log_syncs = fs.journal().metrics().log_syncs - before;
     fs.unmount().map_err(|e| e.to_string())?;
-    let mut all = Histogram::<u64>::new(3).expect("histogram");
+    let mut all = histogram();
     for h in &hists {
         all.add(h).map_err(|e| e.to_string())?;
     }
@@ -187,32 +191,6 @@ fn one(
         p99_us: all.value_at_quantile(0.99),
         log_syncs,
     })
-}
-
-fn table(header: &[&str], rows: &[Vec<String>]) {
-    let widths: Vec<usize> = header
-        .iter()
-        .enumerate()
-        .map(|(i, h)| {
-            rows.iter()
-                .map(|r| r[i].len())
-                .max()
-                .unwrap_or(0)
-                .max(h.len())
-        })
-        .collect();
-    let line = |cells: Vec<String>| {
-        cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:>w$}"))
-            .collect::<Vec<_>>()
-            .join("  ")
-    };
-    println!("{}", line(header.iter().map(|s| s.to_string()).collect()));
-    for r in rows {
-        println!("{}", line(r.clone()));
-    }
 }
 
 /// `metafs bench`.
@@ -226,131 +204,140 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     .map_err(|e| format!("temporary directory: {e}"))?;
     let files = if args.smoke { 64 } else { args.files };
     let mut n = 0;
-    let mut results = Vec::new();
-    let mut rows = Vec::new();
     match args.scenario {
-        Scenario::Creates => {
-            for &fsync in &[true, false] {
-                for &threads in &args.threads {
-                    n += 1;
-                    let p = one(
-                        tmp.path(),
-                        n,
-                        threads.max(1),
-                        files,
-                        fsync,
-                        args.logbsize as usize,
-                        args.flush_policy.flush(),
-                        args.smoke,
-                    )?;
-                    rows.push(vec![
-                        threads.to_string(),
-                        if fsync { "per file" } else { "at the end" }.to_string(),
-                        format!("{:.0}", p.creates_per_s),
-                        p.p50_us.to_string(),
-                        p.p99_us.to_string(),
-                        format!("{:.2}", p.log_syncs as f64 / files as f64),
-                    ]);
-                    results.push(json!({"threads": threads, "fsync_per_file": fsync,
-                        "creates_per_s": p.creates_per_s, "p50_us": p.p50_us, "p99_us": p.p99_us,
-                        "log_syncs": p.log_syncs, "files": files}));
-                }
-            }
-            println!(
-                "metafs bench: {files} files of 0-4 KiB per run, {} log buffers, {:?}",
-                args.logbsize, args.flush_policy
-            );
-            table(
-                &[
-                    "threads",
-                    "fsync",
-                    "creates/s",
-                    "p50 µs",
-                    "p99 µs",
-                    "log syncs/file",
-                ],
-                &rows,
-            );
-            finish(args, json!({"scenario": "creates", "results": results}))
-        }
-        Scenario::Xfs => {
-            let threads = 16;
-            let mut rates = std::collections::HashMap::new();
-            for fsync in [true, false] {
-                for logbsize in [32usize << 10, 256 << 10] {
-                    for policy in [Policy::NeedFlags, Policy::EveryWrite] {
-                        n += 1;
-                        let p = one(
-                            tmp.path(),
-                            n,
-                            threads,
-                            files,
-                            fsync,
-                            logbsize,
-                            policy.flush(),
-                            args.smoke,
-                        )?;
-                        rates.insert((fsync, logbsize, policy), p.creates_per_s);
-                        rows.push(vec![
-                            if fsync { "per file" } else { "at the end" }.to_string(),
-                            format!("{} KiB", logbsize >> 10),
-                            format!("{policy:?}"),
-                            format!("{:.0}", p.creates_per_s),
-                            p.p50_us.to_string(),
-                            p.p99_us.to_string(),
-                            p.log_syncs.to_string(),
-                        ]);
-                        results.push(json!({"fsync_per_file": fsync, "logbsize": logbsize,
-                            "flush_policy": format!("{policy:?}"), "creates_per_s": p.creates_per_s,
-                            "p50_us": p.p50_us, "p99_us": p.p99_us, "log_syncs": p.log_syncs}));
-                    }
-                }
-            }
-            let r = |f: bool, b: usize| {
-                rates[&(f, b, Policy::NeedFlags)] / rates[&(f, b, Policy::EveryWrite)]
-            };
-            let ratios = json!({
-                "per_file_32k": r(true, 32 << 10), "per_file_256k": r(true, 256 << 10),
-                "at_the_end_32k": r(false, 32 << 10), "at_the_end_256k": r(false, 256 << 10),
-            });
-            println!("metafs bench --scenario xfs: {threads} threads, {files} files of 0-4 KiB");
-            table(
-                &[
-                    "fsync",
-                    "log buffers",
-                    "flush policy",
-                    "creates/s",
-                    "p50 µs",
-                    "p99 µs",
-                    "log syncs",
-                ],
-                &rows,
-            );
-            println!(
-                "need-flags / every-write: fsync per file {:.2}x (32 KiB), {:.2}x (256 KiB); one sync at the end {:.2}x (32 KiB), {:.2}x (256 KiB) — the seed: 32 KiB 152,851 -> 221,533 creates/s, 1.45x",
-                r(true, 32 << 10),
-                r(true, 256 << 10),
-                r(false, 32 << 10),
-                r(false, 256 << 10)
-            );
-            finish(
-                args,
-                json!({"scenario": "xfs", "threads": threads, "files": files, "results": results, "ratios": ratios}),
-            )
+        Scenario::Creates => creates(args, tmp.path(), files, &mut n),
+        Scenario::Xfs => xfs(args, tmp.path(), files, &mut n),
+    }
+}
+
+/// Creates with and without an fsync per file, at each thread count.
+fn creates(
+    args: &BenchArgs,
+    root: &std::path::Path,
+    files: usize,
+    n: &mut usize,
+) -> Result<(), String> {
+    let (mut results, mut rows) = (Vec::new(), Vec::new());
+    for &fsync in &[true, false] {
+        for &threads in &args.threads {
+            *n += 1;
+            let p = one(
+                root,
+                *n,
+                threads.max(1),
+                files,
+                fsync,
+                args.logbsize as usize,
+                args.flush_policy.flush(),
+                args.smoke,
+            )?;
+            rows.push(vec![
+                threads.to_string(),
+                if fsync { "per file" } else { "at the end" }.to_string(),
+                format!("{:.0}", p.creates_per_s),
+                p.p50_us.to_string(),
+                p.p99_us.to_string(),
+                format!("{:.2}", p.log_syncs as f64 / files as f64),
+            ]);
+            results.push(json!({"threads": threads, "fsync_per_file": fsync,
+                "creates_per_s": p.creates_per_s, "p50_us": p.p50_us, "p99_us": p.p99_us,
+                "log_syncs": p.log_syncs, "files": files}));
         }
     }
+    println!(
+        "metafs bench: {files} files of 0-4 KiB per run, {} log buffers, {:?}",
+        args.logbsize, args.flush_policy
+    );
+    table(
+        &[
+            "threads",
+            "fsync",
+            "creates/s",
+            "p50 µs",
+            "p99 µs",
+            "log syncs/file",
+        ],
+        &rows,
+    );
+    finish(args, json!({"scenario": "creates", "results": results}))
+}
+
+/// The seed's experiment: 32 KiB vs 256 KiB log buffers, NEED flags vs
+/// PREFLUSH|FUA on every write, 16 threads, with and without fsyncs.
+fn xfs(
+    args: &BenchArgs,
+    root: &std::path::Path,
+    files: usize,
+    n: &mut usize,
+) -> Result<(), String> {
+    let (mut results, mut rows) = (Vec::new(), Vec::new());
+    let threads = 16;
+    let mut rates = std::collections::HashMap::new();
+    for fsync in [true, false] {
+        for logbsize in [32usize << 10, 256 << 10] {
+            for policy in [Policy::NeedFlags, Policy::EveryWrite] {
+                *n += 1;
+                let p = one(
+                    root,
+                    *n,
+                    threads,
+                    files,
+                    fsync,
+                    logbsize,
+                    policy.flush(),
+                    args.smoke,
+                )?;
+                rates.insert((fsync, logbsize, policy), p.creates_per_s);
+                rows.push(vec![
+                    if fsync { "per file" } else { "at the end" }.to_string(),
+                    format!("{} KiB", logbsize >> 10),
+                    format!("{policy:?}"),
+                    format!("{:.0}", p.creates_per_s),
+                    p.p50_us.to_string(),
+                    p.p99_us.to_string(),
+                    p.log_syncs.to_string(),
+                ]);
+                results.push(json!({"fsync_per_file": fsync, "logbsize": logbsize,
+                    "flush_policy": format!("{policy:?}"), "creates_per_s": p.creates_per_s,
+                    "p50_us": p.p50_us, "p99_us": p.p99_us, "log_syncs": p.log_syncs}));
+            }
+        }
+    }
+    let r =
+        |f: bool, b: usize| rates[&(f, b, Policy::NeedFlags)] / rates[&(f, b, Policy::EveryWrite)];
+    let ratios = json!({
+        "per_file_32k": r(true, 32 << 10), "per_file_256k": r(true, 256 << 10),
+        "at_the_end_32k": r(false, 32 << 10), "at_the_end_256k": r(false, 256 << 10),
+    });
+    println!("metafs bench --scenario xfs: {threads} threads, {files} files of 0-4 KiB");
+    table(
+        &[
+            "fsync",
+            "log buffers",
+            "flush policy",
+            "creates/s",
+            "p50 µs",
+            "p99 µs",
+            "log syncs",
+        ],
+        &rows,
+    );
+    println!(
+        "need-flags / every-write: fsync per file {:.2}x (32 KiB), {:.2}x (256 KiB); one sync at the end {:.2}x (32 KiB), {:.2}x (256 KiB) — the seed: 32 KiB 152,851 -> 221,533 creates/s, 1.45x",
+        r(true, 32 << 10),
+        r(true, 256 << 10),
+        r(false, 32 << 10),
+        r(false, 256 << 10)
+    );
+    finish(
+        args,
+        json!({"scenario": "xfs", "threads": threads, "files": files, "results": results, "ratios": ratios}),
+    )
 }
 
 fn finish(args: &BenchArgs, doc: Json) -> Result<(), String> {
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())? + "\n";
-        OsVfs::new()
-            .open(path, OpenOptions::create())
-            .and_then(|f| {
-                f.set_len(0)?;
-                f.write_at(text.as_bytes(), 0)
-            })
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        write_json(path, &doc)?;
         eprintln!("wrote {}", path.display());
     }
     Ok(())

@@ -13,9 +13,11 @@ mod replay;
 mod scenarios;
 pub mod svg;
 
+use bench_harness::closed_loop;
+pub use bench_harness::{histogram, median, micros, progress_bar, table, write_file};
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::ProgressBar;
 use journal_core::vfs::{OpenOptions, OsVfs, Prealloc, Vfs};
 use journal_core::{BatchPolicy, Journal, Options};
 use serde_json::{json, Value as Json};
@@ -250,33 +252,6 @@ impl Env {
         self.progress.set_position(done as u64);
         self.progress.set_message(msg.to_string());
     }
-}
-
-/// The progress bar: on stderr when it is a terminal and not `--quiet`,
-/// hidden otherwise.
-fn progress_bar(quiet: bool) -> ProgressBar {
-    let target = if quiet {
-        ProgressDrawTarget::hidden()
-    } else {
-        ProgressDrawTarget::stderr()
-    };
-    let bar = ProgressBar::with_draw_target(None, target);
-    bar.set_style(
-        ProgressStyle::with_template("[{elapsed_precise}] {wide_bar} {pos}/{len} {msg}")
-            .expect("a valid progress template"),
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
-    bar
-}
-
-/// A latency histogram in microseconds (1 µs to 100 s, 3 significant digits).
-pub fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 100_000_000, 3).expect("valid histogram bounds")
-}
-
-/// Microseconds of `d`, at least 1.
-pub fn micros(d: Duration) -> u64 {
-    (d.as_micros() as u64).max(1)
 }
 
 /// The device's own cost of one group commit: a bare aligned write of the
@@ -528,32 +503,21 @@ fn run_clients(
             e,
         ))
     })?;
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs_f64(seconds);
-    let threads: Vec<_> = (0..clients)
-        .map(|c| {
-            let (j, op) = (journal.clone(), op.clone());
-            std::thread::spawn(move || -> journal_core::Result<(u64, Histogram<u64>)> {
-                let mut h = histogram();
-                let mut n = 0u64;
-                while Instant::now() < deadline {
-                    let t = Instant::now();
-                    op(&j, c, n)?;
-                    h.record(micros(t.elapsed())).ok();
-                    n += 1;
-                }
-                Ok((n, h))
-            })
-        })
-        .collect();
-    let mut latency = histogram();
-    let mut commits = 0;
-    for t in threads {
-        let (n, h) = t.join().expect("client thread panicked")?;
-        commits += n;
-        latency.add(&h).ok();
-    }
-    let elapsed = start.elapsed();
+    let j = journal.clone();
+    let clients_run = closed_loop(
+        clients,
+        seconds,
+        Arc::new(move |c, n| op(&j, c, n)) as Arc<bench_harness::Op<journal_core::Error>>,
+    )
+    .map_err(|e| {
+        journal_core::Error::from(journal_core::VfsError::new(
+            journal_core::vfs::Op::Metadata,
+            Path::new("bench client"),
+            std::io::Error::other(e),
+        ))
+    })?;
+    let (commits, latency) = (clients_run.ops, clients_run.latency);
+    let elapsed = clients_run.elapsed;
     let m1 = journal.metrics();
     let v1 = journal.vfs().counters();
     let usage = journal_core::vfs::process_usage()
@@ -585,37 +549,6 @@ pub fn fresh_journal(
         );
     }
     Ok((Arc::new(j), dir))
-}
-
-/// Writes `text` to `path` (through the VFS, like every file access).
-pub fn write_file(path: &Path, text: &str) -> journal_core::vfs::Result<()> {
-    let vfs = OsVfs::new();
-    let f = vfs.open(path, OpenOptions::create())?;
-    f.set_len(0)?;
-    f.write_at(text.as_bytes(), 0)?;
-    Ok(())
-}
-
-/// Prints a table: a header row and rows of cells, right-aligned.
-pub fn table(header: &[&str], rows: &[Vec<String>]) {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for r in rows {
-        for (i, c) in r.iter().enumerate() {
-            widths[i] = widths[i].max(c.len());
-        }
-    }
-    let line = |cells: Vec<String>| {
-        let parts: Vec<String> = cells
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("{c:>w$}", w = widths[i]))
-            .collect();
-        println!("{}", parts.join("  "));
-    };
-    line(header.iter().map(|s| s.to_string()).collect());
-    for r in rows {
-        line(r.clone());
-    }
 }
 
 /// `journal bench`.
@@ -720,12 +653,6 @@ pub fn options_json(o: &Options) -> Json {
 /// most one second.
 pub fn warmup_seconds(seconds: f64) -> f64 {
     (seconds / 5.0).min(1.0)
-}
-
-/// The median of `v` (the upper one of an even count); 0 for none.
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// Stringifies an I/O or journal error for the bench's error path.
