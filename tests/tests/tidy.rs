@@ -404,3 +404,60 @@ fn the_code_map_names_every_member_and_only_files_that_exist() {
         }
     }
 }
+
+/// The functions of a file longer than `max` lines, as `file:line name
+/// (n lines)`: a function runs from its `fn` line to the first line after
+/// it that closes a brace at the same indentation.
+fn long_functions(path: &Path, max: usize) -> Vec<String> {
+    let text = fs::read_to_string(root().join(path)).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let t = l.trim_start();
+        let indent = l.len() - t.len();
+        let t = t
+            .trim_start_matches("pub(crate) ")
+            .trim_start_matches("pub(super) ")
+            .trim_start_matches("pub ")
+            .trim_start_matches("const ")
+            .trim_start_matches("async ");
+        if !t.starts_with("fn ") || l.trim_end().ends_with(';') {
+            continue;
+        }
+        let close = " ".repeat(indent) + "}";
+        let end = lines[i + 1..]
+            .iter()
+            .position(|m| m.starts_with(&close) && m.len() - m.trim_start().len() == indent);
+        if let Some(e) = end {
+            let n = e + 2;
+            if n > max {
+                let name: String = t[3..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                out.push(format!("{}:{} {name} ({n} lines)", path.display(), i + 1));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_source_file_over_700_lines_and_no_function_over_100() {
+    let (mut files, mut functions) = (Vec::new(), Vec::new());
+    for (_, sources) in product_sources() {
+        for f in sources {
+            let n = fs::read_to_string(root().join(&f)).unwrap().lines().count();
+            if n > 700 {
+                files.push(format!("{} ({n} lines)", f.display()));
+            }
+            functions.extend(long_functions(&f, 100));
+        }
+    }
+    assert!(files.is_empty(), "source files over 700 lines: {files:?}");
+    assert!(
+        functions.is_empty(),
+        "functions over 100 lines (name a step):\n{}",
+        functions.join("\n")
+    );
+}

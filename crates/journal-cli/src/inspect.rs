@@ -425,6 +425,30 @@ pub fn stat(args: &StatArgs) -> Result<u8, Failure> {
         );
         return Ok(0);
     }
+    print_stat(&j, &c, &scan, &report, &numbers, &gaps, frontier);
+    Ok(0)
+}
+
+/// `journal stat` as text.
+fn print_stat(
+    j: &Inspector,
+    c: &Control,
+    scan: &ScanReport,
+    report: &journal_core::RecoveryReport,
+    numbers: &[u64],
+    gaps: &[u64],
+    frontier: Option<u64>,
+) {
+    let g = j.geometry();
+    let id = hex(&c.journal_id);
+    let (end_kind, end_found) = match &report.end {
+        LogEnd::Clean { found } => ("clean end", found),
+        LogEnd::TornTail { found, .. } => ("torn tail", found),
+    };
+    let tail_seg = g.segment_of(c.scan_lsn);
+    let head_seg = g.segment_of(report.end_lsn);
+    let recyclable: Vec<u64> = numbers.iter().copied().filter(|&n| n < tail_seg).collect();
+    let ahead: Vec<u64> = numbers.iter().copied().filter(|&n| n > head_seg).collect();
     println!("journal:          {}", j.dir().display());
     println!("journal id:       {id}");
     println!(
@@ -469,5 +493,4 @@ pub fn stat(args: &StatArgs) -> Result<u8, Failure> {
     if !scan.other.is_empty() {
         println!("other files:      {:?}", scan.other);
     }
-    Ok(0)
 }

@@ -152,82 +152,122 @@ pub(crate) fn scan_noting(
             }
             Err(found) => found,
         };
-        let segment = reader.segment_of(pos);
-        if let Damage::UnsupportedVersion { found } = found {
-            // A record whose CRC holds, written by a newer format.
-            return Err(Error::UnsupportedVersion {
-                path: std::path::PathBuf::from(segment_recycler::segment_name(segment)),
-                found,
-            });
-        }
-        // Did the log go on past this point? A valid record beyond the
-        // in-flight window, or one written after this one was durable
-        // (vouching that the damage here is no torn in-flight write): then
-        // this is no end, and the damage reaches to the next valid record.
-        let continued = match beyond_the_window(reader, pos, window)? {
-            Some(beyond) => Some(beyond),
-            None => vouched_durable(reader, pos, window)?,
-        };
-        if let Some(c) = continued {
-            let next = reader.find_valid(pos.plus(1), c.plus(1))?.unwrap_or(c);
-            if mode == RecoveryMode::SkipCorrupt {
-                report.skipped.push(SkippedRange {
-                    from: pos,
-                    to: next,
-                    found,
-                });
+        match at_damage(
+            reader,
+            control,
+            mode,
+            window,
+            pos,
+            found,
+            &mut chains,
+            &mut report,
+        )? {
+            AtDamage::SkipTo(next) => {
                 pos = next;
                 chains.reset();
-                continue;
             }
+            AtDamage::End => {
+                report.end_lsn = pos;
+                return Ok(report);
+            }
+        }
+    }
+}
+
+/// What the scan does at a position where no valid record is.
+enum AtDamage {
+    /// Skip-corrupt mode: the damage reaches to this valid record.
+    SkipTo(Lsn),
+    /// The end of the log (`report.end` says how it ended).
+    End,
+}
+
+/// The decision at the first position `pos` where no valid record is
+/// (`found`): corruption (an error, or a skip), loss (an error), or the end
+/// of the log — torn or clean (the module docs and `RecoveryMode`'s table).
+#[allow(clippy::too_many_arguments)]
+fn at_damage(
+    reader: &mut LogReader,
+    control: &Control,
+    mode: RecoveryMode,
+    window: u64,
+    pos: Lsn,
+    found: Damage,
+    chains: &mut Chains,
+    report: &mut RecoveryReport,
+) -> Result<AtDamage> {
+    let segment = reader.segment_of(pos);
+    if let Damage::UnsupportedVersion { found } = found {
+        // A record whose CRC holds, written by a newer format.
+        return Err(Error::UnsupportedVersion {
+            path: std::path::PathBuf::from(segment_recycler::segment_name(segment)),
+            found,
+        });
+    }
+    // Did the log go on past this point? A valid record beyond the
+    // in-flight window, or one written after this one was durable
+    // (vouching that the damage here is no torn in-flight write): then
+    // this is no end, and the damage reaches to the next valid record.
+    let continued = match beyond_the_window(reader, pos, window)? {
+        Some(beyond) => Some(beyond),
+        None => vouched_durable(reader, pos, window)?,
+    };
+    if let Some(c) = continued {
+        let next = reader.find_valid(pos.plus(1), c.plus(1))?.unwrap_or(c);
+        if mode == RecoveryMode::SkipCorrupt {
+            report.skipped.push(SkippedRange {
+                from: pos,
+                to: next,
+                found,
+            });
+            return Ok(AtDamage::SkipTo(next));
+        }
+        return Err(Error::Corruption {
+            lsn: pos,
+            segment,
+            found,
+            next_valid: Some(next),
+        });
+    }
+    if mode == RecoveryMode::AbsoluteConsistency {
+        // Any bad record, and any valid record after the end (the
+        // leftovers of unacknowledged writes), is an inconsistency.
+        let leftover = reader.find_valid(pos.plus(1), pos.plus(window))?;
+        if found.is_bad_record() || leftover.is_some() {
             return Err(Error::Corruption {
                 lsn: pos,
                 segment,
                 found,
-                next_valid: Some(next),
+                next_valid: leftover,
             });
         }
-        if mode == RecoveryMode::AbsoluteConsistency {
-            // Any bad record, and any valid record after the end (the
-            // leftovers of unacknowledged writes), is an inconsistency.
-            let leftover = reader.find_valid(pos.plus(1), pos.plus(window))?;
-            if found.is_bad_record() || leftover.is_some() {
-                return Err(Error::Corruption {
-                    lsn: pos,
-                    segment,
-                    found,
-                    next_valid: leftover,
-                });
-            }
-        }
-        if pos < control.end_lsn {
-            // Everything below `end_lsn` was durable when the checkpoint
-            // was written: this end is a loss, not a tear.
-            return Err(Error::LogEndsEarly {
-                end: pos,
-                checkpoint_end: control.end_lsn,
-                found,
-            });
-        }
-        if let Some(first) = chains.pending() {
-            if mode == RecoveryMode::AbsoluteConsistency {
-                return Err(Error::Corruption {
-                    lsn: first,
-                    segment: reader.segment_of(first),
-                    found: Damage::ChainCut { first },
-                    next_valid: None,
-                });
-            }
-            report.torn_chain = Some(first);
-        }
-        report.end = if found.is_bad_record() {
-            LogEnd::TornTail { lsn: pos, found }
-        } else {
-            LogEnd::Clean { found }
-        };
-        report.end_lsn = pos;
-        return Ok(report);
     }
+    if pos < control.end_lsn {
+        // Everything below `end_lsn` was durable when the checkpoint
+        // was written: this end is a loss, not a tear.
+        return Err(Error::LogEndsEarly {
+            end: pos,
+            checkpoint_end: control.end_lsn,
+            found,
+        });
+    }
+    if let Some(first) = chains.pending() {
+        if mode == RecoveryMode::AbsoluteConsistency {
+            return Err(Error::Corruption {
+                lsn: first,
+                segment: reader.segment_of(first),
+                found: Damage::ChainCut { first },
+                next_valid: None,
+            });
+        }
+        report.torn_chain = Some(first);
+    }
+    report.end = if found.is_bad_record() {
+        LogEnd::TornTail { lsn: pos, found }
+    } else {
+        LogEnd::Clean { found }
+    };
+    Ok(AtDamage::End)
 }
 
 /// A valid record in `(end, end + W)` that was written when the log was

@@ -73,37 +73,7 @@ fn check(x: &mut Inspector<'_>) -> Result<Vec<String>> {
                 if i.size % BLOCK as u64 != 0 {
                     problems.push(format!("directory inode {ino} has size {}", i.size));
                 }
-                let mut subdirs = 0u16;
-                for (name, child) in x.entries(ino)? {
-                    let shown = String::from_utf8_lossy(&name).into_owned();
-                    let c: Inode = match x.inode(child) {
-                        Ok(c) => c,
-                        Err(_) => {
-                            problems.push(format!(
-                                "entry {shown:?} in directory {ino} names inode {child}, which does not exist"
-                            ));
-                            continue;
-                        }
-                    };
-                    if c.kind == Kind::Free {
-                        problems.push(format!(
-                            "entry {shown:?} in directory {ino} names free inode {child}"
-                        ));
-                        continue;
-                    }
-                    let times = seen.entry(child).or_insert(0);
-                    *times += 1;
-                    if *times > 1 {
-                        problems.push(format!(
-                            "inode {child} is reached a second time (entry {shown:?} in {ino}): a cycle or cross-link"
-                        ));
-                        continue;
-                    }
-                    if c.kind == Kind::Dir {
-                        subdirs += 1;
-                    }
-                    stack.push((child, ino));
-                }
+                let subdirs = check_entries(x, ino, &mut seen, &mut stack, &mut problems)?;
                 if i.nlink != 2 + subdirs {
                     problems.push(format!(
                         "directory inode {ino} has link count {}, expected {}",
@@ -120,6 +90,61 @@ fn check(x: &mut Inspector<'_>) -> Result<Vec<String>> {
             problems.push(format!("inode {ino} is in use but unreachable"));
         }
     }
+    check_bitmap(x, &owner, &mut problems)?;
+    Ok(problems)
+}
+
+/// The entries of directory `ino`: each names a live inode reached once
+/// (children queued on `stack` to visit). Returns its subdirectories.
+fn check_entries(
+    x: &mut Inspector<'_>,
+    ino: u32,
+    seen: &mut HashMap<u32, u32>,
+    stack: &mut Vec<(u32, u32)>,
+    problems: &mut Vec<String>,
+) -> Result<u16> {
+    let mut subdirs = 0u16;
+    for (name, child) in x.entries(ino)? {
+        let shown = String::from_utf8_lossy(&name).into_owned();
+        let c: Inode = match x.inode(child) {
+            Ok(c) => c,
+            Err(_) => {
+                problems.push(format!(
+                    "entry {shown:?} in directory {ino} names inode {child}, which does not exist"
+                ));
+                continue;
+            }
+        };
+        if c.kind == Kind::Free {
+            problems.push(format!(
+                "entry {shown:?} in directory {ino} names free inode {child}"
+            ));
+            continue;
+        }
+        let times = seen.entry(child).or_insert(0);
+        *times += 1;
+        if *times > 1 {
+            problems.push(format!(
+                "inode {child} is reached a second time (entry {shown:?} in {ino}): a cycle or cross-link"
+            ));
+            continue;
+        }
+        if c.kind == Kind::Dir {
+            subdirs += 1;
+        }
+        stack.push((child, ino));
+    }
+    Ok(subdirs)
+}
+
+/// The block bitmap against what was reached: every block in use is owned
+/// (or fixed), every owned block is marked in use.
+fn check_bitmap(
+    x: &mut Inspector<'_>,
+    owner: &HashMap<u32, u32>,
+    problems: &mut Vec<String>,
+) -> Result<()> {
+    let sb = x.sb();
     for b in 0..sb.blocks {
         let used = x.bit(b)?;
         let fixed = b < sb.data_start;
@@ -130,5 +155,5 @@ fn check(x: &mut Inspector<'_>) -> Result<Vec<String>> {
             problems.push(format!("block {b} is in use but marked free"));
         }
     }
-    Ok(problems)
+    Ok(())
 }

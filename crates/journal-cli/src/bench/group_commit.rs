@@ -36,75 +36,11 @@ pub fn run(env: &Env, args: &BenchArgs) -> Result<Json, String> {
     let mut rows = Vec::new();
     let mut series = (Vec::new(), Vec::new());
     for (i, &c) in clients.iter().enumerate() {
-        env.progress_bar(
-            i,
-            clients.len(),
-            &format!("group-commit: device probe for {c} clients"),
-        );
-        // The device's own cost, with the journal's write method, sampled
-        // after each slice of the point, each round past a warm-up (see
-        // `DeviceProbe`): the median of every sample, so neither a
-        // drifting device, nor a burst's cheaper syncs, nor one noisy round
-        // defines the limit. No round before the load: the device is still
-        // in its burst regime then (107–110 µs against 128–139 after the
-        // slices, in three of four runs here).
-        let (slices, warmup, samples) = if env.smoke {
-            (1, 0, 20)
-        } else {
-            (SLICES, 300, 100)
-        };
-        let mut probe = DeviceProbe::open(
-            env,
-            c * size,
-            options.alignment,
-            options.sync_method,
-            options.direct_io,
-        )
-        .map_err(err)?;
-        env.progress_bar(
-            i,
-            clients.len(),
-            &format!("group-commit: {c} clients, {} s", env.seconds),
-        );
-        let (j, dir) = fresh_journal(env, &format!("gc-{c}"), options).map_err(err)?;
-        let p = payload.clone();
-        let load = commit_load_sliced(
-            &j,
-            c,
-            env.seconds,
-            slices,
-            || Ok(probe.round(warmup, samples)?),
-            move |j, _, _| j.append_durable(&p).map(|_| ()),
-        )
-        .map_err(err)?;
-        j.close().map_err(err)?;
-        drop(j);
-        env.discard(&dir);
-        let dev = probe.median();
-        probe.discard(env);
-        let dev_s = dev.as_secs_f64();
-        let limit = c as f64 / dev_s;
-        let rate = load.rate();
-        let efficiency = rate / limit;
+        let (row, point, rate, limit) = measure_point(env, &options, i, &clients, c, &payload)?;
         series.0.push((c as f64, rate));
         series.1.push((c as f64, limit));
-        rows.push(vec![
-            c.to_string(),
-            format!("{rate:.0}"),
-            load.q(0.5).to_string(),
-            load.q(0.99).to_string(),
-            format!("{:.2}", load.avg_group()),
-            format!("{:.3}", load.syncs_per_commit()),
-            format!("{:.0}", load.syncs_per_s()),
-            format!("{:.1}", load.cpu_us_per_commit()),
-            format!("{:.2}", load.switches_per_commit()),
-            format!("{:.0}", dev.as_micros()),
-            format!("{limit:.0}"),
-            format!("{efficiency:.2}"),
-        ]);
-        points.push(
-            json!({"clients": c, "record_size": size, "seconds": load.elapsed.as_secs_f64(), "commits": load.commits, "commits_per_s": rate, "p50_us": load.q(0.5), "p99_us": load.q(0.99), "avg_group_size": load.avg_group(), "syncs_per_commit": load.syncs_per_commit(), "syncs_per_s": load.syncs_per_s(), "cpu_us_per_commit": load.cpu_us_per_commit(), "voluntary_switches_per_commit": load.switches_per_commit(), "device_latency_us": dev.as_secs_f64() * 1e6, "limit": limit, "efficiency": efficiency}),
-        );
+        rows.push(row);
+        points.push(point);
     }
     println!(
         "group commit: {size}-byte records, closed-loop clients, {} s per point",
@@ -135,13 +71,13 @@ pub fn run(env: &Env, args: &BenchArgs) -> Result<Json, String> {
             &[
                 svg::Series {
                     name: "journal commits/s",
-                    color: "#1f77b4",
+                    color: svg::PALETTE[0],
                     dashed: false,
                     points: series.0,
                 },
                 svg::Series {
                     name: "limit = clients / device latency",
-                    color: "#777",
+                    color: svg::PALETTE[3],
                     dashed: true,
                     points: series.1,
                 },
@@ -153,4 +89,84 @@ pub fn run(env: &Env, args: &BenchArgs) -> Result<Json, String> {
     Ok(
         json!({"scenario": "group-commit", "options": options_json(&options), "record_size": size, "points": points}),
     )
+}
+
+/// One point: the device probe and the sliced load with `c` clients.
+/// Returns its table row, its JSON, its rate and the device limit.
+fn measure_point(
+    env: &Env,
+    options: &journal_core::Options,
+    i: usize,
+    clients: &[usize],
+    c: usize,
+    payload: &std::sync::Arc<Vec<u8>>,
+) -> Result<(Vec<String>, Json, f64, f64), String> {
+    let options = *options;
+    let size = payload.len();
+    env.progress_bar(
+        i,
+        clients.len(),
+        &format!("group-commit: device probe for {c} clients"),
+    );
+    // The device's own cost, with the journal's write method, sampled
+    // after each slice of the point, each round past a warm-up (see
+    // `DeviceProbe`): the median of every sample, so neither a
+    // drifting device, nor a burst's cheaper syncs, nor one noisy round
+    // defines the limit. No round before the load: the device is still
+    // in its burst regime then (107–110 µs against 128–139 after the
+    // slices, in three of four runs here).
+    let (slices, warmup, samples) = if env.smoke {
+        (1, 0, 20)
+    } else {
+        (SLICES, 300, 100)
+    };
+    let mut probe = DeviceProbe::open(
+        env,
+        c * size,
+        options.alignment,
+        options.sync_method,
+        options.direct_io,
+    )
+    .map_err(err)?;
+    env.progress_bar(
+        i,
+        clients.len(),
+        &format!("group-commit: {c} clients, {} s", env.seconds),
+    );
+    let (j, dir) = fresh_journal(env, &format!("gc-{c}"), options).map_err(err)?;
+    let p = payload.clone();
+    let load = commit_load_sliced(
+        &j,
+        c,
+        env.seconds,
+        slices,
+        || Ok(probe.round(warmup, samples)?),
+        move |j, _, _| j.append_durable(&p).map(|_| ()),
+    )
+    .map_err(err)?;
+    j.close().map_err(err)?;
+    drop(j);
+    env.discard(&dir);
+    let dev = probe.median();
+    probe.discard(env);
+    let dev_s = dev.as_secs_f64();
+    let limit = c as f64 / dev_s;
+    let rate = load.rate();
+    let efficiency = rate / limit;
+    let row = vec![
+        c.to_string(),
+        format!("{rate:.0}"),
+        load.q(0.5).to_string(),
+        load.q(0.99).to_string(),
+        format!("{:.2}", load.avg_group()),
+        format!("{:.3}", load.syncs_per_commit()),
+        format!("{:.0}", load.syncs_per_s()),
+        format!("{:.1}", load.cpu_us_per_commit()),
+        format!("{:.2}", load.switches_per_commit()),
+        format!("{:.0}", dev.as_micros()),
+        format!("{limit:.0}"),
+        format!("{efficiency:.2}"),
+    ];
+    let point = json!({"clients": c, "record_size": size, "seconds": load.elapsed.as_secs_f64(), "commits": load.commits, "commits_per_s": rate, "p50_us": load.q(0.5), "p99_us": load.q(0.99), "avg_group_size": load.avg_group(), "syncs_per_commit": load.syncs_per_commit(), "syncs_per_s": load.syncs_per_s(), "cpu_us_per_commit": load.cpu_us_per_commit(), "voluntary_switches_per_commit": load.switches_per_commit(), "device_latency_us": dev.as_secs_f64() * 1e6, "limit": limit, "efficiency": efficiency});
+    Ok((row, point, rate, limit))
 }

@@ -181,8 +181,8 @@ pub struct BenchArgs {
     /// Also write the results as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Also plot commits/s and the device limit against clients as SVG
-    /// (group-commit scenario).
+    /// Also plot commits/s against clients as SVG: with the device limit
+    /// (group-commit scenario), or every system (peers scenario).
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
     /// Size of the log the replay scenario writes and reads back, and of
@@ -610,7 +610,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Scenario::Replay => replay::replay(&env, args),
             Scenario::Reads => reads::reads(&env, args.log_mib),
             #[cfg(feature = "peers")]
-            Scenario::Peers => peers::peers(&env),
+            Scenario::Peers => peers::peers(&env, args.plot.as_deref()),
             #[cfg(not(feature = "peers"))]
             Scenario::Peers => {
                 Err("built without the peers feature: run `cargo xtask bench-peers`".into())

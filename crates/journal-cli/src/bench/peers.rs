@@ -5,45 +5,21 @@
 //! pwrite of 4 KiB + fdatasync). Systems are interleaved within each round,
 //! rounds repeated, medians reported.
 
-use super::{err, histogram, median, micros, table, warmup_seconds, Env};
+use super::{err, median, svg, table, warmup_seconds, write_file, Env};
 use hdrhistogram::Histogram;
 use journal_core::vfs::{OpenOptions, OsVfs, Prealloc, Vfs};
 use journal_core::{Journal, Options};
 use serde_json::{json, Value as Json};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 type Op = Arc<dyn Fn(usize) -> Result<(), String> + Send + Sync>;
 
-/// `n` threads running `op(client)` in a loop for `seconds`: commits/s and
-/// latency.
+/// `n` clients running `op(client)` in a loop for `seconds` (the harness's
+/// closed loop): commits/s and latency.
 fn closed_loop(n: usize, seconds: f64, op: Op) -> Result<(f64, Histogram<u64>), String> {
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs_f64(seconds);
-    let threads: Vec<_> = (0..n)
-        .map(|c| {
-            let op = op.clone();
-            std::thread::spawn(move || -> Result<(u64, Histogram<u64>), String> {
-                let mut h = histogram();
-                let mut k = 0;
-                while Instant::now() < deadline {
-                    let t = Instant::now();
-                    op(c)?;
-                    h.record(micros(t.elapsed())).ok();
-                    k += 1;
-                }
-                Ok((k, h))
-            })
-        })
-        .collect();
-    let mut total = histogram();
-    let mut commits = 0;
-    for t in threads {
-        let (k, h) = t.join().map_err(|_| "a client panicked".to_string())??;
-        commits += k;
-        total.add(&h).ok();
-    }
-    Ok((commits as f64 / start.elapsed().as_secs_f64(), total))
+    let each: Arc<bench_harness::Op<String>> = Arc::new(move |c, _| op(c));
+    let r = bench_harness::closed_loop(n, seconds, each)?;
+    Ok((r.rate(), r.latency))
 }
 
 const SYSTEMS: [&str; 4] = ["journal", "okaywal", "raft-engine", "device"];
@@ -131,13 +107,14 @@ fn measure(env: &Env, system: &str, n: usize, record: &Arc<Vec<u8>>) -> Result<(
     Ok((result.0, result.1.value_at_quantile(0.99)))
 }
 
-/// `journal bench --scenario peers`.
-pub fn peers(env: &Env) -> Result<Json, String> {
+/// `journal bench --scenario peers`; with `plot`, every system on one chart.
+pub fn peers(env: &Env, plot: Option<&std::path::Path>) -> Result<Json, String> {
     let levels: &[usize] = if env.smoke { &[1, 4] } else { &[1, 4, 16, 64] };
     let rounds = if env.smoke { 1 } else { 3 };
     let record = Arc::new(vec![0xC3u8; 256]);
     let mut rows = Vec::new();
     let mut points = Vec::new();
+    let mut lines: Vec<Vec<(f64, f64)>> = vec![Vec::new(); SYSTEMS.len()];
     let steps = levels.len() * rounds * SYSTEMS.len();
     let mut step = 0;
     for &n in levels {
@@ -157,6 +134,9 @@ pub fn peers(env: &Env) -> Result<Json, String> {
             }
         }
         let r: Vec<f64> = rates.into_iter().map(median).collect();
+        for (line, rate) in lines.iter_mut().zip(&r) {
+            line.push((n as f64, *rate));
+        }
         let p: Vec<f64> = p99s.into_iter().map(median).collect();
         let best_peer = r[1].max(r[2]);
         let vs_peer = r[0] / best_peer;
@@ -200,5 +180,26 @@ pub fn peers(env: &Env) -> Result<Json, String> {
         ],
         &rows,
     );
+    if let Some(path) = plot {
+        let series: Vec<svg::Series<'_>> = SYSTEMS
+            .iter()
+            .zip(lines)
+            .enumerate()
+            .map(|(i, (name, points))| svg::Series {
+                name,
+                color: svg::PALETTE[i],
+                dashed: *name == "device",
+                points,
+            })
+            .collect();
+        let text = svg::chart(
+            "durable 256-byte commits: the journal beside its peers and the device",
+            "clients",
+            "commits/s",
+            &series,
+        );
+        write_file(path, &text)?;
+        eprintln!("wrote {}", path.display());
+    }
     Ok(json!({"scenario": "peers", "record_size": 256, "points": points}))
 }

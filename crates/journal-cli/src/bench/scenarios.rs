@@ -5,6 +5,7 @@ use super::{
     bench_options, commit_load, err, fresh_journal, histogram, micros, options_json, table,
     warmup_seconds, Env,
 };
+use hdrhistogram::Histogram;
 use journal_core::vfs::{SimVfs, Vfs};
 use journal_core::{
     BatchPolicy, FlushPolicy, ForceMode, Geometry, Journal, Lsn, Options, RecyclePolicy, SyncMethod,
@@ -64,42 +65,7 @@ pub fn wt_flush_wait(env: &Env) -> Result<Json, String> {
                 })
             })
             .collect();
-        let (mut wait_h, mut force_h) = (histogram(), histogram());
-        let deadline = Instant::now() + Duration::from_secs_f64(env.seconds.max(0.2) * 2.0);
-        let mut flushes = 0u64;
-        let mut flushed = Lsn(0);
-        while Instant::now() < deadline {
-            // Like MongoDB's JournalFlusher: flush as soon as something was
-            // written since the last flush (the bench driver yields until
-            // then; the journal itself never polls).
-            let head = j.appended_lsn();
-            if head <= flushed || j.durable_lsn() >= head {
-                std::thread::yield_now();
-                continue;
-            }
-            flushed = head;
-            let lsn = Lsn(head.0 - 1);
-            let t0 = Instant::now();
-            j.force(lsn, ForceMode::Written).map_err(err)?;
-            let t1 = Instant::now();
-            if condvar {
-                j.force(lsn, ForceMode::Durable).map_err(err)?;
-            } else {
-                // WiredTiger before the fix, deliberately: sleep 1 ms and
-                // force out the active buffer on every iteration.
-                while j.durable_lsn() <= lsn {
-                    std::thread::sleep(Duration::from_millis(1));
-                    let now = j.appended_lsn();
-                    if now.0 > 0 {
-                        j.force(Lsn(now.0 - 1), ForceMode::Written).map_err(err)?;
-                    }
-                }
-            }
-            let t2 = Instant::now();
-            wait_h.record(micros(t2 - t1)).ok();
-            force_h.record(micros(t2 - t0)).ok();
-            flushes += 1;
-        }
+        let (wait_h, force_h, flushes) = flusher(&j, condvar, env.seconds.max(0.2) * 2.0)?;
         stop.store(true, Ordering::Relaxed);
         for w in writers {
             w.join().expect("writer panicked").map_err(err)?;
@@ -142,6 +108,55 @@ pub fn wt_flush_wait(env: &Env) -> Result<Json, String> {
     Ok(
         json!({"scenario": "wt-flush-wait", "sync_latency_us": sync_latency.as_micros() as u64, "write_latency_us": write_latency.as_micros() as u64, "results": variants, "ratios": json!({"wait_loop_p50_sleep_poll_over_condvar": wait_ratio, "force_p50_sleep_poll_over_condvar": force_ratio})}),
     )
+}
+
+/// The flusher of `wt_flush_wait` for `seconds`: forces whatever was
+/// appended since its last flush and waits for it — on the journal's
+/// condvar (`condvar`), or by sleeping 1 ms and forcing out the active
+/// buffer until it is durable (WiredTiger before the fix). Returns the
+/// wait and force latencies and the flushes made.
+fn flusher(
+    j: &Journal,
+    condvar: bool,
+    seconds: f64,
+) -> Result<(Histogram<u64>, Histogram<u64>, u64), String> {
+    let (mut wait_h, mut force_h) = (histogram(), histogram());
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut flushes = 0u64;
+    let mut flushed = Lsn(0);
+    while Instant::now() < deadline {
+        // Like MongoDB's JournalFlusher: flush as soon as something was
+        // written since the last flush (the bench driver yields until
+        // then; the journal itself never polls).
+        let head = j.appended_lsn();
+        if head <= flushed || j.durable_lsn() >= head {
+            std::thread::yield_now();
+            continue;
+        }
+        flushed = head;
+        let lsn = Lsn(head.0 - 1);
+        let t0 = Instant::now();
+        j.force(lsn, ForceMode::Written).map_err(err)?;
+        let t1 = Instant::now();
+        if condvar {
+            j.force(lsn, ForceMode::Durable).map_err(err)?;
+        } else {
+            // WiredTiger before the fix, deliberately: sleep 1 ms and
+            // force out the active buffer on every iteration.
+            while j.durable_lsn() <= lsn {
+                std::thread::sleep(Duration::from_millis(1));
+                let now = j.appended_lsn();
+                if now.0 > 0 {
+                    j.force(Lsn(now.0 - 1), ForceMode::Written).map_err(err)?;
+                }
+            }
+        }
+        let t2 = Instant::now();
+        wait_h.record(micros(t2 - t1)).ok();
+        force_h.record(micros(t2 - t0)).ok();
+        flushes += 1;
+    }
+    Ok((wait_h, force_h, flushes))
 }
 
 /// Seed 004 (jbd 2005, jbd2 2009): one synchronous writer, then eight,
@@ -301,37 +316,7 @@ pub fn xfs_flush_flags(env: &Env) -> Result<Json, String> {
                 rounds * configs.len(),
                 &format!("xfs-flush-flags: logbsize {} KiB, {fname}", logbsize >> 10),
             );
-            let options = Options {
-                logbsize,
-                flush_policy: policy,
-                // Every segment the run writes is prepared at open, before
-                // the timed window: XFS's log is preallocated, and a journal
-                // in steady state recycles its segments, so zero-fill (half
-                // the device's write traffic here otherwise) stays out of a
-                // comparison of log-write flags.
-                background_preallocation: false,
-                preallocate_ahead: prepared,
-                max_segments: prepared + 4,
-                ..base
-            };
-            let (j, dir) = fresh_journal(env, "xfs", options).map_err(err)?;
-            // A transaction: four 12 KiB entries, committed at the last.
-            let entry = Arc::new(vec![0x33u8; 12 << 10]);
-            let load = commit_load(&j, writers, env.seconds, move |j, _, _| {
-                let mut last = Lsn(0);
-                for _ in 0..4 {
-                    last = j.append(&entry)?;
-                }
-                j.commit(last)
-            })
-            .map_err(err)?;
-            let m = j.metrics();
-            drop(j);
-            env.discard(&dir);
-            runs[k].push((
-                load.rate(),
-                json!({"commits_per_s": load.rate(), "syncs_per_commit": load.syncs_per_commit(), "p50_us": load.q(0.5), "log_writes": m.log_writes, "preflush_writes": m.log_writes_preflush, "bare_flushes": m.log_bare_flushes, "groups": m.groups, "noiclog_waits": m.noiclog_waits, "prepared_segments": prepared, "prealloc_stalls": m.prealloc_stalls}),
-            ));
+            runs[k].push(xfs_run(env, &base, prepared, writers, logbsize, policy)?);
         }
     }
     let mut rows = Vec::new();
@@ -397,6 +382,49 @@ pub fn xfs_flush_flags(env: &Env) -> Result<Json, String> {
     Ok(
         json!({"scenario": "xfs-flush-flags", "writers": writers, "rounds": rounds, "results": results, "ratios": json!({"need_flags_over_every_write_32k": r32, "need_flags_over_every_write_256k": r256, "need_flags_32k_over_256k": gap})}),
     )
+}
+
+/// One xfs-flush-flags run: `writers` committing 48 KiB transactions with
+/// `logbsize` buffers under `policy`. Returns its rate and its figures.
+fn xfs_run(
+    env: &Env,
+    base: &Options,
+    prepared: u64,
+    writers: usize,
+    logbsize: usize,
+    policy: FlushPolicy,
+) -> Result<(f64, Json), String> {
+    let options = Options {
+        logbsize,
+        flush_policy: policy,
+        // Every segment the run writes is prepared at open, before
+        // the timed window: XFS's log is preallocated, and a journal
+        // in steady state recycles its segments, so zero-fill (half
+        // the device's write traffic here otherwise) stays out of a
+        // comparison of log-write flags.
+        background_preallocation: false,
+        preallocate_ahead: prepared,
+        max_segments: prepared + 4,
+        ..*base
+    };
+    let (j, dir) = fresh_journal(env, "xfs", options).map_err(err)?;
+    // A transaction: four 12 KiB entries, committed at the last.
+    let entry = Arc::new(vec![0x33u8; 12 << 10]);
+    let load = commit_load(&j, writers, env.seconds, move |j, _, _| {
+        let mut last = Lsn(0);
+        for _ in 0..4 {
+            last = j.append(&entry)?;
+        }
+        j.commit(last)
+    })
+    .map_err(err)?;
+    let m = j.metrics();
+    drop(j);
+    env.discard(&dir);
+    Ok((
+        load.rate(),
+        json!({"commits_per_s": load.rate(), "syncs_per_commit": load.syncs_per_commit(), "p50_us": load.q(0.5), "log_writes": m.log_writes, "preflush_writes": m.log_writes_preflush, "bare_flushes": m.log_bare_flushes, "groups": m.groups, "noiclog_waits": m.noiclog_waits, "prepared_segments": prepared, "prealloc_stalls": m.prealloc_stalls}),
+    ))
 }
 
 /// Segments to prepare at open for one xfs-flush-flags run: what the
