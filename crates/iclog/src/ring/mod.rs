@@ -4,6 +4,7 @@ use crate::format::{self, ENTRY_HEADER_SIZE, HEADER_SIZE};
 use crate::{Config, Error, FlushPolicy, IoFlags, LogDevice, Lsn};
 use journal_sync::atomic::{AtomicU64, Ordering};
 use journal_sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, StatCounter};
+use journal_vfs::AlignedBuf;
 
 mod chains;
 mod io;
@@ -571,35 +572,4 @@ impl<D: LogDevice> Ring<D> {
 /// The memory alignment of every log buffer: a device may write buffers
 /// with `O_DIRECT`, which needs the buffer's address aligned (to the
 /// logical block size, at most a page on the filesystems that allow it).
-pub const BUFFER_ALIGN: usize = 4096;
-
-/// A zeroed byte buffer whose first byte sits at a multiple of
-/// [`BUFFER_ALIGN`] in memory: a `Vec` with room to spare, viewed from its
-/// first aligned byte (safe code; the heap block never moves, since the
-/// `Vec` never grows).
-struct AlignedBuf {
-    raw: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-impl AlignedBuf {
-    fn zeroed(len: usize) -> Self {
-        let raw = vec![0u8; len + BUFFER_ALIGN];
-        let start = (BUFFER_ALIGN - raw.as_ptr() as usize % BUFFER_ALIGN) % BUFFER_ALIGN;
-        Self { raw, start, len }
-    }
-}
-
-impl std::ops::Deref for AlignedBuf {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        &self.raw[self.start..self.start + self.len]
-    }
-}
-
-impl std::ops::DerefMut for AlignedBuf {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        &mut self.raw[self.start..self.start + self.len]
-    }
-}
+pub const BUFFER_ALIGN: usize = AlignedBuf::ALIGN;
