@@ -7,7 +7,7 @@
 //! - `cargo xtask package`: `cargo package` of the library crates together
 //!   (each verified by building it from its package).
 //! - `cargo xtask test`: the whole test suite (all crates, all targets, doc
-//!   tests).
+//!   tests, and journal-core's `tracing` feature).
 //! - `cargo xtask loom [CRATE...]`: the loom models, in release mode with
 //!   `--cfg loom`, in their own target directory (`target/loom`), with
 //!   `LOOM_MAX_PREEMPTIONS` 2 unless the environment says otherwise.
@@ -113,6 +113,21 @@ fn clippy() -> Result<(), String> {
             "-D",
             "warnings",
         ]),
+    )?;
+    // The optional tracing events compile, lint-clean, too.
+    run(
+        "clippy (journal-core, feature tracing)",
+        cargo().args([
+            "clippy",
+            "--package",
+            "journal-core",
+            "--features",
+            "tracing",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
     )
 }
 
@@ -121,7 +136,19 @@ fn test() -> Result<(), String> {
         "test",
         cargo().args(["test", "--workspace", "--all-targets"]),
     )?;
-    run_tests("doctest", cargo().args(["test", "--workspace", "--doc"]))
+    run_tests("doctest", cargo().args(["test", "--workspace", "--doc"]))?;
+    run_tests(
+        "test (journal-core, feature tracing)",
+        cargo().args([
+            "test",
+            "--package",
+            "journal-core",
+            "--features",
+            "tracing",
+            "--test",
+            "tracing",
+        ]),
+    )
 }
 
 fn loom(crates: &[String]) -> Result<(), String> {

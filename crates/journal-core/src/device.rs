@@ -213,10 +213,22 @@ impl Device {
 
     fn sync_file(&self, f: &File) -> Result<(), VfsError> {
         self.stats.log_syncs.incr();
-        match self.sync_method {
+        #[cfg(feature = "tracing")]
+        let started = std::time::Instant::now();
+        let r = match self.sync_method {
             SyncMethod::Fsync => f.sync_all(),
             _ => f.sync_data(),
+        };
+        #[cfg(feature = "tracing")]
+        if started.elapsed() > crate::trace::SLOW_SYNC {
+            crate::trace::event!(
+                WARN,
+                path = %f.path().display(),
+                ms = started.elapsed().as_millis() as u64,
+                "slow log sync"
+            );
         }
+        r
     }
 
     /// fdatasyncs every segment with completed unsynced writes, except

@@ -162,6 +162,9 @@ impl Journal {
     /// Records `e` as the journal's first failure (if it is the first) and
     /// returns the error every caller sees from now on.
     fn poison(&self, e: Error) -> Error {
+        if !matches!(e, Error::Poisoned(_)) && self.inner.poison.check().is_ok() {
+            crate::trace::event!(ERROR, error = %e, dir = %self.inner.dir.display(), "journal poisoned");
+        }
         let e = self.inner.poison.set(e);
         // Every waiting task learns it at once.
         self.inner.asyncs.wake_all();
@@ -420,6 +423,13 @@ impl Journal {
                 redo_seg = redo_seg.min(pinned);
             }
             let r = self.inner.store.recycle(redo_seg)?;
+            crate::trace::event!(
+                DEBUG,
+                redo = redo.0,
+                recycled = r.recycled.len(),
+                removed = r.removed.len(),
+                "checkpoint"
+            );
             Ok(CheckpointReport {
                 redo_lsn: redo,
                 recycled: r.recycled,

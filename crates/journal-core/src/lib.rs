@@ -68,6 +68,12 @@
 //! was not durable was acknowledged, and no sync is ever retried (a retried
 //! fsync after EIO can report success for lost data). Reopen to recover.
 //!
+//! # Observability
+//!
+//! [`Journal::metrics`] counts everything the commit path does; with the
+//! crate feature `tracing` the journal also emits `tracing` events for
+//! recovery, checkpoints, poisoning and slow syncs ([`trace`]).
+//!
 //! # Recovery
 //!
 //! On open, the control file gives the redo LSN; the log is scanned from
@@ -94,6 +100,7 @@ mod poison;
 mod read;
 mod reader;
 mod recovery;
+pub mod trace;
 
 pub use async_commit::{CommitFuture, DurableWatch};
 pub use control::{

@@ -47,6 +47,17 @@ impl Journal {
             SegmentStore::open(vfs.clone(), &dir, options.store(), c.journal_id)?;
         let index = Arc::new(RecordIndex::default());
         let recovery = recover(&vfs, &dir, &options, geometry, &store, &mut control, &index)?;
+        crate::trace::event!(
+            INFO,
+            dir = %dir.display(),
+            redo = recovery.redo_lsn.0,
+            end = recovery.end_lsn.0,
+            records = recovery.records,
+            ended = ?recovery.end,
+            skipped = recovery.skipped.len(),
+            torn_chain = ?recovery.torn_chain,
+            "journal recovered"
+        );
         replace_damaged(&store, &mut startup, geometry, &recovery)?;
         let (head_seg, _) = geometry.locate(recovery.end_lsn);
         store.set_head(head_seg);

@@ -96,6 +96,7 @@ impl SegmentPins {
             let keep = !cut(*seg);
             if !keep {
                 revoked.store(true, Ordering::Release);
+                crate::trace::event!(WARN, segment = *seg, "a lagging follower was cut loose");
             }
             keep
         });
