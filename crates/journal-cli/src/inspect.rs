@@ -362,34 +362,12 @@ pub fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
 /// `journal stat DIR [--json]`.
 pub fn stat(args: &StatArgs) -> Result<u8, Failure> {
     let mut j = open(&args.dir)?;
-    let scan = j.segments().map_err(fail)?;
-    let c = *j.control();
-    let g = j.geometry();
-    let numbers: Vec<u64> = scan.segments.iter().map(|s| s.number).collect();
-    let id = hex(&c.journal_id);
-    let gaps: Vec<u64> = match (numbers.first(), numbers.last()) {
-        (Some(&lo), Some(&hi)) => (lo..hi).filter(|n| !numbers.contains(n)).collect(),
-        _ => Vec::new(),
-    };
-    // Offline, every name present counts as durable: the frontier is the
-    // end of the run of valid segments from the lowest.
-    let mut frontier = None;
-    for s in &scan.segments {
-        let ok = matches!(s.header, HeaderCheck::Valid(h) if h.segment_no.get() == s.number);
-        if !ok || frontier.is_some_and(|f: u64| s.number != f + 1) {
-            break;
-        }
-        frontier = Some(s.number);
-    }
-    let report = j.scan(RecoveryMode::SkipCorrupt).map_err(fail)?;
-    let (end_kind, end_found) = match &report.end {
-        LogEnd::Clean { found } => ("clean end", found),
-        LogEnd::TornTail { found, .. } => ("torn tail", found),
-    };
-    let tail_seg = g.segment_of(c.scan_lsn);
-    let head_seg = g.segment_of(report.end_lsn);
-    let recyclable: Vec<u64> = numbers.iter().copied().filter(|&n| n < tail_seg).collect();
-    let ahead: Vec<u64> = numbers.iter().copied().filter(|&n| n > head_seg).collect();
+    let st = gather(&mut j)?;
+    let (c, g, report, scan) = (&st.control, j.geometry(), &st.report, &st.scan);
+    let (numbers, gaps, frontier, id) = (&st.numbers, &st.gaps, st.frontier, &st.id);
+    let (end_kind, end_found, tail_seg, head_seg) =
+        (st.end_kind, &st.end_found, st.tail_seg, st.head_seg);
+    let (recyclable, ahead) = (&st.recyclable, &st.ahead);
     let skipped: Vec<_> = report
         .skipped
         .iter()
@@ -425,30 +403,78 @@ pub fn stat(args: &StatArgs) -> Result<u8, Failure> {
         );
         return Ok(0);
     }
-    print_stat(&j, &c, &scan, &report, &numbers, &gaps, frontier);
+    print_stat(&j, &st);
     Ok(0)
 }
 
-/// `journal stat` as text.
-fn print_stat(
-    j: &Inspector,
-    c: &Control,
-    scan: &ScanReport,
-    report: &journal_core::RecoveryReport,
-    numbers: &[u64],
-    gaps: &[u64],
+/// What `journal stat` shows, gathered once for the text and the JSON.
+struct Stat {
+    control: Control,
+    scan: ScanReport,
+    report: journal_core::RecoveryReport,
+    numbers: Vec<u64>,
+    gaps: Vec<u64>,
     frontier: Option<u64>,
-) {
+    id: String,
+    end_kind: &'static str,
+    end_found: String,
+    tail_seg: u64,
+    head_seg: u64,
+    recyclable: Vec<u64>,
+    ahead: Vec<u64>,
+}
+
+fn gather(j: &mut Inspector) -> Result<Stat, Failure> {
+    let scan = j.segments().map_err(fail)?;
+    let c = *j.control();
     let g = j.geometry();
-    let id = hex(&c.journal_id);
+    let numbers: Vec<u64> = scan.segments.iter().map(|s| s.number).collect();
+    let gaps: Vec<u64> = match (numbers.first(), numbers.last()) {
+        (Some(&lo), Some(&hi)) => (lo..hi).filter(|n| !numbers.contains(n)).collect(),
+        _ => Vec::new(),
+    };
+    // Offline, every name present counts as durable: the frontier is the
+    // end of the run of valid segments from the lowest.
+    let mut frontier = None;
+    for s in &scan.segments {
+        let ok = matches!(s.header, HeaderCheck::Valid(h) if h.segment_no.get() == s.number);
+        if !ok || frontier.is_some_and(|f: u64| s.number != f + 1) {
+            break;
+        }
+        frontier = Some(s.number);
+    }
+    let report = j.scan(RecoveryMode::SkipCorrupt).map_err(fail)?;
     let (end_kind, end_found) = match &report.end {
-        LogEnd::Clean { found } => ("clean end", found),
-        LogEnd::TornTail { found, .. } => ("torn tail", found),
+        LogEnd::Clean { found } => ("clean end", found.to_string()),
+        LogEnd::TornTail { found, .. } => ("torn tail", found.to_string()),
     };
     let tail_seg = g.segment_of(c.scan_lsn);
     let head_seg = g.segment_of(report.end_lsn);
-    let recyclable: Vec<u64> = numbers.iter().copied().filter(|&n| n < tail_seg).collect();
-    let ahead: Vec<u64> = numbers.iter().copied().filter(|&n| n > head_seg).collect();
+    Ok(Stat {
+        id: hex(&c.journal_id),
+        recyclable: numbers.iter().copied().filter(|&n| n < tail_seg).collect(),
+        ahead: numbers.iter().copied().filter(|&n| n > head_seg).collect(),
+        control: c,
+        scan,
+        report,
+        numbers,
+        gaps,
+        frontier,
+        end_kind,
+        end_found,
+        tail_seg,
+        head_seg,
+    })
+}
+
+/// `journal stat` as text.
+fn print_stat(j: &Inspector, st: &Stat) {
+    let g = j.geometry();
+    let (c, report, scan) = (&st.control, &st.report, &st.scan);
+    let (numbers, gaps, frontier, id) = (&st.numbers, &st.gaps, st.frontier, &st.id);
+    let (end_kind, end_found, tail_seg, head_seg) =
+        (st.end_kind, &st.end_found, st.tail_seg, st.head_seg);
+    let (recyclable, ahead) = (&st.recyclable, &st.ahead);
     println!("journal:          {}", j.dir().display());
     println!("journal id:       {id}");
     println!(

@@ -44,19 +44,8 @@ impl Journal {
     /// ends with [`Error::Closed`] or [`Error::Poisoned`] when the journal
     /// does, and with [`Error::FollowerLagged`] past its lag limit.
     pub fn follow(&self, from: Lsn) -> Result<Follower<'_>> {
-        self.check()?;
-        let control = self.inner.control.lock();
-        let c = control.current();
-        if from < c.redo_lsn {
-            return Err(Error::LsnNotInLog {
-                lsn: from,
-                tail: c.redo_lsn,
-            });
-        }
-        let start = self.record_floor(from, c.scan_lsn);
+        let (start, pin) = self.pinned_start(from, |pins, seg| pins.follow(seg))?;
         let g = self.geometry();
-        let pin = self.inner.pins.follow(g.segment_of(start));
-        drop(control);
         let durable = self.durable_lsn();
         let mut reader = LogReader::new(self.vfs().clone(), self.dir(), g);
         reader.refresh(g.segment_of(start), durable);

@@ -7,12 +7,13 @@
 //! records from there, so what a read costs depends on what it reads, not
 //! on how long the log is.
 
-use crate::reader::{Entry, EntryBytes, LogReader, OpenChain, SegmentPin};
+use crate::reader::{Entry, EntryBytes, LogReader, OpenChain, SegmentPin, SegmentPins};
 use crate::recovery::SkippedRange;
 use crate::{Error, Journal, Result};
 use iclog::format::Chains;
 use iclog::Lsn;
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 impl Journal {
     /// The entry that [`Journal::append`] returned `lsn` for, read from the
@@ -72,20 +73,7 @@ impl Journal {
     }
 
     fn read_iter(&self, from: Lsn, to: Option<Lsn>) -> Result<ReadIter> {
-        self.check()?;
-        // Under the control lock, so no checkpoint recycles below the pin
-        // between reading the tail and pinning it.
-        let control = self.inner.control.lock();
-        let c = control.current();
-        if from < c.redo_lsn {
-            return Err(Error::LsnNotInLog {
-                lsn: from,
-                tail: c.redo_lsn,
-            });
-        }
-        let start = self.record_floor(from, c.scan_lsn);
-        let floor = self.inner.pins.pin(self.geometry().segment_of(start));
-        drop(control);
+        let (start, floor) = self.pinned_start(from, |pins, seg| pins.pin(seg))?;
         Ok(ReadIter::new(
             self.reader(),
             start,
@@ -95,6 +83,29 @@ impl Journal {
             Some(floor),
             self.recovery_report().skipped.clone(),
         ))
+    }
+
+    /// Where a read of the entries from `from` starts — a record start at
+    /// or below it — with that segment pinned by `pin`, both under the
+    /// control lock, so that no checkpoint recycles it in between.
+    /// [`Error::LsnNotInLog`] below the tail.
+    pub(crate) fn pinned_start<P>(
+        &self,
+        from: Lsn,
+        pin: impl FnOnce(&Arc<SegmentPins>, u64) -> P,
+    ) -> Result<(Lsn, P)> {
+        self.check()?;
+        let control = self.inner.control.lock();
+        let c = control.current();
+        if from < c.redo_lsn {
+            return Err(Error::LsnNotInLog {
+                lsn: from,
+                tail: c.redo_lsn,
+            });
+        }
+        let start = self.record_floor(from, c.scan_lsn);
+        let pinned = pin(&self.inner.pins, self.geometry().segment_of(start));
+        Ok((start, pinned))
     }
 
     /// A record start at or below `lsn` and at or above `scan` (the
