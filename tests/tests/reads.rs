@@ -387,3 +387,35 @@ fn an_async_follower_is_woken_by_commits() {
         .unwrap();
     assert_eq!(got, want);
 }
+
+#[test]
+fn poisoning_the_journal_ends_a_blocked_follower_with_the_error() {
+    use journal_core::vfs::{Fault, Op};
+    let vfs = SimVfs::new();
+    let opts = Options {
+        direct_io: false,
+        ..small_options()
+    };
+    let j = Arc::new(open_sim(&vfs, opts).unwrap());
+    let from = j.appended_lsn();
+    let j2 = j.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = thread::spawn(move || {
+        // A timeout, so a lost wake-up fails the test instead of hanging it.
+        let mut f = j2
+            .follow(from)
+            .unwrap()
+            .with_timeout(Duration::from_secs(10));
+        tx.send(()).unwrap();
+        f.next()
+    });
+    rx.recv().unwrap();
+    // The next log write's sync fails: the journal is poisoned.
+    vfs.inject(Fault::eio(Op::SyncData, 1));
+    vfs.inject(Fault::eio(Op::FuaWrite, 1));
+    assert!(j.append_durable(b"never acknowledged").is_err());
+    match t.join().unwrap() {
+        Some(Err(Error::Poisoned(_))) => {}
+        other => panic!("{other:?}"),
+    }
+}
