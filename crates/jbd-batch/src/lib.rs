@@ -57,7 +57,7 @@
 //! (leader handoffs, flushes, CPU) than the overlap gained.
 //!
 //! No thread sleeps in a loop: every timeout is a condvar wait
-//! with a [`Deadline`] (the batching window), every other wait a park that
+//! with a [`Deadline`](journal_sync::Deadline) (the batching window), every other wait a park that
 //! one thread ends, and under loom a timer is the explicit event
 //! [`Batcher::fire_timer`].
 //!

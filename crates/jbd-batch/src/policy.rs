@@ -22,7 +22,7 @@ pub enum BatchPolicy {
     None,
 }
 
-/// Configuration of a [`Batcher`].
+/// Configuration of a [`Batcher`](crate::Batcher).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchConfig {
     /// The policy.
@@ -42,7 +42,7 @@ pub struct BatchConfig {
     /// return only once every position up to its target is committed.
     pub max_in_flight: u32,
     /// The largest group whose flush a staged batcher lets the next group's
-    /// write overlap ([`Batcher::staged`]; default 16). A larger group
+    /// write overlap ([`Batcher::staged`](crate::Batcher::staged); default 16). A larger group
     /// keeps the device busy on its own; overlapping it only makes the
     /// next group smaller and costs a leader handoff and a flush more: on
     /// the development VM (2 vCPUs) staging every group lost 5–6% at 64
