@@ -249,12 +249,61 @@ const LIBRARY_CRATES: &[&str] = &[
 /// `cargo package` of every library crate, together (the unpublished
 /// path dependencies resolve to each other's packages).
 fn package() -> Result<(), String> {
+    let target = clear_stale_package_sources();
     let mut cmd = cargo();
-    cmd.args(["package", "--allow-dirty"]);
+    cmd.args(["package", "--allow-dirty"])
+        .env("CARGO_TARGET_DIR", target);
     for c in LIBRARY_CRATES {
         cmd.args(["--package", c]);
     }
     run("package", &mut cmd)
+}
+
+/// Cargo verifies the packages against a temporary local registry and
+/// extracts each into `$CARGO_HOME/registry/src/<that registry>/`, where an
+/// extraction of the same name and version is reused: a package changed
+/// since, under the same version, would be verified against its old
+/// sources. Our crates' extractions from registries other than crates.io
+/// are removed first. The verification builds go to a target directory of
+/// their own, removed first too (cargo reuses a registry crate's build by
+/// name and version, so a shared one would hold stale builds). Returns it.
+fn clear_stale_package_sources() -> std::path::PathBuf {
+    let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("target")
+        .join("package-check");
+    let _ = std::fs::remove_dir_all(&target);
+    let home = env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cargo")));
+    let Some(src) = home.map(|h| h.join("registry").join("src")) else {
+        return target;
+    };
+    let Ok(registries) = std::fs::read_dir(&src) else {
+        return target;
+    };
+    for reg in registries.flatten() {
+        if reg
+            .file_name()
+            .to_string_lossy()
+            .starts_with("index.crates.io")
+        {
+            continue;
+        }
+        let Ok(crates) = std::fs::read_dir(reg.path()) else {
+            continue;
+        };
+        for c in crates.flatten() {
+            let name = c.file_name().to_string_lossy().into_owned();
+            if LIBRARY_CRATES
+                .iter()
+                .any(|l| name.starts_with(&format!("{l}-")))
+            {
+                let _ = std::fs::remove_dir_all(c.path());
+            }
+        }
+    }
+    target
 }
 
 /// The documentation of every crate, broken links and missing docs refused.
