@@ -123,6 +123,24 @@ fn a_tail_move_puts_preflush_on_the_next_forced_buffer_only() {
     assert_eq!(tails, [0, 512, 512]);
 }
 
+/// A checkpoint whose force ends in a bare flush (every record already
+/// written) made the data stable itself and says so with
+/// `note_tail_flushed`: the next FUA write owes no PREFLUSH.
+#[test]
+fn a_tail_move_its_caller_flushed_owes_no_preflush() {
+    let cfg = small();
+    let (r, dev) = ring(cfg);
+    let a = r.append(&vec![1u8; cfg.max_entry_size()]).unwrap();
+    r.append(b"next").unwrap(); // buffer 0 goes out plain
+    r.note_tail_moved(Lsn(512));
+    r.force(a).unwrap(); // written already: a bare flush, no write carries it
+    assert_eq!(dev.calls().last(), Some(&Call::Flush));
+    r.note_tail_flushed(Lsn(512));
+    assert!(!r.tail_move_pending());
+    r.force(r.append(b"c").unwrap()).unwrap();
+    assert_eq!(flags_of(&dev), [NONE, F]);
+}
+
 #[test]
 fn every_write_policy_flushes_every_buffer() {
     let cfg = Config {

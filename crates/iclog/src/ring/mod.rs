@@ -517,8 +517,9 @@ impl<D: LogDevice> Ring<D> {
     }
 
     /// The caller moved the tail to `tail` and made everything it depends
-    /// on stable itself (there was no log write to carry the flush): the
-    /// tail is recorded as flushed and no PREFLUSH is owed.
+    /// on stable itself (there was no log write to carry the flush, or a
+    /// bare flush made the log durable): the tail is recorded as flushed,
+    /// and unless it has moved past `tail` since, no PREFLUSH is owed.
     pub fn note_tail_flushed(&self, tail: Lsn) {
         let mut st = self.inner.state.lock();
         if tail > st.tail_lsn {
@@ -526,6 +527,9 @@ impl<D: LogDevice> Ring<D> {
         }
         if tail > st.flushed_tail {
             st.flushed_tail = tail;
+        }
+        if st.flushed_tail >= st.tail_lsn {
+            st.tail_moved = false;
         }
     }
 
