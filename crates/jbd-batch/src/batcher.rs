@@ -316,7 +316,9 @@ where
                     return (st, WaitDecision::SkippedLastWriter);
                 }
                 let avg = Duration::from_nanos(st.avg_commit_ns);
-                (avg.clamp(cfg.min_batch, cfg.max_batch), false)
+                // Not `clamp`, which panics when min > max: the upper
+                // bound wins.
+                (avg.max(cfg.min_batch).min(cfg.max_batch), false)
             }
             BatchPolicy::LastSyncWriter => {
                 if was_last {

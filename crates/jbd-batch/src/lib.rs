@@ -62,10 +62,14 @@
 //! [`Batcher::fire_timer`].
 //!
 //! **Errors.** A commit function's error reaches every synchronous stop
-//! whose position that commit was to cover. The batcher stays usable: the
-//! next stop runs the commit function again, which decides for itself
-//! whether it can succeed (journal-core's log force fails for ever once the
-//! log is poisoned).
+//! whose position that commit was to cover, and it is the answer for those
+//! positions from then on: a later stop at or below the failed target gets
+//! the same error at once, and the commit function is not run again for it
+//! — a failed commit is never retried (a retried fsync after EIO can report
+//! success for lost data), unless a later commit succeeds past it, which
+//! covers it. A stop above the failed target runs the commit function
+//! again, which decides for itself whether it can succeed (journal-core's
+//! log force fails for ever once the log is poisoned).
 //!
 //! Positions are plain ordered values (`P: Ord + Copy`); this crate knows
 //! nothing of LSNs.

@@ -27,7 +27,8 @@ pub enum BatchPolicy {
 pub struct BatchConfig {
     /// The policy.
     pub policy: BatchPolicy,
-    /// Lower bound of the adaptive window (jbd2 `min_batch_time`, default 0).
+    /// Lower bound of the adaptive window (jbd2 `min_batch_time`, default 0;
+    /// above `max_batch`, `max_batch` wins).
     pub min_batch: Duration,
     /// Upper bound of the adaptive window (jbd2 `max_batch_time`, default
     /// 15 ms). Zero disables waiting under every policy.

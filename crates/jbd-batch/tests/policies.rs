@@ -152,8 +152,10 @@ fn policy_none_never_waits_and_fixed_sleep_always_does() {
 #[test]
 fn a_failed_commit_reaches_its_waiters_and_the_batcher_stays_usable() {
     let fail = Arc::new(Mutex::new(true));
-    let f2 = fail.clone();
+    let calls = Arc::new(Mutex::new(0u32));
+    let (f2, c2) = (fail.clone(), calls.clone());
     let b: Batcher<u64, String> = Batcher::new(BatchConfig::default(), move |p| {
+        *c2.lock().unwrap() += 1;
         if *f2.lock().unwrap() {
             Err(format!("commit {p} failed"))
         } else {
@@ -162,9 +164,19 @@ fn a_failed_commit_reaches_its_waiters_and_the_batcher_stays_usable() {
     });
     assert_eq!(b.start().stop_sync(5), Err("commit 5 failed".into()));
     assert_eq!(b.committed(), None);
+    assert_eq!(*calls.lock().unwrap(), 1);
     *fail.lock().unwrap() = false;
+    // At or below the failed target: the same error, no retry of the
+    // commit (even though it would succeed now).
+    assert_eq!(b.start().stop_sync(5), Err("commit 5 failed".into()));
+    assert_eq!(b.start().stop_sync(3), Err("commit 5 failed".into()));
+    assert_eq!(*calls.lock().unwrap(), 1, "a failed commit is not retried");
+    // Above it: the commit function runs again.
     assert!(b.start().stop_sync(6).is_ok());
+    assert_eq!(*calls.lock().unwrap(), 2);
     assert_eq!(b.committed(), Some(6));
+    // A later success covers the failed positions.
+    assert!(b.start().stop_sync(5).is_ok());
 }
 
 #[test]
@@ -313,4 +325,29 @@ fn staged_groups_larger_than_the_overlap_bound_are_not_overlapped() {
     four_threads_stop(&b, 200);
     assert_eq!(in_flight.lock().unwrap().1, 1, "never two commits at once");
     assert_eq!(b.committed(), Some(800));
+}
+
+/// A window whose lower bound exceeds its upper bound (the batcher's own
+/// API takes any config): the upper bound wins; nothing panics.
+#[test]
+fn a_min_batch_above_max_batch_is_the_max_not_a_panic() {
+    let cfg = BatchConfig {
+        min_batch: Duration::from_millis(50),
+        max_batch: Duration::from_millis(1),
+        ..BatchConfig::default()
+    };
+    let b: Batcher<u64, String> = Batcher::new(cfg, |_| Ok(()));
+    // Another handle is open and this stop was not the last sync writer:
+    // the adaptive policy computes its window.
+    let other = b.start();
+    b.start().stop_sync(1).unwrap();
+    let h = b.start();
+    let waiter = std::thread::spawn(move || h.stop_sync(2));
+    assert!(waiter.join().expect("no panic").is_ok());
+    drop(other);
+    assert!(
+        b.stats().waits_taken >= 1,
+        "a window was computed: {:?}",
+        b.stats()
+    );
 }
