@@ -111,19 +111,28 @@ impl AsyncCommits {
     }
 
     /// Asks the forcer to make `lsn` durable, starting it if needed.
-    fn request(self: &Arc<Self>, lsn: Lsn, forcer: impl FnOnce() -> Forcer) {
+    /// False if its thread could not be started: then the caller commits
+    /// itself.
+    fn request(self: &Arc<Self>, lsn: Lsn, forcer: impl FnOnce() -> Forcer) -> bool {
         let mut st = self.state.lock();
         if st.stop || st.requested.is_some_and(|r| r >= lsn) {
-            return;
+            return true;
         }
-        st.requested = Some(lsn);
         if st.forcer.is_none() {
             let f = forcer();
             let me = self.clone();
-            st.forcer = Some(thread::spawn(move || me.forcer_loop(f)));
+            match thread::Builder::new()
+                .name("journal-forcer".into())
+                .spawn(move || me.forcer_loop(f))
+            {
+                Ok(h) => st.forcer = Some(h),
+                Err(_) => return false,
+            }
         }
+        st.requested = Some(lsn);
         drop(st);
         self.requests.notify_one();
+        true
     }
 
     fn forcer_loop(&self, f: Forcer) {
@@ -255,8 +264,12 @@ impl Future for CommitFuture<'_> {
         let id = asyncs.register(this.lsn, this.registered, cx.waker());
         let first = this.registered.is_none();
         this.registered = Some(id);
-        if first && this.force {
-            asyncs.request(this.lsn, || this.journal.forcer());
+        if first && this.force && !asyncs.request(this.lsn, || this.journal.forcer()) {
+            // No forcer thread could be started: commit here (blocking
+            // this task's thread, but never losing or faking durability).
+            this.registered = None;
+            asyncs.deregister(this.lsn, id);
+            return Poll::Ready(this.journal.commit(this.lsn));
         }
         // Registered, then looked again: a wakeup in between is not lost.
         match this.done(true) {

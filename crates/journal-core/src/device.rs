@@ -194,9 +194,7 @@ impl Device {
         });
         self.stats.data_preflushes.add(files.len() as u64);
         let f2 = flush.clone();
-        // The thread runs to completion on its own; nobody joins it, both
-        // waiters wait on the flush's condvar.
-        drop(journal_sync::thread::spawn(move || {
+        let run = move || {
             let mut result = Ok(());
             for f in files {
                 if let Err(e) = f.sync_data() {
@@ -206,7 +204,26 @@ impl Device {
             }
             *f2.result.lock() = Some(result);
             f2.done.notify_all();
-        }));
+        };
+        // The thread runs to completion on its own; nobody joins it, both
+        // waiters wait on the flush's condvar. A thread that cannot be
+        // started leaves the flush to be done here, at once.
+        let slot = journal_sync::Arc::new(Mutex::new(Some(run)));
+        let s2 = slot.clone();
+        let spawned = journal_sync::thread::Builder::new()
+            .name("journal-data-flush".into())
+            .spawn(move || {
+                let run = s2.lock().take();
+                if let Some(run) = run {
+                    run();
+                }
+            });
+        if spawned.is_err() {
+            let run = slot.lock().take();
+            if let Some(run) = run {
+                run();
+            }
+        }
         *self.pending_data_flush.lock() = Some(flush.clone());
         Some(flush)
     }

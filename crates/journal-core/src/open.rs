@@ -52,7 +52,7 @@ impl Journal {
         let (head_seg, _) = geometry.locate(recovery.end_lsn);
         store.set_head(head_seg);
         let worker = if options.background_preallocation {
-            Some(store.start_worker())
+            Some(store.start_worker()?)
         } else {
             store.prepare_ahead()?;
             None

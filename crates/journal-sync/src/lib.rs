@@ -88,11 +88,15 @@ pub mod atomic {
 /// sleeping is not a synchronisation primitive in this workspace.
 pub mod thread {
     #[cfg(loom)]
-    pub use loom::thread::{current, park, spawn, yield_now, JoinHandle, Thread, ThreadId};
+    pub use loom::thread::{
+        current, park, spawn, yield_now, Builder, JoinHandle, Thread, ThreadId,
+    };
     #[cfg(shuttle)]
-    pub use shuttle::thread::{current, park, spawn, yield_now, JoinHandle, Thread, ThreadId};
+    pub use shuttle::thread::{
+        current, park, spawn, yield_now, Builder, JoinHandle, Thread, ThreadId,
+    };
     #[cfg(not(any(loom, shuttle)))]
-    pub use std::thread::{current, park, spawn, yield_now, JoinHandle, Thread, ThreadId};
+    pub use std::thread::{current, park, spawn, yield_now, Builder, JoinHandle, Thread, ThreadId};
 }
 
 /// Running a future to completion on this thread: loom's or shuttle's

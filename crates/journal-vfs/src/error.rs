@@ -41,6 +41,9 @@ pub enum Op {
     Lock,
     /// Reading metadata (length, existence).
     Metadata,
+    /// Starting a thread that works on these files (a preallocator, a
+    /// data-file flush, a checkpointer).
+    Spawn,
 }
 
 impl Op {
@@ -63,6 +66,7 @@ impl Op {
             Op::CreateDir => "create-dir",
             Op::Lock => "lock",
             Op::Metadata => "metadata",
+            Op::Spawn => "spawn",
         }
     }
 }

@@ -389,27 +389,30 @@ pub fn mount(
     on_mounted();
     // The commit timer (jbd2's commit interval): a thread waiting on a
     // condvar with a deadline, so stopping it is immediate (no
-    // sleep-and-poll).
+    // sleep-and-poll). One that cannot be started fails the mount (the
+    // session, dropped, unmounts).
     let stop = Arc::new((Mutex::new(false), Condvar::new()));
     let (fs2, stop2) = (fs.clone(), stop.clone());
-    let committer = std::thread::spawn(move || {
-        let (flag, cv) = &*stop2;
-        let mut stopped = flag.lock();
-        loop {
-            let deadline = Deadline::after(commit_every);
-            while !*stopped && !deadline.expired() {
-                stopped = cv.wait_deadline(stopped, &deadline).0;
+    let committer = std::thread::Builder::new()
+        .name("metafs-commit".into())
+        .spawn(move || {
+            let (flag, cv) = &*stop2;
+            let mut stopped = flag.lock();
+            loop {
+                let deadline = Deadline::after(commit_every);
+                while !*stopped && !deadline.expired() {
+                    stopped = cv.wait_deadline(stopped, &deadline).0;
+                }
+                if *stopped {
+                    return;
+                }
+                drop(stopped);
+                if fs2.sync().is_err() {
+                    return;
+                }
+                stopped = flag.lock();
             }
-            if *stopped {
-                return;
-            }
-            drop(stopped);
-            if fs2.sync().is_err() {
-                return;
-            }
-            stopped = flag.lock();
-        }
-    });
+        })?;
     let r = session.join();
     *stop.0.lock() = true;
     stop.1.notify_all();

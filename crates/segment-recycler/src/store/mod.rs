@@ -431,14 +431,25 @@ impl SegmentStore {
 
     /// Starts the background preallocation worker: it keeps segments up to
     /// head + `preallocate_ahead` ready, woken by [`SegmentStore::set_head`].
-    /// The worker stops when the returned guard is dropped.
-    pub fn start_worker(&self) -> Worker {
+    /// The worker stops when the returned guard is dropped. Fails (an
+    /// [`Error::Io`] of [`journal_vfs::Op::Spawn`]) if the thread cannot be
+    /// started.
+    pub fn start_worker(&self) -> Result<Worker, Error> {
         let store = self.clone();
-        let handle = journal_sync::thread::spawn(move || store.worker_loop());
-        Worker {
+        let handle = journal_sync::thread::Builder::new()
+            .name("segment-preallocator".into())
+            .spawn(move || store.worker_loop())
+            .map_err(|e| {
+                Error::io(None)(journal_vfs::VfsError::new(
+                    journal_vfs::Op::Spawn,
+                    &self.inner.dir,
+                    e,
+                ))
+            })?;
+        Ok(Worker {
             store: self.clone(),
             handle: Some(handle),
-        }
+        })
     }
 
     fn worker_loop(&self) {

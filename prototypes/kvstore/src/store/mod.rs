@@ -280,7 +280,16 @@ impl Store {
             inner.checkpoint()?;
         }
         let i2 = inner.clone();
-        let worker = thread::spawn(move || i2.checkpointer());
+        let worker = thread::Builder::new()
+            .name("kvstore-checkpointer".into())
+            .spawn(move || i2.checkpointer())
+            .map_err(|e| {
+                Error::from(journal_core::VfsError::new(
+                    journal_core::vfs::Op::Spawn,
+                    &inner.dir,
+                    e,
+                ))
+            })?;
         Ok(Store {
             inner,
             worker: Mutex::new(Some(worker)),
