@@ -151,3 +151,33 @@ pub(crate) struct Stats {
 pub(crate) fn bucket(size: u64) -> usize {
     ((64 - (size.max(1) - 1).leading_zeros()) as usize).min(GROUP_BUCKETS - 1)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The documented buckets: 1, 2, 3–4, 5–8, 9–16, 17–32, 33–64, 65+.
+    #[test]
+    fn group_sizes_fall_in_their_documented_buckets() {
+        let cases = [
+            (0, 0),
+            (1, 0),
+            (2, 1),
+            (3, 2),
+            (4, 2),
+            (5, 3),
+            (8, 3),
+            (9, 4),
+            (16, 4),
+            (17, 5),
+            (32, 5),
+            (33, 6),
+            (64, 6),
+            (65, 7),
+            (1 << 40, 7),
+        ];
+        for (size, want) in cases {
+            assert_eq!(bucket(size), want, "group of {size}");
+        }
+    }
+}
