@@ -75,3 +75,35 @@ fn a_checkpoint_flushes_each_registered_data_file_once() {
     j.checkpoint(lsn).unwrap();
     assert_eq!(j.metrics().data_preflushes, 4);
 }
+
+/// A record that crosses a segment boundary is two writes, and FUA applies
+/// to both halves: with RWF_DSYNC, the commit that writes it makes two
+/// durable writes, one into each segment.
+#[test]
+fn both_halves_of_a_split_record_are_written_fua() {
+    use journal_core::vfs::Op;
+    let vfs = SimVfs::new();
+    let o = options(SyncMethod::Dsync);
+    let j = open_sim(&vfs, o).unwrap();
+    // 3,532-byte entries make 3,584-byte records (7 × 512), which do not
+    // divide a segment's 61,440 data bytes: the 18th crosses the boundary.
+    let data = j.geometry().data_size();
+    let entry = vec![0x5Au8; 3584 - 48 - 4];
+    let mut split_seen = false;
+    for _ in 0..40 {
+        let (m0, fua0) = (j.metrics(), vfs.calls(Op::FuaWrite));
+        let start = j.appended_lsn();
+        j.append_durable(&entry).unwrap();
+        let crosses = start.0 / data != (start.0 + 3584 - 1) / data;
+        let (m, fua) = (j.metrics(), vfs.calls(Op::FuaWrite));
+        if crosses {
+            assert_eq!(m.split_records - m0.split_records, 1);
+            assert_eq!(fua - fua0, 2, "both halves durable on return");
+            split_seen = true;
+        } else {
+            assert_eq!(m.split_records, m0.split_records);
+            assert_eq!(fua - fua0, 1);
+        }
+    }
+    assert!(split_seen, "a record crossed a segment boundary");
+}
