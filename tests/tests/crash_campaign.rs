@@ -99,7 +99,6 @@ struct Acked {
     cv: Condvar,
 }
 
-
 /// Runs one seed: three rounds of workload → crash → recover → verify.
 /// Returns the number of crash states checked.
 fn run_seed(seed: u64) -> u64 {
