@@ -461,3 +461,26 @@ fn no_source_file_over_700_lines_and_no_function_over_100() {
         functions.join("\n")
     );
 }
+
+/// The lint line every product crate root carries: code a user runs answers
+/// with an error, never with `unwrap`/`expect` (tests, built with
+/// `cfg(test)`, are exempt). Each exception is an `#[allow]` in place with
+/// a comment saying why it cannot fail.
+const NO_UNWRAP: &str = "#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]";
+
+#[test]
+fn every_product_crate_root_denies_unwrap_and_expect() {
+    let mut missing = Vec::new();
+    for (member, _) in product_sources() {
+        for root_file in ["src/lib.rs", "src/main.rs"] {
+            let p = root().join(&member).join(root_file);
+            if p.exists() && !fs::read_to_string(&p).unwrap().contains(NO_UNWRAP) {
+                missing.push(format!("{member}/{root_file}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "crate roots without `{NO_UNWRAP}`: {missing:?}"
+    );
+}

@@ -45,6 +45,7 @@
 //!   are replayed into the index — reading each entry's header and log id,
 //!   never decoding an entry.
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 // openraft's storage traits return its `StorageError`, large as it is; the
 // helpers here return the same.
 #![allow(clippy::result_large_err)]

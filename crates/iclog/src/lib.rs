@@ -113,6 +113,7 @@
 //! assert_eq!(dev.0.lock().unwrap()[0], (Lsn::ZERO, 512, IoFlags::FUA));
 //! ```
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod config;
 mod device;

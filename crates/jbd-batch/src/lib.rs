@@ -74,6 +74,7 @@
 //! Positions are plain ordered values (`P: Ord + Copy`); this crate knows
 //! nothing of LSNs.
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod batcher;
 mod policy;

@@ -4,6 +4,7 @@
 //! Exit codes: 0 success; 1 a failed benchmark, or corruption found by
 //! `verify`; 2 a usage error or a journal that cannot be read.
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod bench;
 mod inspect;

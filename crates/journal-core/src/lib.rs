@@ -82,6 +82,7 @@
 //! LSN and end the log; headers of unacknowledged in-flight records found
 //! past the end are cleared so appends never chain into them.
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod async_commit;
 mod control;

@@ -49,6 +49,7 @@
 //! assert!(g.timer_fired);
 //! ```
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod mutex;
 mod time;

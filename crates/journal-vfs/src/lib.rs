@@ -28,6 +28,7 @@
 //! - A create, rename or remove is durable only after [`Vfs::sync_dir`] on the
 //!   directory holding the name.
 #![deny(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod aligned;
 mod counters;

@@ -63,6 +63,7 @@
 //! gaps in the numbering reported, and the directory fsynced once.
 //! [`scan`] does the listing read-only, for inspection tools.
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod config;
 mod error;

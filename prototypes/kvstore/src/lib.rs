@@ -46,6 +46,7 @@
 //! store.close().unwrap();
 //! ```
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod bucket;
 mod error;

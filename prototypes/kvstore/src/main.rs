@@ -4,6 +4,7 @@
 //! found problems, or a bench failed; 2 a usage error or a store that
 //! cannot be opened.
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 use bench_harness::{closed_loop, median, progress_bar, table, write_json, Clients, Op};
 use clap::{Parser, Subcommand};

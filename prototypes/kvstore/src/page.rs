@@ -50,12 +50,19 @@ fn seal(page: &mut [u8; PAGE_SIZE]) {
     page[4..8].copy_from_slice(&c.to_le_bytes());
 }
 
+/// The `N` bytes of `b` at `at` (the caller has checked the length).
+fn bytes_at<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
+    let mut a = [0u8; N];
+    a.copy_from_slice(&b[at..at + N]);
+    a
+}
+
 fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+    u32::from_le_bytes(bytes_at(b, at))
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes(b[at..at + 2].try_into().expect("2 bytes"))
+    u16::from_le_bytes(bytes_at(b, at))
 }
 
 /// What kind of page.
@@ -115,7 +122,7 @@ pub fn decode(page: &[u8; PAGE_SIZE], number: u32) -> Option<PageView<'_>> {
         return None;
     }
     Some(PageView {
-        lsn: Lsn(u64::from_le_bytes(page[8..16].try_into().expect("8 bytes"))),
+        lsn: Lsn(u64::from_le_bytes(bytes_at(page, 8))),
         next: u32_at(page, 20),
         kind,
         payload: &page[PAGE_HEADER..PAGE_HEADER + len],
@@ -155,6 +162,11 @@ pub enum MetaCheck {
     Newer(u16),
 }
 
+/// The most buckets a store may have ([`crate::Options::buckets`]); a meta
+/// page that says more is refused, so nothing is allocated by a count read
+/// from disk beyond what a valid store could need.
+pub const MAX_BUCKETS: u32 = 1 << 20;
+
 /// Validates the meta page.
 pub fn decode_meta(page: &[u8; PAGE_SIZE]) -> MetaCheck {
     if page.iter().all(|&b| b == 0) {
@@ -169,8 +181,12 @@ pub fn decode_meta(page: &[u8; PAGE_SIZE]) -> MetaCheck {
     }
     let mut journal_id = [0u8; 16];
     journal_id.copy_from_slice(&page[16..32]);
+    let buckets = u32_at(page, 12);
+    if buckets == 0 || buckets > MAX_BUCKETS {
+        return MetaCheck::Bad;
+    }
     MetaCheck::Valid(Meta {
-        buckets: u32_at(page, 12),
+        buckets,
         journal_id,
     })
 }
@@ -199,5 +215,16 @@ mod tests {
         };
         assert_eq!(decode_meta(&encode_meta(&m)), MetaCheck::Valid(m));
         assert_eq!(decode_meta(&zero_page()), MetaCheck::Zeroes);
+    }
+
+    #[test]
+    fn a_sealed_meta_page_with_an_impossible_bucket_count_is_refused() {
+        for buckets in [0, MAX_BUCKETS + 1, u32::MAX] {
+            let m = Meta {
+                buckets,
+                journal_id: [7; 16],
+            };
+            assert_eq!(decode_meta(&encode_meta(&m)), MetaCheck::Bad, "{buckets}");
+        }
     }
 }

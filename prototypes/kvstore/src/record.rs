@@ -121,15 +121,16 @@ impl<'a> Cursor<'a> {
         self.at += n;
         Ok(s)
     }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], Undecodable> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
     fn u16(&mut self) -> Result<u16, Undecodable> {
-        Ok(u16::from_le_bytes(
-            self.take(2)?.try_into().expect("2 bytes"),
-        ))
+        self.array().map(u16::from_le_bytes)
     }
     fn u32(&mut self) -> Result<u32, Undecodable> {
-        Ok(u32::from_le_bytes(
-            self.take(4)?.try_into().expect("4 bytes"),
-        ))
+        self.array().map(u32::from_le_bytes)
     }
 }
 
@@ -144,7 +145,9 @@ pub(crate) fn decode(b: &[u8]) -> Result<Vec<Section>, Undecodable> {
         return Err(Undecodable::Newer(version));
     }
     let n = c.u16()?;
-    let mut sections = Vec::with_capacity(n as usize);
+    // A section takes at least 9 bytes: the capacity is bounded by the
+    // record's length, not by a count read from it.
+    let mut sections = Vec::with_capacity((n as usize).min(b.len() / 9));
     for _ in 0..n {
         let bucket = c.u32()?;
         let has_image = c.take(1)?[0];
@@ -152,7 +155,7 @@ pub(crate) fn decode(b: &[u8]) -> Result<Vec<Section>, Undecodable> {
         let image = match has_image {
             0 => None,
             1 => {
-                let lsn = Lsn(u64::from_le_bytes(c.take(8)?.try_into().expect("8 bytes")));
+                let lsn = Lsn(u64::from_le_bytes(c.array()?));
                 let len = c.u32()? as usize;
                 Some((lsn, c.take(len)?.to_vec()))
             }

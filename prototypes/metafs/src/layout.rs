@@ -40,14 +40,20 @@ pub const MAGIC: u32 = u32::from_le_bytes(*b"MTFS");
 /// The image format version this build writes and reads.
 pub const FORMAT_VERSION: u16 = 1;
 
+/// The `N` bytes of `b` at `o` (the caller has checked the length).
+pub(crate) fn bytes_at<const N: usize>(b: &[u8], o: usize) -> [u8; N] {
+    let mut a = [0u8; N];
+    a.copy_from_slice(&b[o..o + N]);
+    a
+}
 fn u16_at(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes(b[o..o + 2].try_into().expect("2 bytes"))
+    u16::from_le_bytes(bytes_at(b, o))
 }
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
+pub(crate) fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(bytes_at(b, o))
 }
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+pub(crate) fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(bytes_at(b, o))
 }
 
 /// The superblock (block 0): written by `mkfs`, never changed after.
@@ -150,7 +156,7 @@ impl Super {
             inode_start: u32_at(b, 20),
             bitmap_start: u32_at(b, 24),
             data_start: u32_at(b, 28),
-            journal_id: b[32..48].try_into().expect("16 bytes"),
+            journal_id: bytes_at(b, 32),
         };
         if s != Super::layout(s.blocks, s.inodes, s.journal_id) {
             return Err(Error::Corrupt("superblock layout is inconsistent".into()));

@@ -32,6 +32,7 @@
 //! assert!(metafs::fsck(&fs).unwrap().is_empty());
 //! ```
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod error;
 mod fsck;

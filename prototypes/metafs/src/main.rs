@@ -7,6 +7,7 @@
 //! metafs bench [--scenario xfs]        fs_mark-like creates/s
 //! ```
 #![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod bench;
 

@@ -22,7 +22,7 @@
 //! The journal checksums and frames the record; a transaction is in the
 //! log whole or not at all.
 
-use crate::layout::BLOCK;
+use crate::layout::{u32_at, u64_at, BLOCK};
 use crate::{Error, Result};
 
 /// `"MTXN"` as a little-endian u32.
@@ -73,22 +73,20 @@ pub fn decode(b: &[u8]) -> Result<Txn> {
     if u16::from_le_bytes([b[4], b[5]]) != 1 {
         return Err(bad("unknown version"));
     }
-    let tid = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes"));
-    let n = u32::from_le_bytes(b[16..20].try_into().expect("4 bytes")) as usize;
-    let r = u32::from_le_bytes(b[20..24].try_into().expect("4 bytes")) as usize;
+    let tid = u64_at(b, 8);
+    let n = u32_at(b, 16) as usize;
+    let r = u32_at(b, 20) as usize;
     if b.len() != 24 + n * (4 + BLOCK) + r * 4 {
         return Err(bad("length does not match its counts"));
     }
     let mut at = 24;
     let mut blocks = Vec::with_capacity(n);
     for _ in 0..n {
-        let no = u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+        let no = u32_at(b, at);
         blocks.push((no, b[at + 4..at + 4 + BLOCK].to_vec()));
         at += 4 + BLOCK;
     }
-    let revoked = (0..r)
-        .map(|i| u32::from_le_bytes(b[at + 4 * i..at + 4 * i + 4].try_into().expect("4 bytes")))
-        .collect();
+    let revoked = (0..r).map(|i| u32_at(b, at + 4 * i)).collect();
     Ok(Txn {
         tid,
         blocks,

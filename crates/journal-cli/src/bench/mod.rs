@@ -335,7 +335,7 @@ impl DeviceProbe {
         std::thread::scope(|s| {
             s.spawn(|| self.sample(warmup, samples))
                 .join()
-                .expect("probe thread panicked")
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))
         })
     }
 
@@ -476,16 +476,14 @@ pub fn commit_load_sliced(
     let op: Arc<Op> = Arc::new(op);
     run_clients(journal, clients, warmup_seconds(seconds), op.clone())?;
     let slices = slices.max(1);
-    let mut total: Option<Load> = None;
-    for _ in 0..slices {
-        let load = run_clients(journal, clients, seconds / slices as f64, op.clone())?;
+    let slice = seconds / slices as f64;
+    let mut total = run_clients(journal, clients, slice, op.clone())?;
+    between()?;
+    for _ in 1..slices {
+        total.absorb(run_clients(journal, clients, slice, op.clone())?);
         between()?;
-        match &mut total {
-            None => total = Some(load),
-            Some(t) => t.absorb(load),
-        }
     }
-    Ok(total.expect("at least one slice"))
+    Ok(total)
 }
 
 fn run_clients(
@@ -621,10 +619,13 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         results.push(r.map_err(|e| format!("{}: {e}", scenario.name()))?);
     }
     env.progress.finish_and_clear();
-    let doc = if results.len() == 1 {
-        results.pop().expect("one result")
-    } else {
-        json!({ "scenarios": results })
+    let doc = match results.pop() {
+        Some(only) if results.is_empty() => only,
+        Some(last) => {
+            results.push(last);
+            json!({ "scenarios": results })
+        }
+        None => json!({ "scenarios": [] }),
     };
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&doc).map_err(err)? + "\n";

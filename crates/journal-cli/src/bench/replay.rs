@@ -26,7 +26,9 @@ fn touch(b: &[u8]) -> u64 {
     let mut words = b.chunks_exact(8);
     let mut sum = 0u64;
     for w in &mut words {
-        sum = sum.wrapping_add(u64::from_le_bytes(w.try_into().expect("8 bytes")));
+        let mut word = [0u8; 8];
+        word.copy_from_slice(w);
+        sum = sum.wrapping_add(u64::from_le_bytes(word));
     }
     for &x in words.remainder() {
         sum = sum.wrapping_add(x as u64);

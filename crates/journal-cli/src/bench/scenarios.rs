@@ -68,7 +68,10 @@ pub fn wt_flush_wait(env: &Env) -> Result<Json, String> {
         let (wait_h, force_h, flushes) = flusher(&j, condvar, env.seconds.max(0.2) * 2.0)?;
         stop.store(true, Ordering::Relaxed);
         for w in writers {
-            w.join().expect("writer panicked").map_err(err)?;
+            // A writer that panicked panics the bench with its own message.
+            w.join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))
+                .map_err(err)?;
         }
         let m = j.metrics();
         let (w50, f50) = (

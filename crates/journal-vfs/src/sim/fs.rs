@@ -207,6 +207,24 @@ struct SimFile {
 /// The direct-I/O alignment [`SimVfs`] reports and enforces.
 const SIM_DIRECT_ALIGN: u64 = 512;
 
+/// The inode of an open file. Inodes are never removed from a [`SimVfs`]
+/// (a removed name leaves its inode for the files still open on it), so
+/// this fails only if that rule is broken: EBADF rather than a panic.
+fn inode_of<'a>(
+    inodes: &'a mut HashMap<u64, Inode>,
+    ino: u64,
+    op: Op,
+    path: &Path,
+) -> Result<&'a mut Inode> {
+    inodes.get_mut(&ino).ok_or_else(|| {
+        VfsError::new(
+            op,
+            path,
+            io::Error::from_raw_os_error(Errno::BADF.raw_os_error()),
+        )
+    })
+}
+
 impl SimFile {
     /// A write on a direct-I/O file must be aligned in offset, length and
     /// memory, as the kernel requires (EINVAL otherwise).
@@ -238,7 +256,7 @@ impl SimFile {
                 io::Error::from_raw_os_error(Errno::BADF.raw_os_error()),
             ));
         }
-        let inode = st.inodes.get_mut(&self.ino).expect("inode of an open file");
+        let inode = inode_of(&mut st.inodes, self.ino, op, &self.path)?;
         Ok(f(inode))
     }
 
@@ -254,7 +272,7 @@ impl SimFile {
     fn sync(&self, op: Op) -> Result<()> {
         let mut st = self.vfs.inner.state.lock();
         let fault = st.call(op, &self.path);
-        let inode = st.inodes.get_mut(&self.ino).expect("inode of an open file");
+        let inode = inode_of(&mut st.inodes, self.ino, op, &self.path)?;
         match fault {
             Ok(()) => {
                 let mut durable = inode.live.clone();

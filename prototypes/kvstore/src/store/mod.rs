@@ -206,7 +206,7 @@ impl Store {
     /// Like [`Store::open`], on any filesystem (a `SimVfs` in tests).
     pub fn open_with(vfs: Arc<dyn Vfs>, dir: impl AsRef<Path>, options: Options) -> Result<Store> {
         let dir = dir.as_ref().to_path_buf();
-        if options.buckets == 0 || options.buckets > 1 << 20 {
+        if options.buckets == 0 || options.buckets > page::MAX_BUCKETS {
             return Err(Error::Journal(journal_core::Error::InvalidOptions {
                 option: "buckets",
                 reason: format!("{} is outside 1..=1048576", options.buckets),

@@ -142,10 +142,8 @@ impl Inner {
                 if chain.is_empty() {
                     chain.push(1 + i as u32);
                 }
-                while chain.len() > need {
-                    let freed = chain.pop().expect("longer than needed");
-                    alloc.free.insert(freed);
-                }
+                let keep = need.min(chain.len());
+                alloc.free.extend(chain.drain(keep..));
                 while chain.len() < need {
                     chain.push(alloc.alloc());
                 }

@@ -3,40 +3,49 @@
 //! snapshot a commit takes.
 
 use super::*;
+use std::collections::hash_map::Entry;
 
 impl State {
-    pub(super) fn load(&mut self, img: &dyn VfsFile, b: u32) -> Result<()> {
-        if !self.cache.contains_key(&b) {
-            if b >= self.sb.blocks {
-                return Err(Error::Corrupt(format!("block {b} beyond the image")));
-            }
-            let mut buf = vec![0u8; BLOCK].into_boxed_slice();
-            img.read_exact_at(&mut buf, b as u64 * BLOCK as u64)?;
-            self.cache.insert(b, buf);
+    /// The cached block `b`, read from the image on first use.
+    fn block(&mut self, img: &dyn VfsFile, b: u32) -> Result<&mut Box<[u8]>> {
+        if b >= self.sb.blocks {
+            return Err(Error::Corrupt(format!("block {b} beyond the image")));
         }
-        Ok(())
+        match self.cache.entry(b) {
+            Entry::Occupied(e) => Ok(e.into_mut()),
+            Entry::Vacant(e) => {
+                let mut buf = vec![0u8; BLOCK].into_boxed_slice();
+                img.read_exact_at(&mut buf, b as u64 * BLOCK as u64)?;
+                Ok(e.insert(buf))
+            }
+        }
+    }
+
+    pub(super) fn load(&mut self, img: &dyn VfsFile, b: u32) -> Result<()> {
+        self.block(img, b).map(|_| ())
     }
 
     pub(super) fn get(&mut self, img: &dyn VfsFile, b: u32) -> Result<&[u8]> {
-        self.load(img, b)?;
-        Ok(&self.cache[&b])
+        Ok(self.block(img, b)?)
     }
 
     pub(super) fn get_mut(&mut self, img: &dyn VfsFile, b: u32) -> Result<&mut [u8]> {
+        // Loaded first: a block is marked running only once it is cached.
         self.load(img, b)?;
         self.ops += 1;
         self.running.insert(b);
         self.checkpoint_set.insert(b);
-        Ok(self.cache.get_mut(&b).expect("loaded"))
+        Ok(self.block(img, b)?)
     }
 
     /// A newly allocated metadata block: zeros, never read from disk.
     pub(super) fn fresh(&mut self, b: u32) -> &mut [u8] {
         self.ops += 1;
-        self.cache.insert(b, vec![0u8; BLOCK].into_boxed_slice());
         self.running.insert(b);
         self.checkpoint_set.insert(b);
-        self.cache.get_mut(&b).expect("inserted")
+        let block = self.cache.entry(b).or_default();
+        *block = vec![0u8; BLOCK].into_boxed_slice();
+        block
     }
 
     pub(super) fn inode(&mut self, img: &dyn VfsFile, ino: Ino) -> Result<Inode> {
