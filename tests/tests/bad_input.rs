@@ -169,6 +169,20 @@ fn invalid_options_are_typed_errors_and_create_nothing() {
                 ..small_options()
             },
         ),
+        (
+            "file_mode",
+            Options {
+                file_mode: 0o400,
+                ..small_options()
+            },
+        ),
+        (
+            "file_mode",
+            Options {
+                file_mode: 0o10600,
+                ..small_options()
+            },
+        ),
         // More than a 64 KiB segment's data area.
         (
             "logbsize",
@@ -295,4 +309,85 @@ fn bad_lsns_and_closed_journals() {
     assert_eq!(replay(&j).len(), 1);
     j.close().unwrap();
     assert!(matches!(j.append(b"x"), Err(Error::Closed)));
+}
+
+/// Files a journal creates are its owner's alone (0o600, the directory
+/// 0o700); a journal file that is a symbolic link, and a directory owned by
+/// another user, are refused before anything is read or created.
+#[test]
+fn journal_files_are_private_and_links_and_foreign_owners_are_refused() {
+    use journal_core::vfs::OsVfs;
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("j");
+    let opts = Options {
+        background_preallocation: false,
+        ..small_options()
+    };
+    let vfs: Arc<dyn Vfs> = Arc::new(OsVfs::new());
+    let j = Journal::open_with(vfs.clone(), &dir, opts).unwrap();
+    j.append_durable(b"mine").unwrap();
+    j.close().unwrap();
+    drop(j);
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir), 0o700, "the journal directory");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 3, "{files:?}");
+    for f in &files {
+        assert_eq!(mode(f), 0o600, "{}", f.display());
+    }
+
+    // The control file replaced by a link to a copy of itself.
+    let control = dir.join(CONTROL_FILE);
+    let copy = tmp.path().join("control-copy");
+    std::fs::copy(&control, &copy).unwrap();
+    std::fs::remove_file(&control).unwrap();
+    std::os::unix::fs::symlink(&copy, &control).unwrap();
+    match Journal::open_with(vfs.clone(), &dir, opts) {
+        Err(e) => assert!(e.to_string().contains("symbolic link"), "{e}"),
+        Ok(_) => panic!("a control file that is a link was followed"),
+    }
+    std::fs::remove_file(&control).unwrap();
+    std::fs::rename(&copy, &control).unwrap();
+    let j = Journal::open_with(vfs.clone(), &dir, opts).unwrap();
+    let got: Vec<Vec<u8>> = replay(&j).into_iter().map(|(_, p)| p).collect();
+    assert_eq!(got, vec![b"mine".to_vec()]);
+    j.close().unwrap();
+    drop(j);
+
+    // A directory of another user: as root, one handed to `nobody`; as
+    // anyone else, one that root owns.
+    let foreign = if effective_uid() == 0 {
+        let d = tmp.path().join("theirs");
+        std::fs::create_dir(&d).unwrap();
+        std::os::unix::fs::chown(&d, Some(65534), Some(65534)).unwrap();
+        d
+    } else {
+        std::path::PathBuf::from("/")
+    };
+    let before: Vec<_> = std::fs::read_dir(&foreign)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    match Journal::open_with(vfs.clone(), &foreign, opts) {
+        Err(e) => assert!(e.to_string().contains("owned by uid"), "{e}"),
+        Ok(_) => panic!("a journal opened in a directory another user owns"),
+    }
+    let after: Vec<_> = std::fs::read_dir(&foreign)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(before, after, "nothing created in the foreign directory");
+}
+
+/// The effective uid of this process, from the owner of a file it creates.
+fn effective_uid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    let f = tempfile::NamedTempFile::new().unwrap();
+    f.as_file().metadata().unwrap().uid()
 }

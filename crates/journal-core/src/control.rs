@@ -201,12 +201,17 @@ pub(crate) struct ControlFile {
 
 impl ControlFile {
     /// Creates the control file of a new journal, durably (name included).
-    pub(crate) fn create(vfs: &dyn Vfs, dir: &Path, first: Control) -> Result<ControlFile> {
+    pub(crate) fn create(
+        vfs: &dyn Vfs,
+        dir: &Path,
+        first: Control,
+        mode: u32,
+    ) -> Result<ControlFile> {
         let tmp = dir.join(format!("{CONTROL_FILE}.tmp"));
         if vfs.exists(&tmp)? {
             vfs.remove_file(&tmp)?;
         }
-        let f = vfs.open(&tmp, OpenOptions::create_new())?;
+        let f = vfs.open(&tmp, OpenOptions::create_new().mode(mode))?;
         f.write_at(&first.encode(), 0)?;
         f.write_at(&[0u8; SLOT_SIZE], SLOT_SIZE as u64)?;
         f.sync_all()?;

@@ -115,8 +115,8 @@ pub use index::STRIDE as INDEX_STRIDE;
 pub use journal::{CheckpointReport, CommitHandle, ForceMode, Journal};
 pub use metrics::Metrics;
 pub use options::{
-    Options, RecoveryMode, SyncMethod, DEFAULT_FOLLOW_LAG_LIMIT, DEFAULT_MAX_RECORD_SIZE,
-    DEFAULT_WRITE_AHEAD, MAX_WRITE_AHEAD,
+    Options, RecoveryMode, SyncMethod, DEFAULT_FILE_MODE, DEFAULT_FOLLOW_LAG_LIMIT,
+    DEFAULT_MAX_RECORD_SIZE, DEFAULT_WRITE_AHEAD, MAX_WRITE_AHEAD,
 };
 pub use read::ReadIter;
 pub use reader::{Entry, EntryBytes, MAX_PAYLOAD};

@@ -204,7 +204,7 @@ fn open_control(vfs: &dyn Vfs, dir: &Path, options: &Options) -> Result<ControlF
         inflight_window: options.inflight_window(),
         end_lsn: Lsn(0),
     };
-    ControlFile::create(vfs, dir, first)
+    ControlFile::create(vfs, dir, first, options.file_mode)
 }
 
 /// Step 3: scan the log from the checkpoint, clear the headers of

@@ -151,7 +151,17 @@ pub struct Options {
     /// returns [`crate::Error::FollowerLagged`] — instead of keeping
     /// segments until the disk fills.
     pub follow_lag_limit: u64,
+    /// Permission bits of the control and segment files the journal
+    /// creates (default 0o600: owner read and write; the umask still
+    /// applies). The owner bits must include read and write. Directories
+    /// the [`journal_vfs::OsVfs`] creates get 0o700, and it refuses a journal
+    /// directory owned by another user and a journal file that is a
+    /// symbolic link.
+    pub file_mode: u32,
 }
+
+/// The default [`Options::file_mode`]: 0o600.
+pub const DEFAULT_FILE_MODE: u32 = 0o600;
 
 /// The default [`Options::follow_lag_limit`]: 256 MiB.
 pub const DEFAULT_FOLLOW_LAG_LIMIT: u64 = 256 << 20;
@@ -188,6 +198,7 @@ impl Default for Options {
             max_record_size: DEFAULT_MAX_RECORD_SIZE,
             background_preallocation: true,
             follow_lag_limit: DEFAULT_FOLLOW_LAG_LIMIT,
+            file_mode: DEFAULT_FILE_MODE,
         }
     }
 }
@@ -210,6 +221,7 @@ impl Options {
             preallocate_ahead: self.preallocate_ahead,
             max_segments: self.max_segments,
             recycle_policy: self.recycle_policy,
+            file_mode: self.file_mode,
         }
     }
 
@@ -270,6 +282,15 @@ impl Options {
                 format!(
                     "{} exceeds the limit of {MAX_WRITE_AHEAD}",
                     self.write_ahead
+                ),
+            );
+        }
+        if self.file_mode > 0o777 || self.file_mode & 0o600 != 0o600 {
+            return bad(
+                "file_mode",
+                format!(
+                    "{:#o} is not permission bits that let the owner read and write",
+                    self.file_mode
                 ),
             );
         }

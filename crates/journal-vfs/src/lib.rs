@@ -68,6 +68,10 @@ pub struct OpenOptions {
     /// `O_DIRECT`: bypass the page cache; buffers, offsets and lengths must
     /// then be aligned to the device's logical block size (where the OS has it).
     pub direct: bool,
+    /// Permission bits of a file this open creates (masked by the umask on
+    /// [`OsVfs`]); `None` takes the filesystem's default
+    /// ([`OsVfsOptions::file_mode`], 0o600). [`SimVfs`] keeps no modes.
+    pub mode: Option<u32>,
 }
 
 impl OpenOptions {
@@ -99,6 +103,13 @@ impl OpenOptions {
             ..Self::default()
         }
     }
+    /// The same, creating the file with permission bits `mode`.
+    pub fn mode(self, mode: u32) -> Self {
+        Self {
+            mode: Some(mode),
+            ..self
+        }
+    }
 }
 
 /// How [`VfsFile::preallocate`] reserves space.
@@ -118,10 +129,13 @@ pub enum Prealloc {
 /// Paths are used as given; callers join file names onto the journal
 /// directory. Implementations are shared between threads.
 pub trait Vfs: Send + Sync + fmt::Debug {
-    /// Opens (or creates) a file.
+    /// Opens (or creates) a file. [`OsVfs`] never follows a symbolic link
+    /// in the last component (`O_NOFOLLOW`): a link where a journal file
+    /// should be is refused with [`std::io::ErrorKind::PermissionDenied`].
     fn open(&self, path: &Path, opts: OpenOptions) -> Result<Box<dyn VfsFile>>;
     /// Creates a directory and its parents (durable immediately on
-    /// [`SimVfs`]; on [`OsVfs`] sync the parent if that matters to you).
+    /// [`SimVfs`]; on [`OsVfs`] sync the parent if that matters to you, and
+    /// new directories get [`OsVfsOptions::dir_mode`], 0o700).
     fn create_dir_all(&self, path: &Path) -> Result<()>;
     /// Renames a file, replacing `to` if it exists. Durable only after
     /// [`Vfs::sync_dir`] of the directory (both directories if they differ).
@@ -139,7 +153,9 @@ pub trait Vfs: Send + Sync + fmt::Debug {
     fn exists(&self, path: &Path) -> Result<bool>;
     /// Takes an exclusive lock on a directory, held until the guard drops.
     /// On [`OsVfs`] the lock is an `flock` on `dir/LOCK`, so it excludes
-    /// other processes as well as other opens in this one.
+    /// other processes as well as other opens in this one; and a directory
+    /// owned by another user is refused (before anything is created in it)
+    /// with [`std::io::ErrorKind::PermissionDenied`].
     fn lock_dir(&self, dir: &Path) -> Result<DirLock>;
     /// The operation counters of this filesystem (shared by all its files).
     fn counters(&self) -> CounterSnapshot;

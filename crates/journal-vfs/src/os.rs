@@ -15,12 +15,29 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// Options of [`OsVfs`].
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct OsVfsOptions {
     /// Never try `pwritev2(RWF_DSYNC)`: emulate every FUA write with
     /// `pwrite` + `fdatasync`. For tests of the fallback, and for comparing
     /// the two in benchmarks.
     pub force_fua_fallback: bool,
+    /// Permission bits of the files it creates when the open does not say
+    /// ([`OpenOptions::mode`]); default 0o600: a journal holds its users'
+    /// data, and only its owner reads it.
+    pub file_mode: u32,
+    /// Permission bits of the directories [`Vfs::create_dir_all`] creates;
+    /// default 0o700.
+    pub dir_mode: u32,
+}
+
+impl Default for OsVfsOptions {
+    fn default() -> Self {
+        Self {
+            force_fua_fallback: false,
+            file_mode: 0o600,
+            dir_mode: 0o700,
+        }
+    }
 }
 
 /// How [`OsVfs`] implements FUA writes, as detected on first use.
@@ -43,6 +60,8 @@ const FUA_FALLBACK: u8 = 2;
 struct Shared {
     counters: Counters,
     fua: AtomicU8,
+    file_mode: u32,
+    dir_mode: u32,
 }
 
 /// The operating system's filesystem.
@@ -76,6 +95,8 @@ impl OsVfs {
             shared: Arc::new(Shared {
                 counters: Counters::default(),
                 fua: AtomicU8::new(fua),
+                file_mode: opts.file_mode,
+                dir_mode: opts.dir_mode,
             }),
         }
     }
@@ -94,6 +115,42 @@ fn err(op: Op, path: &Path) -> impl FnOnce(io::Error) -> VfsError + '_ {
     move |e| VfsError::new(op, path, e)
 }
 
+/// An open's error, with `O_NOFOLLOW`'s ELOOP said plainly.
+fn open_err(op: Op, path: &Path) -> impl FnOnce(io::Error) -> VfsError + '_ {
+    move |e| {
+        if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+            let why = "a symbolic link: refused, journal files are opened without following links";
+            VfsError::new(
+                op,
+                path,
+                io::Error::new(io::ErrorKind::PermissionDenied, why),
+            )
+        } else {
+            VfsError::new(op, path, e)
+        }
+    }
+}
+
+/// Refuses a directory that another user owns: a journal's files are
+/// created and trusted only inside a directory of the process's own user.
+fn check_owner(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(dir).map_err(err(Op::Metadata, dir))?;
+    let me = rustix::process::geteuid().as_raw();
+    if meta.uid() != me {
+        let why = format!(
+            "owned by uid {}, not by this process's uid {me}: refused",
+            meta.uid()
+        );
+        return Err(VfsError::new(
+            Op::Lock,
+            dir,
+            io::Error::new(io::ErrorKind::PermissionDenied, why),
+        ));
+    }
+    Ok(())
+}
+
 impl Vfs for OsVfs {
     fn open(&self, path: &Path, opts: OpenOptions) -> Result<Box<dyn VfsFile>> {
         let mut o = std::fs::OpenOptions::new();
@@ -105,7 +162,7 @@ impl Vfs for OsVfs {
             o.create(true);
         }
         // std opens with O_CLOEXEC already.
-        let mut flags = OFlags::empty();
+        let mut flags = OFlags::NOFOLLOW;
         if opts.dsync {
             flags |= OFlags::DSYNC;
         }
@@ -113,10 +170,11 @@ impl Vfs for OsVfs {
         if opts.direct {
             flags |= OFlags::DIRECT;
         }
-        o.custom_flags(flags.bits() as i32).mode(0o644);
+        o.custom_flags(flags.bits() as i32)
+            .mode(opts.mode.unwrap_or(self.shared.file_mode));
         let existed = create && path.exists();
         let op = if create { Op::Create } else { Op::Open };
-        let file = o.open(path).map_err(err(op, path))?;
+        let file = o.open(path).map_err(open_err(op, path))?;
         if create && !existed {
             self.shared.counters.creates.incr();
         }
@@ -128,7 +186,12 @@ impl Vfs for OsVfs {
     }
 
     fn create_dir_all(&self, path: &Path) -> Result<()> {
-        std::fs::create_dir_all(path).map_err(err(Op::CreateDir, path))
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(self.shared.dir_mode)
+            .create(path)
+            .map_err(err(Op::CreateDir, path))
     }
 
     fn rename(&self, from: &Path, to: &Path) -> Result<()> {
@@ -168,15 +231,17 @@ impl Vfs for OsVfs {
     }
 
     fn lock_dir(&self, dir: &Path) -> Result<DirLock> {
+        check_owner(dir)?;
         let lock_path = dir.join("LOCK");
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .mode(0o644)
+            .mode(self.shared.file_mode)
+            .custom_flags(OFlags::NOFOLLOW.bits() as i32)
             .open(&lock_path)
-            .map_err(err(Op::Lock, &lock_path))?;
+            .map_err(open_err(Op::Lock, &lock_path))?;
         // The lock lives as long as the open file: closing it (dropping the
         // `DirLock`) releases it.
         rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive)

@@ -77,6 +77,7 @@ fn fua_write_uses_rwf_dsync_where_the_kernel_has_it() {
 fn fua_fallback_is_pwrite_plus_fdatasync() {
     let vfs = OsVfs::with_options(OsVfsOptions {
         force_fua_fallback: true,
+        ..OsVfsOptions::default()
     });
     fua_round_trip(&vfs);
     assert_eq!(vfs.fua_mode(), FuaMode::Fallback);

@@ -32,6 +32,8 @@ pub struct StoreConfig {
     pub max_segments: u64,
     /// How recycled names are made durable.
     pub recycle_policy: RecyclePolicy,
+    /// Permission bits of new segment files (default 0o600).
+    pub file_mode: u32,
 }
 
 impl Default for StoreConfig {
@@ -42,6 +44,7 @@ impl Default for StoreConfig {
             preallocate_ahead: 2,
             max_segments: 64,
             recycle_policy: RecyclePolicy::Batched,
+            file_mode: 0o600,
         }
     }
 }

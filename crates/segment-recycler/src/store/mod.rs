@@ -404,7 +404,9 @@ impl SegmentStore {
         if vfs.exists(&tmp).map_err(Error::io(Some(n)))? {
             vfs.remove_file(&tmp).map_err(Error::io(Some(n)))?;
         }
-        let file = vfs.open(&tmp, OpenOptions::create_new()).map_err(io)?;
+        let file = vfs
+            .open(&tmp, OpenOptions::create_new().mode(cfg.file_mode))
+            .map_err(io)?;
         let header = SegmentHeader::new(n, cfg.segment_size, self.inner.journal_id);
         let done = (|| {
             file.preallocate(0, cfg.segment_size, cfg.prealloc)?;
