@@ -194,3 +194,60 @@ fn a_failed_read_during_recovery_is_an_error_not_a_shorter_log() {
         }
     }
 }
+
+/// A checkpoint's forced write is stamped with the moved tail, so it must
+/// not become durable before the data files below that tail are: the device
+/// joins the data-file flush the checkpoint started before that write goes
+/// out. When the flush fails, the write is never issued — no durable record
+/// vouches for a tail whose data is not stable — and the journal is
+/// poisoned. (Without the join the record is written at once, and the
+/// crash image holds a record whose tail the data files do not back.)
+#[test]
+fn a_failed_data_flush_stops_the_write_that_would_move_the_tail() {
+    use journal_core::inspect::Inspector;
+    use journal_core::vfs::{OpenOptions, Vfs};
+    use std::path::Path;
+    use std::sync::Arc;
+    let vfs = SimVfs::new();
+    // RWF_DSYNC: the FUA write is not an fdatasync, so the data file's is
+    // the only SyncData call the checkpoint makes.
+    let opts = Options {
+        sync_method: SyncMethod::Dsync,
+        commits_in_flight: 1,
+        direct_io: false,
+        background_preallocation: false,
+        ..small_options()
+    };
+    let j = open_sim(&vfs, opts).unwrap();
+    let data = Path::new("/table.dat");
+    let f = vfs.open(data, OpenOptions::create()).unwrap();
+    f.write_at(b"page", 0).unwrap();
+    vfs.sync_dir(Path::new("/")).unwrap();
+    j.register_data_file(data).unwrap();
+    let acked = j.append_durable(b"acknowledged").unwrap();
+    j.append(b"not yet durable").unwrap();
+    let tail_before = Inspector::open_with(Arc::new(vfs.clone()), journal_tests::sim_dir())
+        .unwrap()
+        .control()
+        .redo_lsn;
+    vfs.inject(Fault::eio(Op::SyncData, 1));
+    let redo = j.appended_lsn();
+    assert!(j.checkpoint(redo).is_err(), "the data flush failed");
+    assert!(j.append_durable(b"after").is_err(), "poisoned");
+
+    let image = vfs.crash(CrashPolicy::DropUnsynced);
+    let mut ins = Inspector::open_with(Arc::new(image), journal_tests::sim_dir()).unwrap();
+    let records: Vec<_> = ins.records(Lsn(0)).map(|r| r.unwrap()).collect();
+    assert!(
+        records.iter().any(|r| r.lsn <= acked),
+        "the acknowledged record"
+    );
+    for r in &records {
+        assert!(
+            r.tail <= tail_before,
+            "record at {} is durable with tail {} although the data flush failed",
+            r.lsn,
+            r.tail
+        );
+    }
+}

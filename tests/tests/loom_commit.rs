@@ -63,7 +63,10 @@ fn an_async_commit_is_woken_once_its_record_is_durable() {
         let (j2, v2) = (j.clone(), vfs.clone());
         let t = thread::spawn(move || {
             let l = j2.append_durable(b"from-thread").unwrap();
-            assert!(durable_entry(&v2, l, 11).is_some());
+            assert_eq!(
+                durable_entry(&v2, l, 11).as_deref(),
+                Some(&b"from-thread"[..])
+            );
         });
         let l = j.append(b"from-task").unwrap();
         journal_core::sync::future::block_on(j.commit_async(l)).unwrap();

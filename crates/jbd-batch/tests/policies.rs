@@ -257,9 +257,9 @@ fn four_threads_stop(b: &Batcher<u64, String>, per_thread: u64) {
 /// A staged batcher with two commits in flight under four threads: a
 /// commit never starts while another is still in its write stage, at most
 /// two run at once, targets in flight only grow, and every stop returns
-/// covered.
+/// covered. (That they do overlap is the next test's.)
 #[test]
-fn staged_commits_overlap_a_write_with_a_flush_only() {
+fn staged_commits_never_start_during_a_write_and_never_exceed_two() {
     #[derive(Default)]
     struct Dev {
         writing: u32,
@@ -296,6 +296,61 @@ fn staged_commits_overlap_a_write_with_a_flush_only() {
     assert!(d.max_in_flight <= 2);
     assert_eq!(d.writing, 0);
     assert_eq!(b.committed(), Some(1200));
+}
+
+/// The overlap itself: while one commit is in its flush stage, a stop for a
+/// later position starts the next commit at once, rather than waiting for
+/// the flush. The first commit's flush waits until the second commit has
+/// started (bounded: a batcher that does not overlap fails on the bound).
+#[test]
+fn a_staged_commit_starts_while_the_previous_one_flushes() {
+    let (reached_flush, flushing) = mpsc::channel::<()>();
+    let (second_started, go_on) = mpsc::channel::<u32>();
+    let go_on = Mutex::new(go_on);
+    let in_flight = Arc::new(Mutex::new(0u32));
+    let f2 = in_flight.clone();
+    // What commit 1's flush saw: how many commits were in flight when
+    // commit 2 began, or a timeout. Asserted outside the commit, so a
+    // batcher that does not overlap fails the test instead of hanging it.
+    let seen = Arc::new(Mutex::new(None));
+    let seen2 = seen.clone();
+    let config = BatchConfig {
+        policy: BatchPolicy::None,
+        max_in_flight: 2,
+        ..BatchConfig::default()
+    };
+    let b: Batcher<u64, String> = Batcher::staged(config, move |p, stage| {
+        let now = {
+            let mut n = f2.lock().unwrap();
+            *n += 1;
+            *n
+        };
+        stage.written();
+        if p == 1 {
+            reached_flush.send(()).unwrap();
+            // The flush of commit 1 lasts until commit 2 has begun.
+            let got = go_on.lock().unwrap().recv_timeout(Duration::from_secs(10));
+            *seen2.lock().unwrap() = Some(got);
+        } else {
+            let _ = second_started.send(now);
+        }
+        *f2.lock().unwrap() -= 1;
+        Ok(())
+    });
+    std::thread::scope(|s| {
+        let b1 = b.clone();
+        let first = s.spawn(move || b1.start().stop_sync(1).unwrap());
+        flushing.recv_timeout(Duration::from_secs(20)).unwrap();
+        b.start().stop_sync(2).unwrap();
+        first.join().unwrap();
+    });
+    assert_eq!(
+        *seen.lock().unwrap(),
+        Some(Ok(2)),
+        "commit 2 did not start while commit 1 flushed"
+    );
+    assert_eq!(b.committed(), Some(2));
+    assert_eq!(*in_flight.lock().unwrap(), 0);
 }
 
 /// With `overlap_max_group` below every group's size, a staged batcher
