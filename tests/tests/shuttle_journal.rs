@@ -1,8 +1,16 @@
 //! The composed journal under shuttle's schedulers: committers and a
 //! checkpointer race over SimVfs, a crash is taken at an arbitrary moment,
-//! and recovery must find every record acknowledged before it. Each
-//! schedule is reproducible: shuttle prints the failing seed, and
-//! `JOURNAL_SHUTTLE_SEED` reruns the campaign from it.
+//! and recovery must find every record acknowledged before it.
+//!
+//! Every failure replays. A failing schedule is saved to a file under
+//! `target/shuttle-failures/`, and the harness prints the one command that
+//! replays exactly it:
+//! `JOURNAL_SHUTTLE_REPLAY=<run>:<file or schedule string> cargo xtask shuttle`,
+//! where `<run>` names which of the four explorations failed
+//! (`random-adaptive`, `random-none`, `pct-adaptive`, `pct-none`);
+//! `shuttle::replay` then drives the same scenario through that one
+//! schedule, and nothing else runs. `JOURNAL_SHUTTLE_SEED` reruns whole
+//! explorations from another seed.
 //!
 //! Built only with `--cfg shuttle` (the journal-sync shim then hands out
 //! shuttle's locks, condvars, atomics and threads, so every interleaving
@@ -11,7 +19,7 @@
 #![cfg(shuttle)]
 
 use journal_core::sync::shuttle::scheduler::{PctScheduler, RandomScheduler};
-use journal_core::sync::shuttle::{Config, Runner};
+use journal_core::sync::shuttle::{Config, FailurePersistence, Runner};
 use journal_core::sync::{thread, Mutex};
 use journal_core::vfs::{CrashPolicy, SimVfs};
 use journal_core::{BatchPolicy, Lsn, Options};
@@ -108,28 +116,107 @@ fn seed() -> u64 {
         .unwrap_or(0x5eed)
 }
 
+/// The directory failing schedules are saved in (the workspace's target).
+fn failures_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/shuttle-failures")
+}
+
+/// The policy of the scenario each exploration runs.
+fn policy_of(run: &str) -> Option<BatchPolicy> {
+    match run.rsplit('-').next()? {
+        "adaptive" => Some(BatchPolicy::Adaptive),
+        "none" => Some(BatchPolicy::None),
+        _ => None,
+    }
+}
+
+/// `JOURNAL_SHUTTLE_REPLAY=<run>:<schedule file or string>`, when set.
+fn replay_request() -> Option<(String, String)> {
+    let v = std::env::var("JOURNAL_SHUTTLE_REPLAY").ok()?;
+    let (run, what) = v
+        .split_once(':')
+        .unwrap_or_else(|| panic!("JOURNAL_SHUTTLE_REPLAY wants <run>:<schedule>, got {v:?}"));
+    Some((run.to_string(), what.to_string()))
+}
+
+/// Runs exploration `run` under `scheduler`, or, when a replay is asked
+/// for, replays that schedule if it is `run`'s (and explores nothing). A failure saves its schedule and prints the replay command.
+fn explore<S>(run: &str, scheduler: S)
+where
+    S: journal_core::sync::shuttle::scheduler::Scheduler + 'static,
+{
+    let policy = policy_of(run).expect("a known run name");
+    if let Some((asked, what)) = replay_request() {
+        assert!(
+            policy_of(&asked).is_some()
+                && (asked.starts_with("random-") || asked.starts_with("pct-")),
+            "JOURNAL_SHUTTLE_REPLAY names no run: {asked:?}"
+        );
+        // A replay runs that one schedule and no exploration.
+        if asked == run {
+            println!("shuttle: replaying one schedule of {run}");
+            let f = move || scenario(policy);
+            if std::path::Path::new(&what).is_file() {
+                journal_core::sync::shuttle::replay_from_file(f, &what);
+            } else {
+                journal_core::sync::shuttle::replay(f, &what);
+            }
+            println!("shuttle: the schedule passed");
+        }
+        return;
+    }
+    let dir = failures_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    let before: std::collections::BTreeSet<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let mut config = Config::new();
+    config.failure_persistence = FailurePersistence::File(Some(dir.clone()));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        Runner::new(scheduler, config).run(move || scenario(policy))
+    }));
+    if let Err(panic) = outcome {
+        // The first schedule saved is the failure's; shuttle may save
+        // another while tearing the failed execution down.
+        let mut saved: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| !before.contains(p))
+            .collect();
+        saved.sort();
+        if let Some(path) = saved.into_iter().next() {
+            let path = path.canonicalize().unwrap_or(path);
+            eprintln!(
+                "shuttle: {run} failed; replay exactly this schedule with\n  \
+                 JOURNAL_SHUTTLE_REPLAY={run}:{} cargo xtask shuttle",
+                path.display()
+            );
+        }
+        std::panic::resume_unwind(panic);
+    }
+}
+
 #[test]
 fn random_schedules_of_the_composed_journal() {
     let n = iterations() / 2;
-    for (policy, seed) in [
-        (BatchPolicy::Adaptive, seed()),
-        (BatchPolicy::None, seed() + 1),
-    ] {
-        let scheduler = RandomScheduler::new_from_seed(seed, n / 2);
-        Runner::new(scheduler, Config::new()).run(move || scenario(policy));
+    let runs = ["random-adaptive", "random-none"];
+    for (run, seed) in runs.iter().zip([seed(), seed() + 1]) {
+        explore(run, RandomScheduler::new_from_seed(seed, n / 2));
     }
-    println!("shuttle: {n} random schedules passed");
+    if replay_request().is_none() {
+        println!("shuttle: {n} random schedules passed");
+    }
 }
 
 #[test]
 fn pct_schedules_of_the_composed_journal() {
     let n = iterations() / 2;
-    for (policy, seed) in [
-        (BatchPolicy::Adaptive, seed() + 2),
-        (BatchPolicy::None, seed() + 3),
-    ] {
-        let scheduler = PctScheduler::new_from_seed(seed, 3, n / 2);
-        Runner::new(scheduler, Config::new()).run(move || scenario(policy));
+    let runs = ["pct-adaptive", "pct-none"];
+    for (run, seed) in runs.iter().zip([seed() + 2, seed() + 3]) {
+        explore(run, PctScheduler::new_from_seed(seed, 3, n / 2));
     }
-    println!("shuttle: {n} PCT schedules (depth 3) passed");
+    if replay_request().is_none() {
+        println!("shuttle: {n} PCT schedules (depth 3) passed");
+    }
 }

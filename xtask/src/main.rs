@@ -20,7 +20,8 @@
 //! - `cargo xtask shuttle [--iterations N]`: the composed journal under
 //!   shuttle's random and PCT schedulers (release, `--cfg shuttle`, in
 //!   `target/shuttle`), N schedules in all (default 20,000; `ci` runs the
-//!   default).
+//!   default). A failure saves its schedule and prints the command that
+//!   replays it: `JOURNAL_SHUTTLE_REPLAY=<run>:<file> cargo xtask shuttle`.
 #![forbid(unsafe_code)]
 
 use std::env;
