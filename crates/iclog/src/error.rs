@@ -24,6 +24,14 @@ pub enum Error<E = DeviceError> {
         /// The end of what has been appended.
         appended: Lsn,
     },
+    /// The entry would be laid out past the append limit
+    /// ([`crate::Ring::set_append_limit`]): nothing was reserved or
+    /// written, and the ring is not poisoned. The owner makes room up to
+    /// `need` (exclusive), raises the limit, and appends again.
+    NoRoom {
+        /// The end of the log space the append needs.
+        need: Lsn,
+    },
     /// A device write or flush failed: the ring is poisoned, nothing more is
     /// written, and every caller gets this error (the first one).
     Poisoned(E),
@@ -39,6 +47,12 @@ impl<E: fmt::Display> fmt::Display for Error<E> {
                 write!(
                     f,
                     "LSN {lsn} has not been appended (appended up to {appended})"
+                )
+            }
+            Error::NoRoom { need } => {
+                write!(
+                    f,
+                    "no room for the entry: log space up to {need} is not ready"
                 )
             }
             Error::Poisoned(e) => write!(f, "log device failed, log is poisoned: {e}"),

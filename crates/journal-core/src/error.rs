@@ -133,6 +133,17 @@ pub enum Error {
         /// The limit it passed.
         limit: u64,
     },
+    /// The filesystem is full (ENOSPC, or EDQUOT): the segment the log
+    /// needs next could not be created or preallocated. Nothing was
+    /// appended and the journal is *not* poisoned — everything acknowledged
+    /// is as durable as before, reads and checkpoints work — and an append
+    /// succeeds again once a checkpoint recycles a segment or space returns.
+    NoSpace {
+        /// The segment that could not be made.
+        segment: u64,
+        /// What the filesystem said.
+        source: Arc<segment_recycler::Error>,
+    },
     /// The journal was closed.
     Closed,
 }
@@ -150,7 +161,7 @@ impl Error {
     pub fn raw_os_error(&self) -> Option<i32> {
         match self.root() {
             Error::Io(e) => e.raw_os_error(),
-            Error::Segment(e) => match &**e {
+            Error::Segment(e) | Error::NoSpace { source: e, .. } => match &**e {
                 segment_recycler::Error::Io { source, .. } => source.raw_os_error(),
                 _ => None,
             },
@@ -267,6 +278,10 @@ impl fmt::Display for Error {
                 f,
                 "follower at LSN {at} fell more than {limit} bytes behind and its segments were recycled"
             ),
+            Error::NoSpace { segment, source } => write!(
+                f,
+                "no space for log segment {segment} (checkpoint to recycle segments, or free space): {source}"
+            ),
             Error::Closed => f.write_str("journal is closed"),
         }
     }
@@ -278,6 +293,7 @@ impl std::error::Error for Error {
             Error::Io(e) => Some(&**e),
             Error::Segment(e) => Some(&**e),
             Error::Poisoned(e) => Some(&**e),
+            Error::NoSpace { source, .. } => Some(&**source),
             _ => None,
         }
     }

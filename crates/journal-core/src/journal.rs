@@ -142,9 +142,11 @@ impl Journal {
 
     /// The last failure of the background preallocation worker, if it has
     /// not succeeded since. It retries when the writer enters a new
-    /// segment; if the failure persists, the writer creates the segment
-    /// itself and a committer gets the error (and the journal is
-    /// poisoned). This is the early warning (a full disk, say).
+    /// segment; if the failure persists, the appender that needs the
+    /// segment creates it itself, and gets [`Error::NoSpace`] if the disk
+    /// is full (the journal stays usable: checkpoint to recycle segments)
+    /// or the error, poisoning the journal, if it is anything else. This
+    /// is the early warning.
     pub fn preallocation_error(&self) -> Option<Error> {
         self.inner.store.worker_error().map(Error::Segment)
     }
@@ -174,6 +176,11 @@ impl Journal {
     /// Appends a record and returns its LSN. In memory only until
     /// [`Journal::commit`] or [`Journal::force`].
     ///
+    /// On a full disk — the segment the record needs next cannot be
+    /// created — it returns [`Error::NoSpace`] and appends nothing; the
+    /// journal is not poisoned, and appends succeed again once a
+    /// [`Journal::checkpoint`] has recycled a segment or space returns.
+    ///
     /// A record of any size up to [`Options::max_record_size`] is accepted:
     /// one larger than a log buffer holds is written as a chain of parts
     /// over consecutive buffers and segments (other appends wait for it),
@@ -188,12 +195,42 @@ impl Journal {
                 max,
             });
         }
-        let lsn = self
-            .inner
+        loop {
+            match self.inner.ring.append(record) {
+                Ok(lsn) => return Ok(lsn),
+                Err(iclog::Error::NoRoom { need }) => self.make_room(need)?,
+                Err(e) => return Err(self.poison(ring_error(e))),
+            }
+        }
+    }
+
+    /// Makes every segment file the log needs below `need` ready — the
+    /// appender creates what preallocation has not — and raises the ring's
+    /// append limit to the end of the ready segments. A full filesystem is
+    /// [`Error::NoSpace`], which poisons nothing: no LSN was handed out
+    /// for bytes that have nowhere to go. Any other failure poisons, as a
+    /// failed segment creation always has.
+    fn make_room(&self, need: Lsn) -> Result<()> {
+        let g = self.inner.geometry;
+        let store = &self.inner.store;
+        let from = g.segment_of(self.inner.ring.appended_lsn());
+        let last = g.segment_of(Lsn(need.0.saturating_sub(1)));
+        for n in from..=last {
+            if let Err(e) = store.file(n) {
+                return Err(if crate::space::is_no_space(&e) {
+                    Error::NoSpace {
+                        segment: n,
+                        source: Arc::new(e),
+                    }
+                } else {
+                    self.poison(Error::Segment(Arc::new(e)))
+                });
+            }
+        }
+        self.inner
             .ring
-            .append(record)
-            .map_err(|e| self.poison(ring_error(e)))?;
-        Ok(lsn)
+            .set_append_limit(crate::space::ready_end(store, g, from));
+        Ok(())
     }
 
     /// Returns once the record at `lsn` is durable, group-committed with
@@ -562,6 +599,12 @@ pub(crate) fn ring_error(e: iclog::Error<Error>) -> Error {
     match e {
         iclog::Error::EntryTooLarge { len, max } => Error::RecordTooLarge { len, max },
         iclog::Error::LsnNotAppended { lsn, appended } => Error::LsnNotAppended { lsn, appended },
+        // Only `Ring::append` says NoRoom, and `Journal::append` makes the
+        // room; were it to reach here, it is log space not there yet.
+        iclog::Error::NoRoom { need } => Error::LsnNotAppended {
+            lsn: need,
+            appended: need,
+        },
         iclog::Error::Poisoned(e) => e,
     }
 }

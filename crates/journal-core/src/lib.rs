@@ -101,6 +101,7 @@ mod poison;
 mod read;
 mod reader;
 mod recovery;
+mod space;
 pub mod trace;
 
 pub use async_commit::{CommitFuture, DurableWatch};

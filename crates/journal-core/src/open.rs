@@ -51,12 +51,7 @@ impl Journal {
         replace_damaged(&store, &mut startup, geometry, &recovery)?;
         let (head_seg, _) = geometry.locate(recovery.end_lsn);
         store.set_head(head_seg);
-        let worker = if options.background_preallocation {
-            Some(store.start_worker()?)
-        } else {
-            store.prepare_ahead()?;
-            None
-        };
+        let worker = start_preallocation(&store, &options)?;
         let direct = if options.direct_io {
             DirectFiles::probe(vfs.clone(), &store, geometry, head_seg)?
         } else {
@@ -74,6 +69,9 @@ impl Journal {
             Ring::new(options.iclog(), device, recovery.end_lsn, c.redo_lsn)
                 .map_err(Error::from)?,
         );
+        // The log is laid out only into segment files that are ready
+        // (crate::space); appends raise the limit as segments are made.
+        ring.set_append_limit(crate::space::ready_end(&store, geometry, head_seg));
         // Waiters on the durable LSN (tasks, followers) are woken by the
         // ring, from every path that advances it, outside its lock.
         let asyncs = Arc::new(AsyncCommits::default());
@@ -136,6 +134,22 @@ fn new_journal_id() -> JournalId {
     let mut id = [0u8; 16];
     rng.fill(&mut id);
     id
+}
+
+/// Segments ahead of the writer: the background worker, or prepared here.
+/// A full disk does not stop an open: the journal recovers, reads and
+/// checkpoints, and appends get NoSpace until there is room.
+fn start_preallocation(
+    store: &SegmentStore,
+    options: &Options,
+) -> Result<Option<segment_recycler::Worker>> {
+    if options.background_preallocation {
+        return Ok(Some(store.start_worker()?));
+    }
+    match store.prepare_ahead() {
+        Err(e) if !crate::space::is_no_space(&e) => Err(e.into()),
+        _ => Ok(None),
+    }
 }
 
 /// Step 1 of opening: the directory exists (created, and its creation made

@@ -24,6 +24,19 @@ impl<D: LogDevice> Ring<D> {
                 }
                 st = self.wait_space(st);
             }
+            // The whole chain must lie below the append limit (its parts
+            // are begun without a check of their own): from wherever the
+            // next part can start, one buffer per part and one to spare.
+            let bsize = self.inner.config.logbsize as u64;
+            let per_part = (self.inner.config.max_payload() - ENTRY_HEADER_SIZE) as u64;
+            let parts = (payload.len() as u64).div_ceil(per_part.max(1)) + 1;
+            let start = st.next_lsn.0.max(st.slots[st.active].lsn.0);
+            let need = start
+                .saturating_add(bsize)
+                .saturating_add(parts.saturating_mul(bsize));
+            if need > st.append_limit.0 {
+                return Err(Error::NoRoom { need: Lsn(need) });
+            }
             st.chain_active = true;
         }
         let mut laying_out = true;

@@ -84,7 +84,16 @@ impl<D: LogDevice> Ring<D> {
         loop {
             let h;
             (st, h) = self.active_buffer(st, false, &mut waited)?;
+            let limit = st.append_limit;
             let slot = &mut st.slots[h];
+            // A buffer is begun only if all of it lies below the limit: its
+            // entries then never need log space that is not ready.
+            let buffer_end = slot.lsn.0.saturating_add(self.inner.config.logbsize as u64);
+            if slot.used == 0 && buffer_end > limit.0 {
+                return Err(Error::NoRoom {
+                    need: Lsn(buffer_end),
+                });
+            }
             if slot.used + total <= cap {
                 let offset = slot.used;
                 slot.used += total;

@@ -118,6 +118,11 @@ struct RingState<E> {
     /// A chain (an entry larger than a buffer) is being appended: every
     /// other append waits, so its parts are in consecutive records.
     chain_active: bool,
+    /// No buffer is begun unless all of it lies below this LSN
+    /// ([`Ring::set_append_limit`]; unlimited unless set).
+    append_limit: Lsn,
+    /// Whether [`Ring::set_append_limit`] was ever called.
+    limit_set: bool,
     /// Chains not yet known durable: first part's LSN → last part's LSN
     /// (what a commit of the entry must force).
     chains: std::collections::BTreeMap<Lsn, Lsn>,
@@ -299,6 +304,8 @@ impl<D: LogDevice> Ring<D> {
                     progress_waiters: 0,
                     space_waiters: 0,
                     chain_active: false,
+                    append_limit: Lsn(u64::MAX),
+                    limit_set: false,
                     chains: std::collections::BTreeMap::new(),
                 }),
                 data,
@@ -497,6 +504,21 @@ impl<D: LogDevice> Ring<D> {
     /// entry whose `append` returned ends at or below it.
     pub fn appended_lower_bound(&self) -> Lsn {
         Lsn(self.inner.reserved_end.load(Ordering::Acquire))
+    }
+
+    /// Raises the append limit to `limit`: from now on no append lays out
+    /// bytes at or past it — an append whose buffer (or, for a chain, whose
+    /// whole extent, bounded from above) would reach past it fails with
+    /// [`Error::NoRoom`] before anything is reserved. The owner of the log
+    /// space keeps the limit at the end of what the device can take (the
+    /// journal: the last segment file ready), so a log write never needs
+    /// space that is not there. Only ever raised; unlimited until first
+    /// set, which may lower it.
+    pub fn set_append_limit(&self, limit: Lsn) {
+        let mut st = self.inner.state.lock();
+        if !std::mem::replace(&mut st.limit_set, true) || limit > st.append_limit {
+            st.append_limit = limit;
+        }
     }
 
     /// The end of everything appended so far.

@@ -247,6 +247,18 @@ impl SimFile {
     /// Runs `f` on this file's inode under the filesystem lock, after
     /// counting the call, firing faults and checking write permission.
     fn with_inode<R>(&self, op: Op, write: bool, f: impl FnOnce(&mut Inode) -> R) -> Result<R> {
+        self.with_inode_to(op, write, 0, f)
+    }
+
+    /// [`SimFile::with_inode`] for a call that makes the file at least
+    /// `end` bytes long: refused with ENOSPC past the space limit.
+    fn with_inode_to<R>(
+        &self,
+        op: Op,
+        write: bool,
+        end: u64,
+        f: impl FnOnce(&mut Inode) -> R,
+    ) -> Result<R> {
         let mut st = self.vfs.inner.state.lock();
         st.call(op, &self.path)?;
         if write && !self.writable {
@@ -256,6 +268,7 @@ impl SimFile {
                 io::Error::from_raw_os_error(Errno::BADF.raw_os_error()),
             ));
         }
+        st.check_space(self.ino, end, op, &self.path)?;
         let inode = inode_of(&mut st.inodes, self.ino, op, &self.path)?;
         Ok(f(inode))
     }
@@ -322,7 +335,8 @@ impl VfsFile for SimFile {
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         self.check_direct(Op::Write, buf, offset)?;
         self.vfs.write_latency();
-        self.with_inode(Op::Write, true, |inode| {
+        let end = offset.saturating_add(buf.len() as u64);
+        self.with_inode_to(Op::Write, true, end, |inode| {
             write_bytes(&mut inode.live, offset, buf);
             inode.pending.push((offset, buf.to_vec()));
             cut_ranges(&mut inode.lost, offset, offset + buf.len() as u64);
@@ -335,7 +349,8 @@ impl VfsFile for SimFile {
     fn write_at_fua(&self, buf: &[u8], offset: u64) -> Result<()> {
         self.check_direct(Op::FuaWrite, buf, offset)?;
         self.vfs.sync_latency();
-        self.with_inode(Op::FuaWrite, true, |inode| {
+        let end = offset.saturating_add(buf.len() as u64);
+        self.with_inode_to(Op::FuaWrite, true, end, |inode| {
             write_bytes(&mut inode.live, offset, buf);
             write_bytes(&mut inode.durable, offset, buf);
             // Older unsynced writes under this range are superseded: cut
@@ -366,7 +381,7 @@ impl VfsFile for SimFile {
     }
 
     fn set_len(&self, len: u64) -> Result<()> {
-        self.with_inode(Op::SetLen, true, |inode| {
+        self.with_inode_to(Op::SetLen, true, len, |inode| {
             inode.live.resize(len as usize, 0);
             // Unsynced writes past the new end must not come back in a crash.
             let mut kept = Vec::with_capacity(inode.pending.len());
@@ -388,7 +403,8 @@ impl VfsFile for SimFile {
 
     fn preallocate(&self, offset: u64, len: u64, how: Prealloc) -> Result<()> {
         let zeros = matches!(how, Prealloc::ZeroFill);
-        self.with_inode(Op::Preallocate, true, |inode| {
+        let end = offset.saturating_add(len);
+        self.with_inode_to(Op::Preallocate, true, end, |inode| {
             if zeros {
                 let z = vec![0u8; len as usize];
                 write_bytes(&mut inode.live, offset, &z);

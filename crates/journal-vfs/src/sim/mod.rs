@@ -189,9 +189,37 @@ struct State {
     /// zero, the image a power cut would leave is captured.
     armed_crash: Option<(u64, CrashPolicy)>,
     captured: Option<SimVfs>,
+    /// The most bytes the files may hold together ([`SimVfs::set_space_limit`]).
+    space_limit: Option<u64>,
 }
 
 impl State {
+    /// Bytes held by the files that have a name.
+    fn space_used(&self) -> u64 {
+        let named: BTreeSet<u64> = self.live.values().copied().collect();
+        named
+            .iter()
+            .filter_map(|ino| self.inodes.get(ino))
+            .map(|i| i.live.len() as u64)
+            .sum()
+    }
+
+    /// ENOSPC if growing inode `ino` to `end` bytes would pass the limit.
+    fn check_space(&self, ino: u64, end: u64, op: Op, path: &Path) -> Result<()> {
+        let Some(limit) = self.space_limit else {
+            return Ok(());
+        };
+        let cur = self.inodes.get(&ino).map_or(0, |i| i.live.len() as u64);
+        if end > cur && self.space_used().saturating_add(end - cur) > limit {
+            return Err(VfsError::new(
+                op,
+                path,
+                io::Error::from_raw_os_error(Errno::NOSPC.raw_os_error()),
+            ));
+        }
+        Ok(())
+    }
+
     /// Counts the call, captures an armed crash, and fires a matching
     /// armed fault, if any.
     fn call(&mut self, op: Op, path: &Path) -> Result<()> {
@@ -287,6 +315,19 @@ impl SimVfs {
     /// How many calls of kind `op` were made (failed ones included).
     pub fn calls(&self, op: Op) -> u64 {
         self.inner.state.lock().calls.get(&op).copied().unwrap_or(0)
+    }
+
+    /// Gives the filesystem a capacity: a write, preallocation or length
+    /// change that would make the named files hold more than `limit` bytes
+    /// in all fails with ENOSPC and changes nothing (`None`: unlimited, the
+    /// default). Removing or truncating files frees their bytes at once.
+    pub fn set_space_limit(&self, limit: Option<u64>) {
+        self.inner.state.lock().space_limit = limit;
+    }
+
+    /// Bytes the named files hold together (what a space limit counts).
+    pub fn space_used(&self) -> u64 {
+        self.inner.state.lock().space_used()
     }
 
     /// Makes every sync (fdatasync, fsync, directory fsync, FUA write) take
