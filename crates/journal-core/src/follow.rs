@@ -22,8 +22,9 @@
 //! own pin holds segments.
 
 use crate::async_commit::CommitFuture;
+use crate::pins::FollowPin;
 use crate::read::ReadIter;
-use crate::reader::{Entry, FollowPin, LogReader};
+use crate::reader::{Entry, LogReader};
 use crate::{Error, Journal, Result};
 use iclog::Lsn;
 use journal_sync::{Condvar, Deadline, Mutex};

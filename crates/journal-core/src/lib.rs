@@ -97,6 +97,7 @@ mod journal;
 mod metrics;
 mod open;
 mod options;
+mod pins;
 mod poison;
 mod read;
 mod reader;

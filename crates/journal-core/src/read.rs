@@ -7,7 +7,8 @@
 //! records from there, so what a read costs depends on what it reads, not
 //! on how long the log is.
 
-use crate::reader::{Entry, EntryBytes, LogReader, OpenChain, SegmentPin, SegmentPins};
+use crate::pins::{SegmentPin, SegmentPins};
+use crate::reader::{Entry, EntryBytes, LogReader, OpenChain};
 use crate::recovery::SkippedRange;
 use crate::{Error, Journal, Result};
 use iclog::format::Chains;

@@ -26,15 +26,16 @@
 use crate::{Damage, Geometry, Result};
 use iclog::format::{parse_record, Chains, Dropped, Piece, Record, RecordCheck, HEADER_SIZE};
 use iclog::{Lsn, MAX_LOGBSIZE};
-use journal_sync::atomic::{AtomicBool, Ordering};
-use journal_sync::{Mutex, OnceLock};
+use journal_sync::OnceLock;
 use journal_vfs::{Mapping, OpenOptions, Vfs, VfsFile};
 use segment_recycler::segment_name;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use crate::pins::{SegmentPin, SegmentPins};
 
 /// An entry read back: its LSN and bytes.
 pub type Entry = (Lsn, EntryBytes);
@@ -43,121 +44,6 @@ pub type Entry = (Lsn, EntryBytes);
 pub const MAX_PAYLOAD: usize = MAX_LOGBSIZE - HEADER_SIZE;
 
 const CHUNK: usize = 256 << 10;
-
-/// Segments that must not be recycled: each pin holds one segment (and,
-/// by the journal's rule, every segment above it) until dropped. Plain pins
-/// ([`SegmentPins::pin`]: a read iterator's floor, a mapped segment) hold
-/// for as long as they live; a follower's pin ([`FollowPin`]) may be
-/// revoked by a checkpoint once its follower lags too far.
-#[derive(Debug, Default)]
-pub struct SegmentPins {
-    held: Mutex<Held>,
-}
-
-#[derive(Debug, Default)]
-struct Held {
-    /// Segment → plain pins on it.
-    plain: BTreeMap<u64, usize>,
-    /// Follower id → (segment, revoked flag).
-    follows: BTreeMap<u64, (u64, Arc<AtomicBool>)>,
-    next_id: u64,
-}
-
-impl SegmentPins {
-    /// Pins segment `seg` until the returned guard drops.
-    pub fn pin(self: &Arc<Self>, seg: u64) -> SegmentPin {
-        *self.held.lock().plain.entry(seg).or_insert(0) += 1;
-        SegmentPin {
-            pins: self.clone(),
-            seg,
-        }
-    }
-
-    /// A revocable pin on segment `seg`, for a follower.
-    pub(crate) fn follow(self: &Arc<Self>, seg: u64) -> FollowPin {
-        let revoked = Arc::new(AtomicBool::new(false));
-        let mut held = self.held.lock();
-        held.next_id += 1;
-        let id = held.next_id;
-        held.follows.insert(id, (seg, revoked.clone()));
-        FollowPin {
-            pins: self.clone(),
-            id,
-            revoked,
-        }
-    }
-
-    /// The lowest pinned segment after revoking every follower pin for
-    /// which `cut(segment)` holds (a checkpoint passes "below what it would
-    /// recycle, and lagging past the limit").
-    pub(crate) fn lowest_revoking(&self, cut: impl Fn(u64) -> bool) -> Option<u64> {
-        let mut held = self.held.lock();
-        held.follows.retain(|_, (seg, revoked)| {
-            let keep = !cut(*seg);
-            if !keep {
-                revoked.store(true, Ordering::Release);
-                crate::trace::event!(WARN, segment = *seg, "a lagging follower was cut loose");
-            }
-            keep
-        });
-        let plain = held.plain.keys().next().copied();
-        let follows = held.follows.values().map(|(s, _)| *s).min();
-        plain.into_iter().chain(follows).min()
-    }
-}
-
-/// A pin on one segment ([`SegmentPins::pin`]).
-#[derive(Debug)]
-pub struct SegmentPin {
-    pins: Arc<SegmentPins>,
-    seg: u64,
-}
-
-impl Drop for SegmentPin {
-    fn drop(&mut self) {
-        let mut held = self.pins.held.lock();
-        if let Some(n) = held.plain.get_mut(&self.seg) {
-            *n -= 1;
-            if *n == 0 {
-                held.plain.remove(&self.seg);
-            }
-        }
-    }
-}
-
-/// A follower's pin: moves forward as it reads, and is revoked (for good)
-/// by a checkpoint when the follower lags past its limit.
-#[derive(Debug)]
-pub(crate) struct FollowPin {
-    pins: Arc<SegmentPins>,
-    id: u64,
-    revoked: Arc<AtomicBool>,
-}
-
-impl FollowPin {
-    /// Moves the pin to segment `seg` (forward); false once revoked.
-    pub(crate) fn advance(&self, seg: u64) -> bool {
-        let mut held = self.pins.held.lock();
-        match held.follows.get_mut(&self.id) {
-            Some((s, _)) => {
-                *s = (*s).max(seg);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Whether a checkpoint revoked it: segments it held may be gone.
-    pub(crate) fn revoked(&self) -> bool {
-        self.revoked.load(Ordering::Acquire)
-    }
-}
-
-impl Drop for FollowPin {
-    fn drop(&mut self) {
-        self.pins.held.lock().follows.remove(&self.id);
-    }
-}
 
 /// Bytes entries borrow: a mapped segment (pinned while it lives) or a
 /// buffer filled with `pread` (or a reassembled chain).
@@ -580,27 +466,45 @@ impl LogReader {
         Ok(Damage::classify(self.check(lsn)?, lsn, geometry))
     }
 
-    /// Whether a record header claiming exactly `lsn` starts at `lsn` (magic
-    /// and LSN only; no checksum).
-    pub fn claims(&mut self, lsn: Lsn) -> Result<bool> {
-        let (src, off) = self.view(lsn, HEADER_SIZE)?;
-        Ok(iclog::format::peek_header(&src.bytes[off..]).is_some_and(|h| h.lsn.get() == lsn.0))
-    }
-
     /// The first LSN in `[from, to)` (stepping by the alignment) where a
     /// valid record with that LSN starts.
     pub fn find_valid(&mut self, from: Lsn, to: Lsn) -> Result<Option<Lsn>> {
         let align = self.alignment();
-        let mut p = iclog::format::align_up(from.0, align);
+        let mut p = Lsn(iclog::format::align_up(from.0, align));
+        while let Some(c) = self.next_claimant(p, to)? {
+            if matches!(self.check(c)?, RecordCheck::Valid(_)) {
+                return Ok(Some(c));
+            }
+            p = Lsn(c.0.saturating_add(align));
+        }
+        Ok(None)
+    }
+
+    /// The first position in `[from, to)` (`from` aligned, stepping by the
+    /// alignment) where a record header claims that position as its LSN —
+    /// valid or not. One view serves every position it holds whole headers
+    /// for, each looked at in place: scanning a window costs a compare per
+    /// position, not a segment lookup; missing segments are stepped over.
+    pub fn next_claimant(&mut self, from: Lsn, to: Lsn) -> Result<Option<Lsn>> {
+        let align = self.alignment();
+        let mut p = from.0;
         while p < to.0 {
             p = self.skip_missing(p)?;
             if p >= to.0 {
                 break;
             }
-            if self.claims(Lsn(p))? && matches!(self.check(Lsn(p))?, RecordCheck::Valid(_)) {
-                return Ok(Some(Lsn(p)));
+            let (src, off) = self.view(Lsn(p), HEADER_SIZE)?;
+            let held = (src.bytes.len() - off).saturating_sub(HEADER_SIZE) as u64;
+            let end = to.0.min(p.saturating_add(held).saturating_add(1));
+            let mut q = p;
+            while q < end {
+                let at = off + (q - p) as usize;
+                if iclog::format::peek_header(&src.bytes[at..]).is_some_and(|h| h.lsn.get() == q) {
+                    return Ok(Some(Lsn(q)));
+                }
+                q = q.saturating_add(align);
             }
-            p += align;
+            p = q.max(p.saturating_add(align));
         }
         Ok(None)
     }

@@ -322,18 +322,12 @@ fn beyond_the_window(reader: &mut LogReader, end: Lsn, window: u64) -> Result<Op
 /// that later appends could otherwise chain into.
 pub fn in_flight_leftovers(reader: &mut LogReader, end: Lsn, window: u64) -> Result<Vec<Lsn>> {
     let align = reader.alignment();
-    let to = end.0 + 2 * window;
+    let to = end.plus(2 * window);
     let mut found = Vec::new();
-    let mut p = end.0;
-    while p < to {
-        p = reader.skip_missing(p)?;
-        if p >= to {
-            break;
-        }
-        if reader.claims(Lsn(p))? {
-            found.push(Lsn(p));
-        }
-        p += align;
+    let mut p = end;
+    while let Some(c) = reader.next_claimant(p, to)? {
+        found.push(c);
+        p = Lsn(c.0.saturating_add(align));
     }
     Ok(found)
 }

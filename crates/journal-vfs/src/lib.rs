@@ -218,8 +218,9 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
 
     /// The whole file, read-only: a memory mapping on [`OsVfs`] (see
     /// [`Mapping`] for what the caller must guarantee while it lives), a
-    /// copy read with [`VfsFile::read_at`] otherwise (the default, which
-    /// [`SimVfs`] keeps, so its read faults apply).
+    /// copy read with [`VfsFile::read_at`] otherwise (the default;
+    /// [`SimVfs`] copies the file in one read call, so its read faults
+    /// apply).
     fn map(&self) -> Result<Mapping> {
         let len = self.len()? as usize;
         let mut buf = vec![0u8; len];

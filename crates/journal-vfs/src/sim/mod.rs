@@ -116,6 +116,9 @@ struct Inode {
     /// bytes they had then: no later sync writes them (they are clean in
     /// the cache) until the range is written again.
     lost: Vec<(u64, Vec<u8>)>,
+    /// The shortest the file has been since the last successful sync, if
+    /// it was truncated below the durable length meanwhile.
+    shrunk_to: Option<usize>,
 }
 
 /// Removes `[a, b)` from a list of `(offset, bytes)` ranges, keeping the
@@ -429,6 +432,7 @@ fn image(st: &State, policy: CrashPolicy) -> SimVfs {
                 live: bytes,
                 pending: Vec::new(),
                 lost: Vec::new(),
+                shrunk_to: None,
             },
         );
     }
