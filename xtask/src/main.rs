@@ -15,6 +15,9 @@
 //!   minutes (release build); prints how many crash states it checked.
 //! - `cargo xtask corrupt --minutes N`: the corruption campaign for N
 //!   minutes (release build); prints counts per mutation class and mode.
+//! - `cargo xtask fuzz --minutes N`: the hostile-input campaign (fields
+//!   set to hostile values, CRCs re-sealed) for N minutes on every core
+//!   (release build); prints parser cases and whole opens.
 //! - `cargo xtask bench-peers [ARGS...]`: `journal bench --scenario peers`
 //!   built with the `peers` feature (okaywal and raft-engine), ARGS passed on.
 //! - `cargo xtask shuttle [--iterations N]`: the composed journal under
@@ -322,7 +325,7 @@ fn docs() -> Result<(), String> {
 }
 
 fn usage() -> String {
-    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | crash [--minutes N] | corrupt [--minutes N]>"
+    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | crash [--minutes N] | corrupt [--minutes N] | fuzz [--minutes N]>"
         .into()
 }
 
@@ -373,11 +376,19 @@ fn main() -> ExitCode {
                 m,
             )
         }),
+        Some("fuzz") => minutes(&args[1..]).and_then(|m| {
+            campaign(
+                "hostile-input campaign",
+                "hostile_input",
+                "JOURNAL_FUZZ_SECONDS",
+                m,
+            )
+        }),
         _ => Err(usage()),
     };
     if matches!(
         args.first().map(String::as_str),
-        Some("ci" | "test" | "loom" | "shuttle" | "crash" | "corrupt")
+        Some("ci" | "test" | "loom" | "shuttle" | "crash" | "corrupt" | "fuzz")
     ) {
         summary(&args[0]);
     }

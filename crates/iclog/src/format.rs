@@ -244,6 +244,38 @@ pub enum RecordCheck<'a> {
         /// The checksum computed.
         computed: u32,
     },
+    /// The checksum matches but the entries do not tile the payload — an
+    /// entry's length runs past it, bytes are left over, or their number
+    /// is not `entry_count`: no writer makes such a record, so it is
+    /// corrupt (rewritten with its CRC), and none of its entries is
+    /// handed out.
+    BadEntries {
+        /// The entry count the header claims.
+        claimed: u32,
+    },
+}
+
+/// Whether the entries of `payload` tile it exactly, `count` of them.
+fn entries_tile(payload: &[u8], count: u32) -> bool {
+    let mut rest = payload;
+    let mut n = 0u32;
+    while !rest.is_empty() {
+        let Some(len) = rest.get(..ENTRY_HEADER_SIZE) else {
+            return false;
+        };
+        let mut w = [0u8; ENTRY_HEADER_SIZE];
+        w.copy_from_slice(len);
+        let step = (u32::from_le_bytes(w) as usize).checked_add(ENTRY_HEADER_SIZE);
+        match step.and_then(|s| rest.get(s..)) {
+            Some(r) => rest = r,
+            None => return false,
+        }
+        n = match n.checked_add(1) {
+            Some(n) => n,
+            None => return false,
+        };
+    }
+    n == count
 }
 
 /// Validates the record at the start of `buf`, which was read at `expected`.
@@ -296,6 +328,11 @@ pub fn parse_record(buf: &[u8], expected: Lsn, max_payload: usize, align: u64) -
     if !(MIN_VERSION..=VERSION).contains(&h.version.get()) {
         return RecordCheck::UnsupportedVersion {
             found: h.version.get(),
+        };
+    }
+    if !entries_tile(payload, h.entry_count.get()) {
+        return RecordCheck::BadEntries {
+            claimed: h.entry_count.get(),
         };
     }
     RecordCheck::Valid(Record {

@@ -255,3 +255,70 @@ fn an_assembler_joins_parts_and_drops_what_can_never_be_whole() {
     assert_eq!(out, [(Lsn(1024 + HEADER_SIZE as u64 + 6), b"two".to_vec())]);
     assert!(dropped.iter().all(|d| d.orphan));
 }
+
+/// A record whose CRC vouches for entries that do not tile its payload —
+/// a length running past it, one cut short, bytes left over, a count
+/// that does not match — is rejected whole (`BadEntries`), so none of its
+/// entries is ever read.
+#[test]
+fn entries_that_do_not_tile_the_payload_make_a_bad_record() {
+    let good: Vec<u8> = [
+        &5u32.to_le_bytes()[..],
+        b"alpha",
+        &3u32.to_le_bytes(),
+        b"xyz",
+    ]
+    .concat();
+    let cases: [(&str, Vec<u8>, u32); 5] = [
+        (
+            "a length past the payload",
+            [&99u32.to_le_bytes()[..], b"alpha"].concat(),
+            1,
+        ),
+        (
+            "a length cut short",
+            [&1u32.to_le_bytes()[..], b"alpha"].concat(),
+            1,
+        ),
+        ("bytes left over", [&good[..], &[7, 7]].concat(), 2),
+        ("too few entries claimed", good.clone(), 1),
+        ("too many entries claimed", good.clone(), 3),
+    ];
+    for (what, payload, count) in cases {
+        let mut out = vec![0u8; record_size(payload.len(), ALIGN) as usize];
+        out[HEADER_SIZE..HEADER_SIZE + payload.len()].copy_from_slice(&payload);
+        encode_header(
+            &mut out,
+            Lsn(4096),
+            Lsn(0),
+            Lsn(0),
+            IoFlags::FUA,
+            0,
+            count,
+            &payload,
+        );
+        assert!(
+            matches!(
+                parse_record(&out, Lsn(4096), MAX, ALIGN),
+                RecordCheck::BadEntries { claimed } if claimed == count
+            ),
+            "{what}"
+        );
+    }
+    let mut out = vec![0u8; record_size(good.len(), ALIGN) as usize];
+    out[HEADER_SIZE..HEADER_SIZE + good.len()].copy_from_slice(&good);
+    encode_header(
+        &mut out,
+        Lsn(4096),
+        Lsn(0),
+        Lsn(0),
+        IoFlags::FUA,
+        0,
+        2,
+        &good,
+    );
+    assert!(matches!(
+        parse_record(&out, Lsn(4096), MAX, ALIGN),
+        RecordCheck::Valid(_)
+    ));
+}

@@ -58,6 +58,13 @@ pub enum Damage {
         /// The checksum computed.
         computed: u32,
     },
+    /// The checksum matches but the entries do not tile the payload (a
+    /// record rewritten along with its CRC): corrupt, and none of its
+    /// entries is read.
+    BadEntries {
+        /// The entry count the header claims.
+        claimed: u32,
+    },
     /// The log ends inside a chained record (one written in parts across
     /// records): its last part never made it. Reported by
     /// [`crate::RecoveryMode::AbsoluteConsistency`]; the other modes cut
@@ -93,6 +100,7 @@ impl Damage {
             RecordCheck::CrcMismatch { stored, computed } => {
                 Damage::CrcMismatch { stored, computed }
             }
+            RecordCheck::BadEntries { claimed } => Damage::BadEntries { claimed },
         })
     }
 
@@ -105,6 +113,7 @@ impl Damage {
             Damage::UnsupportedVersion { .. }
                 | Damage::Truncated { .. }
                 | Damage::CrcMismatch { .. }
+                | Damage::BadEntries { .. }
                 | Damage::CorruptLsn { .. }
         )
     }
@@ -126,6 +135,10 @@ impl fmt::Display for Damage {
             Damage::CrcMismatch { stored, computed } => write!(
                 f,
                 "checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
+            ),
+            Damage::BadEntries { claimed } => write!(
+                f,
+                "entries that do not fill the payload ({claimed} claimed), checksum valid"
             ),
             Damage::ChainCut { first } => {
                 write!(f, "the log ends inside the chained record at {first}")
