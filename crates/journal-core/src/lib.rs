@@ -164,12 +164,14 @@ pub mod vfs {
 
 /// The on-disk format, for tools that write or check bytes themselves
 /// (docs/FORMAT.md describes them): the log record's header and sizes,
-/// the segment files' names and header. Reading a journal's records is
-/// [`inspect`]'s job.
+/// the segment files' names and header, and the check of a record at the
+/// LSN where it is expected. Reading a journal's records is [`inspect`]'s
+/// job.
 pub mod format {
     pub use iclog::format::{
-        align_up, encode_header, record_crc, record_size, RecordHeader, CONTINUED, CONTINUES,
-        ENTRY_HEADER_SIZE, HEADER_SIZE, MAGIC, MIN_VERSION, VERSION,
+        align_up, encode_header, parse_record, record_crc, record_size, Entries, Record,
+        RecordCheck, RecordHeader, CONTINUED, CONTINUES, ENTRY_HEADER_SIZE, HEADER_SIZE, MAGIC,
+        MIN_VERSION, VERSION,
     };
     pub use iclog::IoFlags;
     pub use segment_recycler::{
