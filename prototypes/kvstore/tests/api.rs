@@ -231,3 +231,55 @@ fn a_transaction_of_many_mebibytes_commits_as_one_chained_record() {
     assert!(matches!(t.commit(), Err(Error::TransactionTooLarge { .. })));
     assert_eq!(s.get(b"huge-00000").unwrap(), None);
 }
+
+/// A full disk: the put that needs a new log segment fails with the
+/// journal's `NoSpace` and changes nothing; the store is not poisoned; a
+/// checkpoint (which writes the buckets home in place — the keys are
+/// overwritten, so the data file does not grow — and recycles segments)
+/// makes room, and writes go on.
+#[test]
+fn a_full_disk_refuses_a_put_whole_and_a_checkpoint_makes_room() {
+    let vfs = SimVfs::new();
+    let o = Options {
+        journal: journal_core::Options {
+            segment_size: 1 << 20,
+            logbsize: 256 << 10,
+            background_preallocation: false,
+            ..journal_core::Options::default()
+        },
+        checkpoint_log_bytes: u64::MAX,
+        ..small()
+    };
+    let s = sim_open(&vfs, o).unwrap();
+    let key = |i: u32| format!("key-{:02}", i % 50).into_bytes();
+    let value = |i: u32| vec![i as u8; 2000];
+    // Every key written once, and home, before the disk is made full.
+    for i in 0..50 {
+        s.put(&key(i), &value(i)).unwrap();
+    }
+    s.checkpoint().unwrap();
+    vfs.set_space_limit(Some(vfs.space_used() + (3 << 20)));
+    let mut n = 50u32;
+    let full = loop {
+        match s.put(&key(n), &value(n)) {
+            Ok(_) => n += 1,
+            Err(e) => break e,
+        }
+        assert!(n < 100_000, "the disk never filled");
+    };
+    assert!(
+        matches!(full, Error::Journal(journal_core::Error::NoSpace { .. })),
+        "{full}"
+    );
+    assert!(n > 500, "{n}");
+    assert_eq!(
+        s.get(&key(n)).unwrap(),
+        Some(value(n - 50)),
+        "the refused put changed nothing"
+    );
+    s.checkpoint().unwrap();
+    for i in n..n + 1000 {
+        s.put(&key(i), &value(i)).unwrap();
+    }
+    assert_eq!(s.get(&key(n)).unwrap(), Some(value(n + 950)));
+}
