@@ -29,6 +29,46 @@ use std::sync::Arc;
 
 type File = Arc<dyn VfsFile>;
 
+/// Segments with completed writes not yet durable, each with the
+/// generation of its last such write. Generations come from one counter
+/// that only grows, so a sync that began before a write completed can
+/// never match that write's generation — not even after the segment's
+/// entry was removed and made again. (Counting per entry from zero, an
+/// entry removed by one flush and re-made by a write restarted at 1, and
+/// a second, concurrent flush whose snapshot held 1 from before removed
+/// it: a write no sync had covered was forgotten, and the next flush
+/// declared it durable. Found by the crash campaign on two cores.)
+#[derive(Debug, Default)]
+struct Unsynced {
+    /// The last generation handed out.
+    next: u64,
+    /// Segment → generation of its last completed unsynced write.
+    segs: BTreeMap<u64, u64>,
+}
+
+impl Unsynced {
+    /// A write to `seg` completed, not durable yet.
+    fn mark(&mut self, seg: u64) {
+        self.next += 1;
+        self.segs.insert(seg, self.next);
+    }
+
+    /// What a flush about to begin must sync: (segment, generation).
+    fn snapshot(&self) -> Vec<(u64, u64)> {
+        self.segs.iter().map(|(&k, &v)| (k, v)).collect()
+    }
+
+    /// A flush that synced the segments of `snapshot` (but `skip`) is
+    /// done: forget those with no write completed since it began.
+    fn clear_covered(&mut self, snapshot: &[(u64, u64)], skip: Option<u64>) {
+        for &(seg, generation) in snapshot {
+            if Some(seg) != skip && self.segs.get(&seg) == Some(&generation) {
+                self.segs.remove(&seg);
+            }
+        }
+    }
+}
+
 /// Sync counters of the device, by kind.
 #[derive(Debug, Default)]
 pub(crate) struct DeviceStats {
@@ -70,7 +110,7 @@ pub(crate) struct Device {
     sync_method: SyncMethod,
     /// Segments with completed writes not yet durable, with a generation
     /// bumped by every such write (so a flush only clears what it covered).
-    unsynced: Mutex<BTreeMap<u64, u64>>,
+    unsynced: Mutex<Unsynced>,
     /// Files the user registered: flushed before the log write that follows
     /// a tail move.
     data_files: Mutex<Vec<File>>,
@@ -166,7 +206,7 @@ impl Device {
             store,
             geometry,
             sync_method,
-            unsynced: Mutex::new(BTreeMap::new()),
+            unsynced: Mutex::new(Unsynced::default()),
             data_files: Mutex::new(Vec::new()),
             pending_data_flush: Mutex::new(None),
             head: Mutex::new(head),
@@ -251,8 +291,7 @@ impl Device {
     /// fdatasyncs every segment with completed unsynced writes, except
     /// `skip` (which the caller will sync with its own write).
     fn flush_log(&self, skip: Option<u64>) -> Result<(), Error> {
-        let snapshot: Vec<(u64, u64)> =
-            self.unsynced.lock().iter().map(|(&k, &v)| (k, v)).collect();
+        let snapshot = self.unsynced.lock().snapshot();
         for &(seg, _) in &snapshot {
             if Some(seg) == skip {
                 continue;
@@ -263,17 +302,12 @@ impl Device {
                 self.sync_file(&f)?;
             }
         }
-        let mut u = self.unsynced.lock();
-        for (seg, generation) in snapshot {
-            if Some(seg) != skip && u.get(&seg) == Some(&generation) {
-                u.remove(&seg);
-            }
-        }
+        self.unsynced.lock().clear_covered(&snapshot, skip);
         Ok(())
     }
 
     fn mark_unsynced(&self, seg: u64) {
-        *self.unsynced.lock().entry(seg).or_default() += 1;
+        self.unsynced.lock().mark(seg);
     }
 
     /// Whether log writes go past the page cache.
@@ -401,19 +435,42 @@ impl Device {
             self.stats.dsync_writes.incr();
             return Ok(());
         }
-        let generation = self.unsynced.lock().get(&seg).copied();
+        let generation = self.unsynced.lock().segs.get(&seg).copied();
         self.write_through(seg, f, chunk, off, false)?;
         if fua {
             self.sync_file(f)?;
             // The sync covered every write to it completed before it
             // began; a write completing meanwhile bumped the generation.
             let mut u = self.unsynced.lock();
-            if generation.is_some() && u.get(&seg).copied() == generation {
-                u.remove(&seg);
+            if generation.is_some() && u.segs.get(&seg).copied() == generation {
+                u.segs.remove(&seg);
             }
         } else {
             self.mark_unsynced(seg);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Unsynced;
+
+    /// Two flushes overlap; the first clears a segment, a write to it
+    /// completes, then the second (whose snapshot predates the write)
+    /// finishes: the write must still be owed a sync.
+    #[test]
+    fn a_flush_never_clears_a_write_that_completed_after_it_began() {
+        let mut u = Unsynced::default();
+        u.mark(154);
+        let (a, b) = (u.snapshot(), u.snapshot());
+        u.clear_covered(&a, None);
+        assert!(u.segs.is_empty());
+        u.mark(154); // completes after both flushes began
+        u.clear_covered(&b, None);
+        assert!(u.segs.contains_key(&154), "the write was forgotten");
+        let c = u.snapshot();
+        u.clear_covered(&c, None);
+        assert!(u.segs.is_empty());
     }
 }
