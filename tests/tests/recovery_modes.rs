@@ -205,3 +205,57 @@ fn a_damaged_lsn_field_is_a_bad_record_not_a_stale_one() {
         })
     ));
 }
+
+/// With alignment 1 a header can cross a segment boundary. Recovery clears
+/// the headers of in-flight leftovers past the log's end; one that crosses
+/// into the next segment is cleared piece by piece, each file within its
+/// size (writing all 48 bytes into the first file once made it 65,555 bytes
+/// long, and the next open refused the journal).
+#[test]
+fn a_leftover_header_across_a_segment_boundary_is_cleared_within_each_file() {
+    let o = Options {
+        alignment: 1,
+        direct_io: false,
+        background_preallocation: false,
+        ..small_options()
+    };
+    let g = Geometry::new(o.segment_size, 1);
+    let vfs = SimVfs::new();
+    let j = open_sim(&vfs, o).unwrap();
+    // Fill to 100 bytes short of the place the forged header goes: 20
+    // bytes before the end of segment 2's data area.
+    let x = g.segment_start(3).0 - 20;
+    while j.appended_lsn().0 + 20_000 < x {
+        j.append_durable(&payload(1, 0, 9_000)).unwrap();
+    }
+    let last = (x - 100) - j.appended_lsn().0 - 52;
+    j.append_durable(&payload(1, 1, last as usize)).unwrap();
+    assert_eq!(j.appended_lsn().0, x - 100);
+    j.close().unwrap();
+    drop(j);
+    // A leftover: a header claiming its own LSN `x`, 20 bytes in segment 2
+    // and 28 in segment 3 (which preallocation made).
+    let mut h = [0u8; HEADER_SIZE];
+    encode_header(&mut h, Lsn(x), Lsn(0), Lsn(0), IoFlags::empty(), 0, 0, &[]);
+    for (seg, bytes) in [(2u64, &h[..20]), (3, &h[20..])] {
+        let (s, off) = g.locate(Lsn(if seg == 2 { x } else { x + 20 }));
+        assert_eq!(s, seg);
+        let f = vfs
+            .open(&sim_dir().join(segment_name(seg)), OpenOptions::write())
+            .unwrap();
+        f.write_at(bytes, off).unwrap();
+        f.sync_data().unwrap();
+    }
+    let j = open_sim(&vfs, o).unwrap();
+    assert_eq!(j.recovery_report().cleared, vec![Lsn(x)]);
+    drop(j);
+    for seg in [2u64, 3] {
+        let len = vfs
+            .live_contents(&sim_dir().join(segment_name(seg)))
+            .unwrap()
+            .len() as u64;
+        assert_eq!(len, o.segment_size, "segment {seg}");
+    }
+    let j = open_sim(&vfs, o).expect("the journal opens again");
+    assert_eq!(replay(&j).len(), j.recovery_report().entries as usize);
+}

@@ -249,10 +249,19 @@ fn recover(
     drop(reader);
     let mut touched = std::collections::BTreeSet::new();
     for lsn in &leftovers {
-        let (seg, off) = geometry.locate(*lsn);
-        if let Some(f) = store.existing(seg) {
-            f.write_at(&[0u8; iclog::format::HEADER_SIZE], off)?;
-            touched.insert(seg);
+        // A header may cross into the next segment (alignment below 64):
+        // each file gets its own piece, none is written past its end.
+        let mut at = *lsn;
+        let mut left = iclog::format::HEADER_SIZE as u64;
+        while left > 0 {
+            let (seg, off) = geometry.locate(at);
+            let n = left.min(geometry.room_in_segment(at));
+            if let Some(f) = store.existing(seg) {
+                f.write_at(&[0u8; iclog::format::HEADER_SIZE][..n as usize], off)?;
+                touched.insert(seg);
+            }
+            at = at.plus(n);
+            left -= n;
         }
     }
     for seg in touched {
