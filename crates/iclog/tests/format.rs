@@ -284,9 +284,10 @@ fn entries_that_do_not_tile_the_payload_make_a_bad_record() {
         ("too few entries claimed", good.clone(), 1),
         ("too many entries claimed", good.clone(), 3),
     ];
-    for (what, payload, count) in cases {
+    // A record at 4096 with `count` claimed over `payload`, CRC sealed.
+    let sealed = |payload: &[u8], count: u32| {
         let mut out = vec![0u8; record_size(payload.len(), ALIGN) as usize];
-        out[HEADER_SIZE..HEADER_SIZE + payload.len()].copy_from_slice(&payload);
+        out[HEADER_SIZE..HEADER_SIZE + payload.len()].copy_from_slice(payload);
         encode_header(
             &mut out,
             Lsn(4096),
@@ -295,30 +296,21 @@ fn entries_that_do_not_tile_the_payload_make_a_bad_record() {
             IoFlags::FUA,
             0,
             count,
-            &payload,
+            payload,
         );
+        out
+    };
+    for (what, payload, count) in cases {
         assert!(
             matches!(
-                parse_record(&out, Lsn(4096), MAX, ALIGN),
+                parse_record(&sealed(&payload, count), Lsn(4096), MAX, ALIGN),
                 RecordCheck::BadEntries { claimed } if claimed == count
             ),
             "{what}"
         );
     }
-    let mut out = vec![0u8; record_size(good.len(), ALIGN) as usize];
-    out[HEADER_SIZE..HEADER_SIZE + good.len()].copy_from_slice(&good);
-    encode_header(
-        &mut out,
-        Lsn(4096),
-        Lsn(0),
-        Lsn(0),
-        IoFlags::FUA,
-        0,
-        2,
-        &good,
-    );
     assert!(matches!(
-        parse_record(&out, Lsn(4096), MAX, ALIGN),
+        parse_record(&sealed(&good, 2), Lsn(4096), MAX, ALIGN),
         RecordCheck::Valid(_)
     ));
 }
