@@ -34,7 +34,7 @@ use journal_core::{read_control, Journal, Lsn, Options, RecoveryMode, CONTROL_FI
 use journal_tests::{check_payload, payload, sim_dir, small_options};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -428,7 +428,6 @@ fn hostile_inputs_get_typed_errors_or_exact_bytes() {
         Some(_) => std::thread::available_parallelism().map_or(1, |n| n.get()),
         None => 1,
     } as u64;
-    let done = AtomicBool::new(false);
     let (tick, ticks) = mpsc::channel::<()>();
     std::thread::scope(|s| {
         let runners: Vec<_> = (0..cores)
@@ -457,7 +456,6 @@ fn hostile_inputs_get_typed_errors_or_exact_bytes() {
                 }
             }
         }
-        done.store(true, Ordering::Relaxed);
         for r in runners {
             if let Err(e) = r.join() {
                 std::panic::resume_unwind(e);
