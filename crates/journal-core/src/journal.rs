@@ -217,15 +217,20 @@ impl Journal {
         let from = g.segment_of(self.inner.ring.appended_lsn());
         let last = g.segment_of(Lsn(need.0.saturating_sub(1)));
         for n in from..=last {
-            if let Err(e) = store.file(n) {
-                return Err(if crate::space::is_no_space(&e) {
-                    Error::NoSpace {
-                        segment: n,
-                        source: Arc::new(e),
-                    }
-                } else {
-                    self.poison(Error::Segment(Arc::new(e)))
-                });
+            match store.file(n) {
+                // A checkpoint retired it after `from` was read: the log
+                // is past it already, nothing to prepare.
+                Ok(_) | Err(segment_recycler::Error::Retired { .. }) => {}
+                Err(e) => {
+                    return Err(if crate::space::is_no_space(&e) {
+                        Error::NoSpace {
+                            segment: n,
+                            source: Arc::new(e),
+                        }
+                    } else {
+                        self.poison(Error::Segment(Arc::new(e)))
+                    });
+                }
             }
         }
         self.inner

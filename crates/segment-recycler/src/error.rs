@@ -52,6 +52,14 @@ pub enum Error {
         /// Its number.
         segment: u64,
     },
+    /// A segment below the redo segment of a completed or running recycle
+    /// was asked for: it has been recycled or removed, and the log is past
+    /// it (a caller that computed the number before the recycle is late).
+    /// Nothing was created.
+    Retired {
+        /// Its number.
+        segment: u64,
+    },
     /// An invalid configuration.
     Config(crate::ConfigError),
 }
@@ -103,6 +111,9 @@ impl fmt::Display for Error {
                 path.display()
             ),
             Error::NotInstalled { segment } => write!(f, "segment {segment} is not installed"),
+            Error::Retired { segment } => {
+                write!(f, "segment {segment} was retired by a checkpoint")
+            }
             Error::Config(e) => write!(f, "invalid segment configuration: {e}"),
         }
     }

@@ -359,3 +359,34 @@ fn faults_at_every_call_site_leave_the_store_consistent() {
         "every call site was hit: {fired_at:?}"
     );
 }
+
+/// A number a recycle retired is never created again: a writer that read
+/// the log's position before a checkpoint and asks for a segment the
+/// checkpoint is removing would otherwise bring the file back under the
+/// recycle's feet (which then removed the new file and, one checkpoint
+/// later, failed to remove it again: a journal poisoned by NotFound).
+#[test]
+fn a_retired_segment_is_never_created_again() {
+    let vfs = sim();
+    let cfg = StoreConfig {
+        max_segments: 2,
+        ..small()
+    };
+    let store = store_with(&vfs, cfg, 4);
+    store.set_head(3);
+    let r = store.recycle(3).unwrap();
+    assert_eq!(r.removed, [1, 2]);
+    for n in 0..3 {
+        match store.file(n) {
+            Err(segment_recycler::Error::Retired { segment }) => assert_eq!(segment, n),
+            o => panic!("segment {n}: {o:?}"),
+        }
+        assert!(!vfs.exists(&dir().join(segment_name(n))).unwrap());
+    }
+    assert_eq!(store.segments(), [3, 4]);
+    // The store goes on: the next checkpoint recycles what the log left.
+    store.set_head(4);
+    store.file(5).unwrap();
+    store.recycle(4).unwrap();
+    assert_eq!(store.segments(), [4, 5]);
+}

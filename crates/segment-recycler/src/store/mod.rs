@@ -34,6 +34,10 @@ struct State {
     creating: BTreeSet<u64>,
     /// The segment the writer is in.
     head: u64,
+    /// Every number below this was retired by a recycle (renamed or
+    /// removed): never created again, or a late caller would bring back a
+    /// file a recycle in progress is about to rename or remove.
+    retired_below: u64,
     /// A recycle is in progress (one at a time).
     recycling: bool,
     /// The background worker should exit.
@@ -192,6 +196,7 @@ impl SegmentStore {
                     segs,
                     creating: BTreeSet::new(),
                     head,
+                    retired_below: 0,
                     recycling: false,
                     shutdown: false,
                     worker_error: None,
@@ -277,13 +282,17 @@ impl SegmentStore {
 
     /// Segment `n`, for writing: created right here if it is not ready (a
     /// counted stall — the log outran preallocation), or waited for if the
-    /// worker or a recycle is preparing it.
+    /// worker or a recycle is preparing it. [`Error::Retired`] if a recycle
+    /// has retired `n` (then nothing is created).
     pub fn file(&self, n: u64) -> Result<File, Error> {
         let mut st = self.inner.state.lock();
         let mut stalled = false;
         loop {
             if let Some(s) = st.segs.get(&n) {
                 return Ok(s.file.clone());
+            }
+            if n < st.retired_below {
+                return Err(Error::Retired { segment: n });
             }
             if !stalled {
                 stalled = true;
@@ -367,7 +376,7 @@ impl SegmentStore {
     /// neither installed nor being prepared.
     fn reserve_missing(&self, st: &mut State) -> Option<u64> {
         let ahead = self.inner.config.preallocate_ahead;
-        let n = (st.head..=st.head + ahead)
+        let n = (st.head.max(st.retired_below)..=st.head + ahead)
             .find(|n| !st.segs.contains_key(n) && !st.creating.contains(n))?;
         st.creating.insert(n);
         Some(n)

@@ -48,6 +48,7 @@ impl SegmentStore {
             st = self.inner.cv.wait(st);
         }
         let redo = redo_segment.min(st.head);
+        st.retired_below = st.retired_below.max(redo);
         let old: Vec<(u64, File)> = st
             .segs
             .range(..redo)
