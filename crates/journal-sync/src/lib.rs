@@ -62,6 +62,13 @@ pub use time::{Deadline, Stopwatch};
 /// them (a reassembled record's bytes), never for a protocol's state.
 pub use std::sync::OnceLock;
 
+/// std's `Arc` under every build, for bytes shared copy-on-write (SimVfs's
+/// file contents and the mappings and crash images that share them): a
+/// reference count on data no thread mutates while it is shared, not a
+/// protocol's state, so neither loom nor shuttle needs to model it — and
+/// it offers `Arc::make_mut`, which their twins do not.
+pub use std::sync::Arc as DataArc;
+
 /// `Arc`, from std, loom or shuttle.
 #[cfg(loom)]
 pub use loom::sync::Arc;

@@ -34,6 +34,9 @@ pub struct Mapping {
 enum Backing {
     Mapped(memmap2::Mmap),
     Owned(Box<[u8]>),
+    /// A buffer shared with its owner, who copies it before writing
+    /// ([`crate::SimVfs`]'s copy-on-write files).
+    Shared(journal_sync::DataArc<Vec<u8>>),
 }
 
 impl Mapping {
@@ -44,9 +47,25 @@ impl Mapping {
         }
     }
 
+    /// A snapshot that shares `bytes` with the file it was taken from.
+    pub(crate) fn shared(bytes: journal_sync::DataArc<Vec<u8>>) -> Self {
+        Self {
+            backing: Backing::Shared(bytes),
+        }
+    }
+
     pub(crate) fn mapped(m: memmap2::Mmap) -> Self {
         Self {
             backing: Backing::Mapped(m),
+        }
+    }
+
+    /// The buffer back, if this is an owned one made by
+    /// [`Mapping::from_vec`] (a caller reusing its read buffers).
+    pub fn into_vec(self) -> Option<Vec<u8>> {
+        match self.backing {
+            Backing::Owned(b) => Some(b.into_vec()),
+            Backing::Mapped(_) | Backing::Shared(_) => None,
         }
     }
 
@@ -62,6 +81,7 @@ impl Deref for Mapping {
         match &self.backing {
             Backing::Mapped(m) => m,
             Backing::Owned(b) => b,
+            Backing::Shared(b) => b,
         }
     }
 }

@@ -130,6 +130,7 @@ impl Vfs for SimVfs {
         let name = |p: &PathBuf| p.file_name().map(|n| n.to_string_lossy().into_owned());
         let mut names: Vec<String> = st.live.keys().filter(in_dir).filter_map(name).collect();
         names.extend(st.dirs.iter().filter(in_dir).filter_map(name));
+        names.sort_unstable();
         Ok(names)
     }
 
@@ -210,14 +211,13 @@ const SIM_DIRECT_ALIGN: u64 = 512;
 
 /// `bytes` with the ranges a failed sync dropped put back to what was
 /// durable then.
-fn restore_lost(mut bytes: Vec<u8>, lost: &[(u64, Vec<u8>)]) -> Vec<u8> {
+fn restore_lost(bytes: &mut [u8], lost: &[(u64, Vec<u8>)]) {
     for (off, old) in lost {
         let end = (*off as usize + old.len()).min(bytes.len());
         if (*off as usize) < end {
             bytes[*off as usize..end].copy_from_slice(&old[..end - *off as usize]);
         }
     }
-    bytes
 }
 
 /// The inode of an open file. Inodes are never removed from a [`SimVfs`]
@@ -306,20 +306,30 @@ impl SimFile {
                 // last sync (truncations, then the pending writes in
                 // order), not by copying the whole file: the crash
                 // campaigns sync thousands of times per second.
+                // A durable buffer still shared (with a crash image or a
+                // mapping) is copied once here, as any write would.
                 #[cfg(debug_assertions)]
-                let whole = restore_lost(inode.live.clone(), &inode.lost);
-                let mut durable = std::mem::take(&mut inode.durable);
-                if let Some(shortest) = inode.shrunk_to.take() {
-                    durable.truncate(shortest);
+                let whole = {
+                    let mut w = inode.live.to_vec();
+                    restore_lost(&mut w, &inode.lost);
+                    w
+                };
+                let nothing_new = inode.pending.is_empty()
+                    && inode.shrunk_to.is_none()
+                    && inode.durable.len() == inode.live.len();
+                if !nothing_new {
+                    let durable = DataArc::make_mut(&mut inode.durable);
+                    if let Some(shortest) = inode.shrunk_to.take() {
+                        durable.truncate(shortest);
+                    }
+                    durable.resize(inode.live.len(), 0);
+                    for (off, data) in &inode.pending {
+                        write_bytes(durable, *off, data);
+                    }
+                    restore_lost(durable, &inode.lost);
                 }
-                durable.resize(inode.live.len(), 0);
-                for (off, data) in &inode.pending {
-                    write_bytes(&mut durable, *off, data);
-                }
-                let durable = restore_lost(durable, &inode.lost);
                 #[cfg(debug_assertions)]
-                debug_assert!(durable == whole, "incremental sync diverged");
-                inode.durable = durable;
+                debug_assert!(*inode.durable == whole, "incremental sync diverged");
             }
             Err(_) => {
                 for (off, data) in std::mem::take(&mut inode.pending) {
@@ -344,12 +354,12 @@ impl VfsFile for SimFile {
         Ok(Some(SIM_DIRECT_ALIGN as u32))
     }
 
-    /// A copy of the whole file, made in one read call (so read faults
-    /// apply to it as to any read).
+    /// A snapshot of the whole file, taken in one read call (so read
+    /// faults apply to it as to any read). It shares the file's buffer:
+    /// a later write to the file copies the buffer instead of changing
+    /// the snapshot.
     fn map(&self) -> Result<Mapping> {
-        self.with_inode(Op::Read, false, |inode| {
-            Mapping::from_vec(inode.live.clone())
-        })
+        self.with_inode(Op::Read, false, |inode| Mapping::shared(inode.live.clone()))
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
@@ -369,7 +379,7 @@ impl VfsFile for SimFile {
         self.vfs.write_latency();
         let end = offset.saturating_add(buf.len() as u64);
         self.with_inode_to(Op::Write, true, end, |inode| {
-            write_bytes(&mut inode.live, offset, buf);
+            write_bytes(DataArc::make_mut(&mut inode.live), offset, buf);
             inode.pending.push((offset, buf.to_vec()));
             cut_ranges(&mut inode.lost, offset, offset + buf.len() as u64);
         })?;
@@ -383,8 +393,8 @@ impl VfsFile for SimFile {
         self.vfs.sync_latency();
         let end = offset.saturating_add(buf.len() as u64);
         self.with_inode_to(Op::FuaWrite, true, end, |inode| {
-            write_bytes(&mut inode.live, offset, buf);
-            write_bytes(&mut inode.durable, offset, buf);
+            write_bytes(DataArc::make_mut(&mut inode.live), offset, buf);
+            write_bytes(DataArc::make_mut(&mut inode.durable), offset, buf);
             // Older unsynced writes under this range are superseded: cut
             // them so a torn crash cannot resurrect them over durable bytes.
             let (a, b) = (offset, offset + buf.len() as u64);
@@ -420,7 +430,7 @@ impl VfsFile for SimFile {
                     .map_or(len as usize, |s| s.min(len as usize));
                 inode.shrunk_to = Some(shortest);
             }
-            inode.live.resize(len as usize, 0);
+            DataArc::make_mut(&mut inode.live).resize(len as usize, 0);
             // Unsynced writes past the new end must not come back in a crash.
             let mut kept = Vec::with_capacity(inode.pending.len());
             for (off, mut data) in inode.pending.drain(..) {
@@ -444,12 +454,16 @@ impl VfsFile for SimFile {
         let end = offset.saturating_add(len);
         self.with_inode_to(Op::Preallocate, true, end, |inode| {
             if zeros {
-                let z = vec![0u8; len as usize];
-                write_bytes(&mut inode.live, offset, &z);
-                inode.pending.push((offset, z));
+                let live = DataArc::make_mut(&mut inode.live);
+                let (a, b) = (offset as usize, end as usize);
+                if live.len() < b {
+                    live.resize(b, 0);
+                }
+                live[a..b].fill(0);
+                inode.pending.push((offset, vec![0u8; len as usize]));
                 cut_ranges(&mut inode.lost, offset, offset + len);
             } else if (inode.live.len() as u64) < offset + len {
-                inode.live.resize((offset + len) as usize, 0);
+                DataArc::make_mut(&mut inode.live).resize((offset + len) as usize, 0);
             }
         })?;
         if zeros {

@@ -50,7 +50,7 @@ use crate::{
     CounterSnapshot, Counters, DirLock, Op, OpenOptions, Prealloc, Result, SplitMix64, Vfs,
     VfsError, VfsFile,
 };
-use journal_sync::{Arc, Mutex};
+use journal_sync::{Arc, DataArc, Mutex};
 use rustix::io::Errno;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
@@ -106,10 +106,15 @@ impl Fault {
     }
 }
 
+/// A file's bytes, shared copy-on-write: a crash image, a mapping and the
+/// durable copy of an unchanged file all point at one buffer, and the
+/// first write to a shared buffer copies it ([`DataArc::make_mut`]).
+type Bytes = DataArc<Vec<u8>>;
+
 #[derive(Debug, Clone, Default)]
 struct Inode {
-    durable: Vec<u8>,
-    live: Vec<u8>,
+    durable: Bytes,
+    live: Bytes,
     /// Writes since the last sync, in order: (offset, bytes).
     pending: Vec<(u64, Vec<u8>)>,
     /// Ranges whose dirty pages a failed sync dropped, with the durable
@@ -141,6 +146,12 @@ fn cut_ranges(ranges: &mut Vec<(u64, Vec<u8>)>, a: u64, b: u64) {
     *ranges = kept;
 }
 
+/// A namespace: path → inode. Hashed, not ordered: `Path`'s ordering
+/// compares component by component, which the crash campaigns paid for
+/// on every lookup; listings are sorted where they are made
+/// ([`Vfs::read_dir`]), so nothing depends on the map's order.
+type Names = HashMap<PathBuf, u64>;
+
 #[derive(Debug, Clone)]
 enum NsOp {
     Link { path: PathBuf, ino: u64 },
@@ -157,7 +168,7 @@ impl NsOp {
         }
     }
 
-    fn apply(&self, ns: &mut BTreeMap<PathBuf, u64>) {
+    fn apply(&self, ns: &mut Names) {
         match self {
             NsOp::Link { path, ino } => {
                 ns.insert(path.clone(), *ino);
@@ -178,8 +189,8 @@ impl NsOp {
 struct State {
     inodes: HashMap<u64, Inode>,
     next_ino: u64,
-    live: BTreeMap<PathBuf, u64>,
-    durable: BTreeMap<PathBuf, u64>,
+    live: Names,
+    durable: Names,
     pending_ns: Vec<NsOp>,
     dirs: BTreeSet<PathBuf>,
     locks: BTreeSet<PathBuf>,
@@ -349,7 +360,7 @@ impl SimVfs {
     pub fn live_contents(&self, path: &Path) -> Option<Vec<u8>> {
         let st = self.inner.state.lock();
         let ino = st.live.get(path)?;
-        Some(st.inodes[ino].live.clone())
+        Some(st.inodes[ino].live.to_vec())
     }
 
     /// The bytes under this name that a crash with
@@ -357,7 +368,7 @@ impl SimVfs {
     pub fn durable_contents(&self, path: &Path) -> Option<Vec<u8>> {
         let st = self.inner.state.lock();
         let ino = st.durable.get(path)?;
-        Some(st.inodes[ino].durable.clone())
+        Some(st.inodes[ino].durable.to_vec())
     }
 
     /// The image a power cut would leave now, as an independent filesystem
@@ -421,9 +432,10 @@ fn image(st: &State, policy: CrashPolicy) -> SimVfs {
     let used: BTreeSet<u64> = names.values().copied().collect();
     for ino in used {
         let old = &st.inodes[&ino];
+        // Unchanged bytes are shared with this image, not copied.
         let bytes = match rng.as_mut() {
-            None => old.durable.clone(),
-            Some(rng) => torn_image(old, rng),
+            Some(rng) if !old.pending.is_empty() => DataArc::new(torn_image(old, rng)),
+            _ => old.durable.clone(),
         };
         inodes.insert(
             ino,
@@ -482,7 +494,7 @@ fn torn_image(inode: &Inode, rng: &mut SplitMix64) -> Vec<u8> {
         .map(|(&s, &n)| (s, rng.below(n + 1)))
         .collect();
     let mut seen: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut out = inode.durable.clone();
+    let mut out = inode.durable.to_vec();
     for (off, data) in &inode.pending {
         let end = off + data.len() as u64;
         for s in sectors(*off, data.len()) {
