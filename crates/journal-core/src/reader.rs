@@ -419,12 +419,28 @@ impl LogReader {
             && lsn.0 + len as u64 <= self.buf_lsn.0 + self.buf.bytes.len() as u64;
         if !have {
             let ahead = CHUNK.min(self.read_end.0.saturating_sub(lsn.0) as usize);
-            let mut buf = vec![0u8; len.max(ahead)];
+            let mut buf = self.spare_buffer();
+            buf.resize(len.max(ahead), 0);
             self.read(lsn, &mut buf)?;
             self.buf = Source::owned(buf);
             self.buf_lsn = lsn;
         }
         Ok((self.buf.clone(), (lsn.0 - self.buf_lsn.0) as usize))
+    }
+
+    /// The read-ahead buffer's memory for its next fill, if no entry
+    /// still borrows it (else a new one): no allocation and no zeroing per
+    /// refill, since [`LogReader::read`] writes every byte it is given.
+    fn spare_buffer(&mut self) -> Vec<u8> {
+        let empty = Source::owned(Vec::new());
+        if Arc::ptr_eq(&self.cur, &self.buf) {
+            self.cur = empty.clone();
+        }
+        let old = std::mem::replace(&mut self.buf, empty);
+        Arc::try_unwrap(old)
+            .ok()
+            .and_then(|s| s.bytes.into_vec())
+            .unwrap_or_default()
     }
 
     /// The bytes of the record expected at `lsn`: its header, and as many
