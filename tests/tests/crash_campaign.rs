@@ -54,8 +54,12 @@ fn timed<T>(phase: &AtomicU64, f: impl FnOnce() -> T) -> T {
     r
 }
 
+/// An acknowledged record: its LSN and its payload, shared (the lists of
+/// what was acknowledged are copied at every crash point).
+type Acked = (Lsn, Arc<[u8]>);
+
 /// [`verify`], timed.
-fn check(j: &journal_core::Journal, acked: &[(Lsn, Vec<u8>)], ctx: &str) {
+fn check(j: &journal_core::Journal, acked: &[Acked], ctx: &str) {
     timed(&VERIFY_NS, || verify(j, acked, ctx));
 }
 
@@ -122,8 +126,8 @@ fn random_options(rng: &mut SplitMix64) -> Options {
 /// What the workload threads have had acknowledged, and a condvar that
 /// signals each new acknowledgement.
 #[derive(Default)]
-struct Acked {
-    list: Mutex<Vec<(Lsn, Vec<u8>)>>,
+struct AckedList {
+    list: Mutex<Vec<Acked>>,
     cv: Condvar,
 }
 
@@ -137,7 +141,7 @@ fn run_seed(seed: u64) -> u64 {
     vfs.open(Path::new(DATA_FILE), OpenOptions::create())
         .unwrap();
     vfs.sync_dir(Path::new("/")).unwrap();
-    let mut acked: Vec<(Lsn, Vec<u8>)> = Vec::new();
+    let mut acked: Vec<Acked> = Vec::new();
     let mut data_floor = 0u64; // the last data marker a checkpoint made stable
     let mut states = 0;
     let mut mid_checkpoint_states = 0;
@@ -167,7 +171,7 @@ fn run_seed(seed: u64) -> u64 {
             states += 1;
         }
         j.register_data_file(DATA_FILE).unwrap();
-        let shared = Arc::new(Acked::default());
+        let shared = Arc::new(AckedList::default());
         let stop = Arc::new(AtomicBool::new(false));
         let threads = rng.range(1, 3) as u8;
         let handles: Vec<_> = (0..threads)
@@ -187,19 +191,24 @@ fn run_seed(seed: u64) -> u64 {
                         } as usize;
                         let p = payload(writer, seq, len);
                         seq += 1;
+                        let fail = |what: &str, e: journal_core::Error| -> ! {
+                            panic!("seed {seed} round {round} writer {t}: {what}: {e}")
+                        };
                         let lsn = match trng.below(4) {
                             0 => {
-                                let _ = j.append(&p).unwrap();
+                                let _ = j.append(&p).unwrap_or_else(|e| fail("append", e));
                                 continue; // appended, never committed
                             }
                             1 => {
-                                let l = j.append(&p).unwrap();
-                                j.commit(l).unwrap();
+                                let l = j.append(&p).unwrap_or_else(|e| fail("append", e));
+                                j.commit(l).unwrap_or_else(|e| fail("commit", e));
                                 l
                             }
-                            _ => j.append_durable(&p).unwrap(),
+                            _ => j
+                                .append_durable(&p)
+                                .unwrap_or_else(|e| fail("append_durable", e)),
                         };
-                        shared.list.lock().unwrap().push((lsn, p));
+                        shared.list.lock().unwrap().push((lsn, p.into()));
                         shared.cv.notify_all();
                     }
                 })
@@ -211,7 +220,7 @@ fn run_seed(seed: u64) -> u64 {
             .open(Path::new(DATA_FILE), OpenOptions::write())
             .unwrap();
         let marker = AtomicU64::new(data_floor);
-        let (snapshot, image, floor) = loop {
+        let (snapshot, image, second, floor) = loop {
             let mut list = shared.list.lock().unwrap();
             while list.len() < crash_after.min(threads as usize * 1500)
                 && !handles.iter().all(|h| h.is_finished())
@@ -263,8 +272,22 @@ fn run_seed(seed: u64) -> u64 {
             if list.len() >= crash_after || handles.iter().all(|h| h.is_finished()) {
                 let snapshot: Vec<_> = acked.iter().cloned().chain(list.iter().cloned()).collect();
                 drop(list);
+                // The same instant under both policies: the image the
+                // next round goes on from, and a second crash state from
+                // the same workload, checked once the writers stop.
                 let policy = random_policy(&mut rng);
-                break (snapshot, crash(&vfs, policy), data_floor);
+                let other = match policy {
+                    CrashPolicy::DropUnsynced => CrashPolicy::TornSectors {
+                        seed: rng.next_u64(),
+                    },
+                    CrashPolicy::TornSectors { .. } => CrashPolicy::DropUnsynced,
+                };
+                break (
+                    snapshot,
+                    crash(&vfs, policy),
+                    (other, crash(&vfs, other)),
+                    data_floor,
+                );
             }
         };
         stop.store(true, Ordering::Relaxed);
@@ -273,6 +296,17 @@ fn run_seed(seed: u64) -> u64 {
                 .unwrap_or_else(|_| panic!("seed {seed}: a writer panicked"));
         }
         drop(j);
+        let (other, second) = second;
+        let ctx = format!("{ctx} (the same crash under {other:?})");
+        let j = recover(&second, opts, &ctx);
+        check(&j, &snapshot, &ctx);
+        let marker = data_marker(&second);
+        assert!(
+            marker >= floor,
+            "{ctx}: data written before checkpoint lost ({marker} < {floor})"
+        );
+        drop(j);
+        states += 1;
         vfs = image;
         acked = snapshot;
         data_floor = floor;
@@ -282,7 +316,7 @@ fn run_seed(seed: u64) -> u64 {
     check(&j, &acked, &format!("seed {seed} final"));
     let p = payload(200, 0, 500);
     let l = j.append_durable(&p).unwrap();
-    acked.push((l, p));
+    acked.push((l, p.into()));
     drop(j);
     let j = recover(
         &crash(&vfs, CrashPolicy::DropUnsynced),
