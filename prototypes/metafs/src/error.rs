@@ -56,7 +56,11 @@ impl Error {
             Error::InvalidName => 22,        // EINVAL
             Error::FileTooLarge => 27,       // EFBIG
             Error::InvalidArgument(_) => 22, // EINVAL
-            _ => 5,                          // EIO
+            // The disk under the journal is full: the commit failed and
+            // poisoned the filesystem (its transaction was already
+            // visible), but the caller learns why.
+            Error::Journal(journal_core::Error::NoSpace { .. }) => 28, // ENOSPC
+            _ => 5,                                                    // EIO
         }
     }
 }

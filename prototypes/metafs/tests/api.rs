@@ -314,3 +314,42 @@ fn an_image_write_error_poisons_and_a_remount_recovers_what_was_synced() {
     assert!(matches!(fs.resolve("/lost"), Err(Error::NotFound)));
     assert!(fsck(&fs).unwrap().is_empty(), "{:?}", fsck(&fs).unwrap());
 }
+
+/// A full disk under the journal: the commit that needs a segment the disk
+/// has no room for fails with ENOSPC (not EIO), the filesystem takes no
+/// more changes (the failed transaction was already visible, so it is
+/// poisoned rather than half-kept), and a remount once there is room
+/// finds every file whose fsync returned, and a clean fsck.
+#[test]
+fn a_full_disk_under_the_journal_fails_with_enospc_and_loses_nothing_acknowledged() {
+    let (vfs, fs) = sim_fs(8 << 20);
+    fs.mkdir_path("/d").unwrap();
+    fs.sync().unwrap();
+    vfs.set_space_limit(Some(vfs.space_used()));
+    let mut made = 0u32;
+    let full = loop {
+        let r = fs
+            .create_path(&format!("/d/f{made}"))
+            .and_then(|ino| fs.fsync(ino));
+        match r {
+            Ok(()) => made += 1,
+            Err(e) => break e,
+        }
+        assert!(made < 100_000, "the disk never filled");
+    };
+    assert_eq!(full.errno(), 28, "{full}");
+    assert!(
+        matches!(full, Error::Journal(journal_core::Error::NoSpace { .. })),
+        "{full}"
+    );
+    assert!(made > 10, "{made}");
+    assert!(matches!(fs.mkdir_path("/e"), Err(Error::Poisoned(_))));
+    drop(fs);
+    vfs.set_space_limit(None);
+    let fs = remount(&vfs);
+    for i in 0..made {
+        fs.resolve(&format!("/d/f{i}")).unwrap();
+    }
+    assert!(fsck(&fs).unwrap().is_empty(), "{:?}", fsck(&fs).unwrap());
+    fs.mkdir_path("/e").unwrap();
+}
