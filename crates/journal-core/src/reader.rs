@@ -515,7 +515,23 @@ impl LogReader {
             let mut q = p;
             while q < end {
                 let at = off + (q - p) as usize;
-                if iclog::format::peek_header(&src.bytes[at..]).is_some_and(|h| h.lsn.get() == q) {
+                if align == 1 {
+                    // Byte by byte (alignment 1): jump to the next place the
+                    // magic starts; a header is parsed only there.
+                    let last = off + (end - p) as usize;
+                    match find_magic(&src.bytes, at, last) {
+                        Some(i) => q = p + (i - off) as u64,
+                        None => {
+                            q = end;
+                            continue;
+                        }
+                    }
+                }
+                let at = off + (q - p) as usize;
+                if src.bytes[at..at + 4] == MAGIC_BYTES
+                    && iclog::format::peek_header(&src.bytes[at..])
+                        .is_some_and(|h| h.lsn.get() == q)
+                {
                     return Ok(Some(Lsn(q)));
                 }
                 q = q.saturating_add(align);
@@ -610,4 +626,17 @@ impl OpenChain {
     pub fn clear(&mut self) {
         self.0.clear();
     }
+}
+
+/// A record header's first four bytes.
+const MAGIC_BYTES: [u8; 4] = iclog::format::MAGIC.to_le_bytes();
+
+/// The first index in `[from, to)` where `bytes` holds [`MAGIC_BYTES`]
+/// (the caller guarantees the three bytes past `to` exist).
+fn find_magic(bytes: &[u8], from: usize, to: usize) -> Option<usize> {
+    bytes
+        .get(from..to.checked_add(3)?)?
+        .windows(4)
+        .position(|w| w == MAGIC_BYTES)
+        .map(|i| from + i)
 }
