@@ -140,31 +140,7 @@ fn build() -> Base {
     }
 }
 
-/// A hostile value for a field `width` bytes wide that held `old`.
-fn hostile(rng: &mut SplitMix64, old: u64, width: usize) -> u64 {
-    let v = match rng.below(12) {
-        0 => 0,
-        1 => 1,
-        2 => u64::MAX,
-        3 => u64::MAX - rng.below(4096),
-        4 => 1 << 62,
-        5 => (1u64 << rng.below(64))
-            .wrapping_add(rng.below(3))
-            .wrapping_sub(1),
-        6 => old.wrapping_add(1 + rng.below(4096)),
-        7 => old.wrapping_sub(1 + rng.below(4096)),
-        8 => old.wrapping_mul(2 + rng.below(7)),
-        9 => old / (2 + rng.below(7)),
-        10 => old ^ (1 << rng.below(64)),
-        _ => rng.next_u64(),
-    };
-    if width == 8 {
-        v
-    } else {
-        v & ((1u64 << (8 * width)) - 1)
-    }
-}
-
+/// The little-endian field `width` bytes wide at `off`.
 fn get(b: &[u8], off: usize, width: usize) -> u64 {
     let mut w = [0u8; 8];
     w[..width].copy_from_slice(&b[off..off + width]);
@@ -211,7 +187,7 @@ fn mutate(base: &Base, vfs: &SimVfs, rng: &mut SplitMix64) -> Mutation {
                 SLOT
             };
             let (off, width) = CONTROL_FIELDS[rng.below(CONTROL_FIELDS.len() as u64) as usize];
-            let value = hostile(rng, get(&b, slot + off, width), width);
+            let value = rng.hostile(get(&b, slot + off, width), width);
             put(&mut b, slot + off, width, value);
             let crc = crc32c::crc32c(&b[slot..slot + CONTROL_CRC]);
             put(&mut b, slot + CONTROL_CRC, 4, crc as u64);
@@ -228,7 +204,7 @@ fn mutate(base: &Base, vfs: &SimVfs, rng: &mut SplitMix64) -> Mutation {
             let (n, path) = &base.segments[rng.below(base.segments.len() as u64) as usize];
             let mut b = vfs.live_contents(path).unwrap();
             let (off, width) = SEGMENT_FIELDS[rng.below(SEGMENT_FIELDS.len() as u64) as usize];
-            let value = hostile(rng, get(&b, off, width), width);
+            let value = rng.hostile(get(&b, off, width), width);
             put(&mut b, off, width, value);
             let crc = crc32c::crc32c(&b[..44]);
             put(&mut b, 44, 4, crc as u64);
@@ -274,13 +250,13 @@ fn mutate(base: &Base, vfs: &SimVfs, rng: &mut SplitMix64) -> Mutation {
             let (field, value, forges_chain) = if k == 3 {
                 // The first entry's 4-byte length, just after the header.
                 let at = off + HEADER_SIZE;
-                let value = hostile(rng, get(&b, at, 4), 4);
+                let value = rng.hostile(get(&b, at, 4), 4);
                 put(&mut b, at, 4, value);
                 (HEADER_SIZE, value, false)
             } else {
                 let (f, width) = RECORD_FIELDS[rng.below(RECORD_FIELDS.len() as u64) as usize];
                 let old = get(&b, off + f, width);
-                let value = hostile(rng, old, width);
+                let value = rng.hostile(old, width);
                 put(&mut b, off + f, width, value);
                 let chain_bits = u64::from(CONTINUED | CONTINUES);
                 (f, value, f == 6 && (old ^ value) & chain_bits != 0)

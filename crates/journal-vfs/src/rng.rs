@@ -43,4 +43,32 @@ impl SplitMix64 {
             rest.copy_from_slice(&v[..rest.len()]);
         }
     }
+    /// A value a hostile or damaged file would hold in a `width`-byte
+    /// field (1, 2, 4 or 8) whose honest value is `old`: 0, 1, the
+    /// maximum and just under it, 2^62, powers of two and their
+    /// neighbours, `old` nudged, scaled or with a bit flipped, or random —
+    /// truncated to the width. For the hostile-input campaigns.
+    pub fn hostile(&mut self, old: u64, width: usize) -> u64 {
+        let v = match self.below(12) {
+            0 => 0,
+            1 => 1,
+            2 => u64::MAX,
+            3 => u64::MAX - self.below(4096),
+            4 => 1 << 62,
+            5 => (1u64 << self.below(64))
+                .wrapping_add(self.below(3))
+                .wrapping_sub(1),
+            6 => old.wrapping_add(1 + self.below(4096)),
+            7 => old.wrapping_sub(1 + self.below(4096)),
+            8 => old.wrapping_mul(2 + self.below(7)),
+            9 => old / (2 + self.below(7)),
+            10 => old ^ (1 << self.below(64)),
+            _ => self.next_u64(),
+        };
+        if width >= 8 {
+            v
+        } else {
+            v & ((1u64 << (8 * width)) - 1)
+        }
+    }
 }
