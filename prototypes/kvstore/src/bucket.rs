@@ -46,7 +46,9 @@ pub(crate) fn serialize(entries: &Entries) -> Vec<u8> {
 pub(crate) fn deserialize(b: &[u8]) -> Option<Entries> {
     let count = u32::from_le_bytes(b.get(..4)?.try_into().ok()?);
     let mut at = 4;
-    let mut out = Entries::with_capacity(count as usize);
+    // Sized by what the bytes can hold (6 bytes an entry at least), not by
+    // the count they claim: a CRC-valid but hostile page says 4 billion.
+    let mut out = Entries::with_capacity((count as usize).min(b.len() / 6));
     for _ in 0..count {
         let klen = u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?) as usize;
         let vlen = u32::from_le_bytes(b.get(at + 2..at + 6)?.try_into().ok()?) as usize;
