@@ -88,22 +88,23 @@ pub struct Super {
 }
 
 impl Super {
-    /// The layout of an image of `blocks` blocks with `inodes` inodes.
-    pub fn layout(blocks: u32, inodes: u32, journal_id: [u8; 16]) -> Self {
+    /// The layout of an image of `blocks` blocks with `inodes` inodes
+    /// (rounded up to whole inode-table blocks); `None` if the numbers
+    /// overflow the format's 32-bit block and inode numbers.
+    pub fn layout(blocks: u32, inodes: u32, journal_id: [u8; 16]) -> Option<Self> {
         let inode_blocks = inodes.div_ceil(INODES_PER_BLOCK);
         let bitmap_blocks = blocks.div_ceil((BLOCK * 8) as u32);
-        let inode_start = 1;
-        let bitmap_start = inode_start + inode_blocks;
-        Super {
+        let inode_start = 1u32;
+        let bitmap_start = inode_start.checked_add(inode_blocks)?;
+        Some(Super {
             blocks,
-            inodes: inode_blocks * INODES_PER_BLOCK,
+            inodes: inode_blocks.checked_mul(INODES_PER_BLOCK)?,
             inode_start,
             bitmap_start,
-            data_start: bitmap_start + bitmap_blocks,
+            data_start: bitmap_start.checked_add(bitmap_blocks)?,
             journal_id,
-        }
+        })
     }
-
     /// The block and byte offset of inode `ino`.
     pub fn inode_place(&self, ino: u32) -> (u32, usize) {
         (
@@ -158,7 +159,7 @@ impl Super {
             data_start: u32_at(b, 28),
             journal_id: bytes_at(b, 32),
         };
-        if s != Super::layout(s.blocks, s.inodes, s.journal_id) {
+        if Super::layout(s.blocks, s.inodes, s.journal_id) != Some(s) {
             return Err(Error::Corrupt("superblock layout is inconsistent".into()));
         }
         Ok(s)
@@ -250,11 +251,17 @@ impl Inode {
         for (i, d) in direct.iter_mut().enumerate() {
             *d = u32_at(b, 24 + 4 * i);
         }
+        // Every loop over a file's or directory's blocks is bounded by its
+        // size: a size no inode can have is refused here, once.
+        let size = u64_at(b, 8);
+        if size > MAX_FILE_SIZE {
+            return Err(Error::Corrupt(format!("inode size {size}")));
+        }
         Ok(Inode {
             kind,
             nlink: u16_at(b, 2),
             parent: u32_at(b, 4),
-            size: u64_at(b, 8),
+            size,
             mtime_ns: u64_at(b, 16),
             direct,
             indirect: u32_at(b, 72),
@@ -353,7 +360,7 @@ mod tests {
 
     #[test]
     fn the_superblock_round_trips_and_refuses_what_is_not_it() {
-        let s = Super::layout(4096, 1000, [9; 16]);
+        let s = Super::layout(4096, 1000, [9; 16]).unwrap();
         assert_eq!(s.inodes % INODES_PER_BLOCK, 0);
         assert!(s.data_start > s.bitmap_start && s.bitmap_start > s.inode_start);
         let b = s.encode();

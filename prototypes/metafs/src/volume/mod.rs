@@ -247,8 +247,10 @@ impl Fs {
             .unwrap_or(blocks / 2)
             .max(crate::layout::INODES_PER_BLOCK);
         // Check the layout before creating anything.
-        let probe = Super::layout(blocks, inodes, [0; 16]);
-        if probe.data_start + 16 > blocks {
+        let probe = Super::layout(blocks, inodes, [0; 16]).ok_or(Error::InvalidArgument(
+            "more inodes than the format can number",
+        ))?;
+        if probe.data_start.saturating_add(16) > blocks {
             return Err(Error::InvalidArgument(
                 "image too small for its inode table and bitmap",
             ));
@@ -264,7 +266,10 @@ impl Fs {
                 ..options.journal
             },
         )?;
-        let sb = Super::layout(blocks, inodes, journal.id());
+        let sb = Super {
+            journal_id: journal.id(),
+            ..probe
+        };
         let f = vfs.open(image, OpenOptions::create_new())?;
         f.set_len(blocks as u64 * BLOCK as u64)?;
         // Bitmap: the superblock, inode table and bitmap are in use.

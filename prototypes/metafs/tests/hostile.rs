@@ -1,0 +1,226 @@
+//! Hostile images: one to three fields of the superblock (its CRC
+//! re-sealed), of an inode in use (kind, link count, parent, size, block
+//! pointers), of a directory entry (inode number, name length), of an
+//! indirect block's pointers, or a bitmap word, set to values a damaged or
+//! malicious image could hold. Mounting, walking the tree (every
+//! directory listed, every file stat'ed and read), fsck, a write and an
+//! unmount must each answer with a typed error or with data: never a
+//! panic, a hang, or an allocation sized by a number read from the image.
+//!
+//! `cargo test` runs a fixed number of cases; `JOURNAL_FUZZ_SECONDS` runs
+//! for a time budget instead (`cargo xtask fuzz --minutes N`).
+
+use journal_core::vfs::{CrashPolicy, OpenOptions, SimVfs, SplitMix64, Vfs};
+use metafs::layout::{Super, BLOCK, DIRECT, DIRENTS_PER_BLOCK, DIRENT_SIZE};
+use metafs::{fsck, Fs, Kind, MkfsOptions, MountOptions, ROOT};
+use std::path::Path;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+const IMG: &str = "/fs.img";
+/// Cases `cargo test` runs.
+const CASES: u64 = 150;
+
+fn journal() -> journal_core::Options {
+    journal_core::Options {
+        segment_size: 1 << 20,
+        logbsize: 64 << 10,
+        background_preallocation: false,
+        ..journal_core::Options::default()
+    }
+}
+
+fn mount(vfs: &SimVfs) -> metafs::Result<Fs> {
+    let o = MountOptions {
+        journal: journal(),
+        ..MountOptions::default()
+    };
+    Fs::mount_with(Arc::new(vfs.clone()), IMG, o)
+}
+
+/// An unmounted image: nested directories, small files, and one file
+/// large enough to need its indirect block.
+fn base() -> SimVfs {
+    let vfs = SimVfs::new();
+    vfs.create_dir_all(Path::new("/")).unwrap();
+    let o = MkfsOptions {
+        size: 8 << 20,
+        inodes: None,
+        journal: journal(),
+    };
+    Fs::mkfs_with(Arc::new(vfs.clone()), IMG, o).unwrap();
+    let fs = mount(&vfs).unwrap();
+    let mut rng = SplitMix64::new(11);
+    for d in 0..4 {
+        fs.mkdir_path(&format!("/d{d}")).unwrap();
+        fs.mkdir_path(&format!("/d{d}/sub")).unwrap();
+        for f in 0..12 {
+            let ino = fs.create_path(&format!("/d{d}/f{f}")).unwrap();
+            let mut v = vec![0u8; rng.range(0, 9000) as usize];
+            rng.fill(&mut v);
+            fs.write(ino, 0, &v).unwrap();
+        }
+    }
+    let big = fs.create_path("/big").unwrap();
+    fs.write(big, 0, &vec![0x5a; 20 * BLOCK]).unwrap();
+    fs.unmount().unwrap();
+    vfs
+}
+
+fn field(b: &[u8], off: usize, width: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w[..width].copy_from_slice(&b[off..off + width]);
+    u64::from_le_bytes(w)
+}
+
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    field(b, off, 4) as u32
+}
+
+/// Where a field that matters lives: `(byte offset in the image, width)`.
+fn pick_field(img: &[u8], sb: &Super, rng: &mut SplitMix64) -> (usize, usize) {
+    let inode_at = |ino: u32| {
+        let (blk, off) = sb.inode_place(ino);
+        blk as usize * BLOCK + off
+    };
+    let in_use: Vec<u32> = (1..sb.inodes).filter(|&i| img[inode_at(i)] != 0).collect();
+    let pick = |rng: &mut SplitMix64, v: &[usize]| v[rng.below(v.len() as u64) as usize];
+    // Blocks the inodes point at: directory blocks and indirect blocks.
+    let mut dir_blocks = Vec::new();
+    let mut indirect = Vec::new();
+    for &i in &in_use {
+        let at = inode_at(i);
+        let ptrs = (0..DIRECT).map(|k| u32_at(img, at + 24 + 4 * k));
+        if img[at] == 2 {
+            dir_blocks.extend(ptrs.filter(|&b| b != 0).map(|b| b as usize));
+        }
+        let ind = u32_at(img, at + 72);
+        if ind != 0 {
+            indirect.push(ind as usize);
+        }
+    }
+    match rng.below(10) {
+        0 => {
+            let f = [(4, 2), (8, 4), (12, 4), (16, 4), (20, 4), (24, 4), (28, 4)];
+            f[rng.below(f.len() as u64) as usize]
+        }
+        1..=4 => {
+            let at = inode_at(in_use[rng.below(in_use.len() as u64) as usize]);
+            let f = match rng.below(7) {
+                0 => (0, 1),                                          // kind
+                1 => (2, 2),                                          // link count
+                2 => (4, 4),                                          // parent
+                3 => (8, 8),                                          // size
+                4 => (16, 8),                                         // mtime
+                5 => (24 + 4 * rng.below(DIRECT as u64) as usize, 4), // a direct pointer
+                _ => (72, 4),                                         // the indirect block
+            };
+            (at + f.0, f.1)
+        }
+        5..=7 => {
+            let blk = pick(rng, &dir_blocks);
+            let slot = rng.below(DIRENTS_PER_BLOCK as u64) as usize;
+            let at = blk * BLOCK + slot * DIRENT_SIZE;
+            if rng.chance(1, 2) {
+                (at, 4) // the entry's inode
+            } else {
+                (at + 4, 2) // its name length
+            }
+        }
+        8 if !indirect.is_empty() => {
+            let blk = pick(rng, &indirect);
+            (blk * BLOCK + 4 * rng.below((BLOCK / 4) as u64) as usize, 4)
+        }
+        _ => {
+            let at = sb.bitmap_start as usize * BLOCK + 8 * rng.below((BLOCK / 8) as u64) as usize;
+            (at, 8)
+        }
+    }
+}
+
+/// One case: a copy of `base` with one to three fields made hostile.
+fn mutate(base: &SimVfs, rng: &mut SplitMix64) -> SimVfs {
+    let image = base.crash(CrashPolicy::DropUnsynced);
+    let mut img = image.live_contents(Path::new(IMG)).unwrap();
+    let sb = Super::decode(&img[..BLOCK]).unwrap();
+    // Fields are found in the image as it was, not as mutated so far.
+    let clean = img.clone();
+    for _ in 0..rng.range(1, 3) {
+        let (off, width) = pick_field(&clean, &sb, rng);
+        let v = rng.hostile(field(&img, off, width), width);
+        img[off..off + width].copy_from_slice(&v.to_le_bytes()[..width]);
+    }
+    let crc = crc32c::crc32c(&img[..48]);
+    img[48..52].copy_from_slice(&crc.to_le_bytes());
+    let f = image.open(Path::new(IMG), OpenOptions::write()).unwrap();
+    f.write_at(&img, 0).unwrap();
+    f.sync_all().unwrap();
+    image
+}
+
+/// Mounts, walks the tree, runs fsck, writes and unmounts: `true` if the
+/// mount succeeded. Errors are answers; a panic fails the case.
+fn exercise(image: &SimVfs) -> bool {
+    let Ok(fs) = mount(image) else {
+        return false;
+    };
+    let mut todo = vec![ROOT];
+    let mut seen = 0;
+    while let Some(dir) = todo.pop() {
+        let Ok(entries) = fs.readdir(dir) else {
+            continue;
+        };
+        for (_, ino, kind) in entries {
+            // A cycle in a hostile tree must not walk forever.
+            seen += 1;
+            if seen > 10_000 {
+                break;
+            }
+            let _ = fs.stat(ino);
+            match kind {
+                Kind::Dir => todo.push(ino),
+                _ => {
+                    let _ = fs.read(ino, 0, 1 << 20);
+                }
+            }
+        }
+    }
+    let _ = fsck(&fs);
+    let _ = fs.create_path("/after").and_then(|i| fs.write(i, 0, b"x"));
+    let _ = fs.unmount();
+    true
+}
+
+#[test]
+fn hostile_images_get_typed_errors_never_panics() {
+    let budget: Option<f64> = std::env::var("JOURNAL_FUZZ_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok());
+    let base = base();
+    let start = Instant::now();
+    let (mut cases, mut mounted) = (0u64, 0u64);
+    let mut rng = SplitMix64::new(0x6d66);
+    while match budget {
+        Some(b) => start.elapsed().as_secs_f64() < b,
+        None => cases < CASES,
+    } {
+        let image = mutate(&base, &mut rng);
+        // A hang is a failure too: each case runs under a watchdog.
+        let (tx, rx) = mpsc::channel();
+        let case = cases;
+        std::thread::spawn(move || {
+            let r = std::panic::catch_unwind(|| exercise(&image));
+            let _ = tx.send(r);
+        });
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(Ok(m)) => mounted += u64::from(m),
+            Ok(Err(_)) => panic!("case {case}: a hostile image made metafs panic"),
+            Err(_) => panic!("case {case}: a hostile image made metafs hang"),
+        }
+        cases += 1;
+    }
+    println!(
+        "metafs hostile images: {cases} hostile images in {:.1} s: {mounted} mounted and walked, the rest a typed error; 0 panics, 0 hangs",
+        start.elapsed().as_secs_f64()
+    );
+}
