@@ -15,9 +15,11 @@
 //!   minutes (release build); prints how many crash states it checked.
 //! - `cargo xtask corrupt --minutes N`: the corruption campaign for N
 //!   minutes (release build); prints counts per mutation class and mode.
-//! - `cargo xtask fuzz --minutes N`: the hostile-input campaign (fields
-//!   set to hostile values, CRCs re-sealed) for N minutes on every core
-//!   (release build); prints parser cases and whole opens.
+//! - `cargo xtask fuzz --minutes N`: the hostile-input campaigns (fields
+//!   set to hostile values, CRCs re-sealed), N minutes in all (release
+//!   build): half on the journal's files on every core (prints parser
+//!   cases and whole opens), a quarter each on kvstore data files and
+//!   metafs images.
 //! - `cargo xtask bench-peers [ARGS...]`: `journal bench --scenario peers`
 //!   built with the `peers` feature (okaywal and raft-engine), ARGS passed on.
 //! - `cargo xtask shuttle [--iterations N]`: the composed journal under
@@ -220,6 +222,38 @@ fn campaign(what: &str, test: &str, budget_var: &str, minutes: f64) -> Result<()
     release_test(what, test, &[(budget_var, (minutes * 60.0).to_string())])
 }
 
+/// `cargo xtask fuzz --minutes N`: the hostile-input campaigns, N minutes
+/// in all — half on the journal's own files, a quarter each on kvstore's
+/// data file and metafs's image.
+fn fuzz(minutes: f64) -> Result<(), String> {
+    let secs = minutes * 60.0;
+    campaign(
+        "hostile-input campaign",
+        "hostile_input",
+        "JOURNAL_FUZZ_SECONDS",
+        minutes / 2.0,
+    )?;
+    for (what, package) in [
+        ("kvstore hostile pages", "kvstore"),
+        ("metafs hostile images", "metafs"),
+    ] {
+        let mut cmd = cargo();
+        cmd.args([
+            "test",
+            "--release",
+            "--package",
+            package,
+            "--test",
+            "hostile",
+            "--",
+            "--nocapture",
+        ]);
+        cmd.env("JOURNAL_FUZZ_SECONDS", (secs / 4.0).to_string());
+        run_tests(what, &mut cmd)?;
+    }
+    Ok(())
+}
+
 /// Runs one test target of journal-tests in release mode, its output shown,
 /// with `envs` set.
 fn release_test(what: &str, test: &str, envs: &[(&str, String)]) -> Result<(), String> {
@@ -376,14 +410,7 @@ fn main() -> ExitCode {
                 m,
             )
         }),
-        Some("fuzz") => minutes(&args[1..]).and_then(|m| {
-            campaign(
-                "hostile-input campaign",
-                "hostile_input",
-                "JOURNAL_FUZZ_SECONDS",
-                m,
-            )
-        }),
+        Some("fuzz") => minutes(&args[1..]).and_then(fuzz),
         _ => Err(usage()),
     };
     if matches!(
