@@ -21,7 +21,8 @@
 //!   cases and whole opens), a quarter each on kvstore data files and
 //!   metafs images.
 //! - `cargo xtask bench-peers [ARGS...]`: `journal bench --scenario peers`
-//!   built with the `peers` feature (okaywal and raft-engine), ARGS passed on.
+//!   built with the `peers` feature (okaywal, raft-engine and wal-db), ARGS
+//!   passed on.
 //! - `cargo xtask shuttle [--iterations N]`: the composed journal under
 //!   shuttle's random and PCT schedulers (release, `--cfg shuttle`, in
 //!   `target/shuttle`), N schedules in all (default 20,000; `ci` runs the

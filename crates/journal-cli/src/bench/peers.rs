@@ -1,7 +1,7 @@
 //! `--scenario peers` (feature `peers`): the same closed-loop workload —
 //! one 256-byte record, durably committed, per client per iteration —
-//! against this journal, okaywal and raft-engine (the Rust WALs a user
-//! would otherwise pick), and the bare device (each client its own file:
+//! against this journal, okaywal, raft-engine and wal-db (the Rust WALs a
+//! user would otherwise pick), and the bare device (each client its own file:
 //! pwrite of 4 KiB + fdatasync). Systems are interleaved within each round,
 //! rounds repeated, medians reported.
 
@@ -22,7 +22,7 @@ fn closed_loop(n: usize, seconds: f64, op: Op) -> Result<(f64, Histogram<u64>), 
     Ok((r.rate(), r.latency))
 }
 
-const SYSTEMS: [&str; 4] = ["journal", "okaywal", "raft-engine", "device"];
+const SYSTEMS: [&str; 5] = ["journal", "okaywal", "raft-engine", "wal-db", "device"];
 
 /// One measurement of `system` with `n` clients in a fresh directory.
 fn measure(env: &Env, system: &str, n: usize, record: &Arc<Vec<u8>>) -> Result<(f64, u64), String> {
@@ -71,6 +71,15 @@ fn measure(env: &Env, system: &str, n: usize, record: &Arc<Vec<u8>>) -> Result<(
                     .map_err(err)?;
                 e.write(&mut batch, true).map(|_| ()).map_err(err)
             });
+            closed_loop(n, warm, op.clone())?;
+            closed_loop(n, secs, op)?
+        }
+        "wal-db" => {
+            // Lock-free appends; concurrent syncs coalesce into one fsync.
+            OsVfs::new().create_dir_all(&dir).map_err(err)?;
+            let wal = Arc::new(wal_db::Wal::open(dir.join("peer.wal")).map_err(err)?);
+            let (w, r) = (wal.clone(), record.clone());
+            let op: Op = Arc::new(move |_| w.append_and_sync(&r).map(|_| ()).map_err(err));
             closed_loop(n, warm, op.clone())?;
             closed_loop(n, secs, op)?
         }
@@ -138,25 +147,27 @@ pub fn peers(env: &Env, plot: Option<&std::path::Path>) -> Result<Json, String> 
             line.push((n as f64, *rate));
         }
         let p: Vec<f64> = p99s.into_iter().map(median).collect();
-        let best_peer = r[1].max(r[2]);
+        let best_peer = r[1].max(r[2]).max(r[3]);
         let vs_peer = r[0] / best_peer;
-        let vs_device = r[0] / r[3];
+        let vs_device = r[0] / r[4];
         rows.push(vec![
             n.to_string(),
             format!("{:.0}", r[0]),
             format!("{:.0}", r[1]),
             format!("{:.0}", r[2]),
             format!("{:.0}", r[3]),
+            format!("{:.0}", r[4]),
             format!("{vs_peer:.2}"),
             format!("{vs_device:.2}"),
             format!("{:.0}", p[0]),
             format!("{:.0}", p[1]),
             format!("{:.0}", p[2]),
+            format!("{:.0}", p[3]),
         ]);
         points.push(json!({
             "clients": n, "rounds": rounds,
-            "commits_per_s": {"journal": r[0], "okaywal": r[1], "raft_engine": r[2], "device": r[3]},
-            "p99_us": {"journal": p[0], "okaywal": p[1], "raft_engine": p[2], "device": p[3]},
+            "commits_per_s": {"journal": r[0], "okaywal": r[1], "raft_engine": r[2], "wal_db": r[3], "device": r[4]},
+            "p99_us": {"journal": p[0], "okaywal": p[1], "raft_engine": p[2], "wal_db": p[3], "device": p[4]},
             "journal_over_best_peer": vs_peer,
             "journal_over_device": vs_device,
         }));
@@ -171,12 +182,14 @@ pub fn peers(env: &Env, plot: Option<&std::path::Path>) -> Result<Json, String> 
             "journal c/s",
             "okaywal",
             "raft-engine",
+            "wal-db",
             "device",
             "ours/peer",
             "ours/dev",
             "p99 ours",
             "p99 okaywal",
             "p99 raft-eng",
+            "p99 wal-db",
         ],
         &rows,
     );
