@@ -32,6 +32,8 @@ pub fn run(env: &Env, args: &BenchArgs) -> Result<Json, String> {
         ..base
     };
     let payload = std::sync::Arc::new(vec![0xC3u8; size]);
+    // The floor first, on a quiet machine: no journal is open yet.
+    let floor = super::floor::measure(if env.smoke { 0.1 } else { 1.0 })?;
     let mut points = Vec::new();
     let mut rows = Vec::new();
     let mut series = (Vec::new(), Vec::new());
@@ -63,6 +65,10 @@ pub fn run(env: &Env, args: &BenchArgs) -> Result<Json, String> {
         ],
         &rows,
     );
+    println!(
+        "wake-up floor (one park + unpark pair between two threads, the journal's own lock and condvar): {:.1} µs CPU, {:.1} µs wall, {:.2} switches",
+        floor.cpu_us, floor.wall_us, floor.switches
+    );
     if let Some(path) = &args.plot {
         let text = svg::chart(
             &format!("group commit, {size}-byte records"),
@@ -87,7 +93,7 @@ pub fn run(env: &Env, args: &BenchArgs) -> Result<Json, String> {
         eprintln!("wrote {}", path.display());
     }
     Ok(
-        json!({"scenario": "group-commit", "options": options_json(&options), "record_size": size, "points": points}),
+        json!({"scenario": "group-commit", "options": options_json(&options), "record_size": size, "wake_floor": floor.json(), "points": points}),
     )
 }
 

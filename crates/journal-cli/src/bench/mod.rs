@@ -5,6 +5,7 @@
 //! SimVfs with injected latency. Results are printed as a table and, with
 //! `--json FILE`, written as JSON; ratios are computed within one run.
 
+mod floor;
 mod group_commit;
 #[cfg(feature = "peers")]
 mod peers;
