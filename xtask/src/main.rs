@@ -16,8 +16,9 @@
 //! - `cargo xtask corrupt --minutes N`: the corruption campaign for N
 //!   minutes (release build); prints counts per mutation class and mode.
 //! - `cargo xtask fuzz --minutes N`: the hostile-input campaigns (fields
-//!   set to hostile values, CRCs re-sealed), N minutes in all (release
-//!   build): half on the journal's files on every core (prints parser
+//!   set to hostile values, CRCs re-sealed), N minutes in all (the `fuzz`
+//!   profile: release with overflow checks and debug assertions): half on
+//!   the journal's files on every core (prints parser
 //!   cases and whole opens), a quarter each on kvstore data files and
 //!   metafs images.
 //! - `cargo xtask bench-peers [ARGS...]`: `journal bench --scenario peers`
@@ -226,30 +227,33 @@ fn campaign(what: &str, test: &str, budget_var: &str, minutes: f64) -> Result<()
 /// `cargo xtask fuzz --minutes N`: the hostile-input campaigns, N minutes
 /// in all — half on the journal's own files, a quarter each on kvstore's
 /// data file and metafs's image.
+/// Built with the `fuzz` profile (release, plus overflow checks and debug
+/// assertions).
 fn fuzz(minutes: f64) -> Result<(), String> {
     let secs = minutes * 60.0;
-    campaign(
-        "hostile-input campaign",
-        "hostile_input",
-        "JOURNAL_FUZZ_SECONDS",
-        minutes / 2.0,
-    )?;
-    for (what, package) in [
-        ("kvstore hostile pages", "kvstore"),
-        ("metafs hostile images", "metafs"),
+    for (what, package, test, share) in [
+        (
+            "hostile-input campaign",
+            "journal-tests",
+            "hostile_input",
+            0.5,
+        ),
+        ("kvstore hostile pages", "kvstore", "hostile", 0.25),
+        ("metafs hostile images", "metafs", "hostile", 0.25),
     ] {
         let mut cmd = cargo();
         cmd.args([
             "test",
-            "--release",
+            "--profile",
+            "fuzz",
             "--package",
             package,
             "--test",
-            "hostile",
+            test,
             "--",
             "--nocapture",
         ]);
-        cmd.env("JOURNAL_FUZZ_SECONDS", (secs / 4.0).to_string());
+        cmd.env("JOURNAL_FUZZ_SECONDS", (secs * share).to_string());
         run_tests(what, &mut cmd)?;
     }
     Ok(())
