@@ -507,11 +507,11 @@ fn reseal_control(dir: &Path, edit: impl Fn(&mut [u8])) {
 
 /// A control file whose CRC holds but whose values no journal writes: a
 /// tiny or odd segment size, a bad alignment, a scan position near the end
-/// of the LSN space. Every command refuses it with one line and exit 2 (it
+/// of the LSN space, an update counter about to wrap. Every command refuses it with one line and exit 2 (it
 /// panicked before on the segment size), and so does `Journal::open`.
 #[test]
 fn a_control_file_with_a_valid_crc_and_impossible_values_is_refused() {
-    let edits: [(&str, Edit); 4] = [
+    let edits: [(&str, Edit); 5] = [
         ("segment size 4096", |s| {
             s[32..40].copy_from_slice(&4096u64.to_le_bytes())
         }),
@@ -524,6 +524,11 @@ fn a_control_file_with_a_valid_crc_and_impossible_values_is_refused() {
         ("scan position near u64::MAX", |s| {
             s[40..48].copy_from_slice(&(u64::MAX - 10).to_le_bytes());
             s[48..56].copy_from_slice(&(u64::MAX - 100).to_le_bytes());
+        }),
+        // The next control update would wrap it to 0, a slot that loses to
+        // the older one (found by the fuzz profile's overflow checks).
+        ("update counter u64::MAX", |s| {
+            s[8..16].copy_from_slice(&u64::MAX.to_le_bytes())
         }),
     ];
     for (what, edit) in edits {

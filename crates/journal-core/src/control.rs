@@ -134,8 +134,9 @@ impl Control {
     }
 
     /// What makes a slot whose CRC holds impossible for any journal to have
-    /// written: its geometry out of the ranges `Options` allows, or LSNs no
-    /// log reaches (so that arithmetic on them cannot overflow).
+    /// written: its geometry out of the ranges `Options` allows, or LSNs or
+    /// an update counter no log reaches (so that arithmetic on them cannot
+    /// overflow).
     fn impossible(&self) -> Option<&'static str> {
         let s = self.segment_size;
         if !s.is_power_of_two() || !(64 << 10..=1 << 30).contains(&s) {
@@ -152,6 +153,11 @@ impl Control {
         }
         if self.scan_lsn > self.redo_lsn {
             return Some("control file: scan_lsn is above redo_lsn");
+        }
+        // One update per checkpoint: no journal counts to 2^62, and the
+        // next update's `seq + 1` must not wrap to a slot that loses.
+        if self.seq > MAX_LSN {
+            return Some("control file: an update counter beyond 2^62");
         }
         None
     }
@@ -236,6 +242,7 @@ impl ControlFile {
     /// Writes `update` (with the next sequence number) into the other slot
     /// and makes it durable.
     pub(crate) fn write(&mut self, mut update: Control) -> Result<()> {
+        // At most 2^62 + 1: `impossible` refuses a larger one at open.
         update.seq = self.current.seq + 1;
         let slot = (update.seq % 2) * SLOT_SIZE as u64;
         self.file.write_at(&update.encode(), slot)?;
