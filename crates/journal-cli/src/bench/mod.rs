@@ -195,6 +195,10 @@ pub struct BenchArgs {
     /// second is always 1 MiB).
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(usize))]
     replay_record_size: usize,
+    /// Interleaved rounds of the peers scenario [default: 5, or 1 with
+    /// --smoke].
+    #[arg(long, value_name = "N")]
+    rounds: Option<usize>,
     /// Tiny runs that only prove every path works (CI).
     #[arg(long)]
     smoke: bool,
@@ -215,6 +219,8 @@ pub struct Env {
     pub direct_io: bool,
     /// Group commits in flight (`--commits-in-flight`).
     pub commits_in_flight: u32,
+    /// Interleaved rounds of the peers scenario (`--rounds`).
+    pub rounds: usize,
     counter: AtomicU64,
     progress: ProgressBar,
 }
@@ -582,9 +588,13 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         commits_in_flight: args
             .commits_in_flight
             .unwrap_or(Options::default().commits_in_flight),
+        rounds: args.rounds.unwrap_or(if smoke { 1 } else { 5 }),
         counter: AtomicU64::new(0),
         progress: progress_bar(args.quiet),
     };
+    if env.rounds == 0 {
+        return Err("--rounds must be positive".into());
+    }
     eprintln!(
         "journal bench: {} in {} ({} s per point{})",
         names

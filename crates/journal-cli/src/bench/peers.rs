@@ -6,26 +6,47 @@
 //! rounds repeated, medians reported.
 
 use super::{err, median, svg, table, warmup_seconds, write_file, Env};
-use hdrhistogram::Histogram;
-use journal_core::vfs::{OpenOptions, OsVfs, Prealloc, Vfs};
+use journal_core::vfs::{process_usage, OpenOptions, OsVfs, Prealloc, Vfs};
 use journal_core::{Journal, Options};
 use serde_json::{json, Value as Json};
 use std::sync::Arc;
 
 type Op = Arc<dyn Fn(usize) -> Result<(), String> + Send + Sync>;
 
+/// One measured point of one system.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    /// Commits per second.
+    rate: f64,
+    /// 99th-percentile commit latency, µs.
+    p99: f64,
+    /// CPU time of the whole process (user + system) per commit, µs.
+    cpu_us: f64,
+    /// Voluntary context switches of the whole process per commit.
+    switches: f64,
+}
+
 /// `n` clients running `op(client)` in a loop for `seconds` (the harness's
-/// closed loop): commits/s and latency.
-fn closed_loop(n: usize, seconds: f64, op: Op) -> Result<(f64, Histogram<u64>), String> {
+/// closed loop), with the process's CPU time and switches over the run:
+/// one system runs at a time, so they are that system's.
+fn closed_loop(n: usize, seconds: f64, op: Op) -> Result<Sample, String> {
     let each: Arc<bench_harness::Op<String>> = Arc::new(move |c, _| op(c));
+    let u0 = process_usage().map_err(err)?;
     let r = bench_harness::closed_loop(n, seconds, each)?;
-    Ok((r.rate(), r.latency))
+    let u = process_usage().map_err(err)?.since(&u0);
+    let commits = r.ops.max(1) as f64;
+    Ok(Sample {
+        rate: r.rate(),
+        p99: r.latency.value_at_quantile(0.99) as f64,
+        cpu_us: u.cpu.as_secs_f64() * 1e6 / commits,
+        switches: u.voluntary_switches as f64 / commits,
+    })
 }
 
 const SYSTEMS: [&str; 5] = ["journal", "okaywal", "raft-engine", "wal-db", "device"];
 
 /// One measurement of `system` with `n` clients in a fresh directory.
-fn measure(env: &Env, system: &str, n: usize, record: &Arc<Vec<u8>>) -> Result<(f64, u64), String> {
+fn measure(env: &Env, system: &str, n: usize, record: &Arc<Vec<u8>>) -> Result<Sample, String> {
     let dir = env.fresh_dir(system);
     let secs = env.seconds;
     let warm = warmup_seconds(secs);
@@ -113,22 +134,27 @@ fn measure(env: &Env, system: &str, n: usize, record: &Arc<Vec<u8>>) -> Result<(
         }
     };
     env.discard(&dir);
-    Ok((result.0, result.1.value_at_quantile(0.99)))
+    Ok(result)
+}
+
+/// The median of `xs` with its range: `median (min–max)`.
+fn spread(xs: &[f64]) -> String {
+    let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{:.0} ({lo:.0}–{hi:.0})", median(xs.to_vec()))
 }
 
 /// `journal bench --scenario peers`; with `plot`, every system on one chart.
 pub fn peers(env: &Env, plot: Option<&std::path::Path>) -> Result<Json, String> {
     let levels: &[usize] = if env.smoke { &[1, 4] } else { &[1, 4, 16, 64] };
-    let rounds = if env.smoke { 1 } else { 3 };
+    let rounds = env.rounds;
     let record = Arc::new(vec![0xC3u8; 256]);
-    let mut rows = Vec::new();
-    let mut points = Vec::new();
+    let (mut rows, mut costs, mut points) = (Vec::new(), Vec::new(), Vec::new());
     let mut lines: Vec<Vec<(f64, f64)>> = vec![Vec::new(); SYSTEMS.len()];
     let steps = levels.len() * rounds * SYSTEMS.len();
     let mut step = 0;
     for &n in levels {
-        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); SYSTEMS.len()];
-        let mut p99s: Vec<Vec<f64>> = vec![Vec::new(); SYSTEMS.len()];
+        let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); SYSTEMS.len()];
         for round in 0..rounds {
             for (i, system) in SYSTEMS.iter().enumerate() {
                 env.progress_bar(
@@ -137,62 +163,71 @@ pub fn peers(env: &Env, plot: Option<&std::path::Path>) -> Result<Json, String> 
                     &format!("peers: {n} clients, {system}, round {}", round + 1),
                 );
                 step += 1;
-                let (rate, p99) = measure(env, system, n, &record)?;
-                rates[i].push(rate);
-                p99s[i].push(p99 as f64);
+                samples[i].push(measure(env, system, n, &record)?);
             }
         }
-        let r: Vec<f64> = rates.into_iter().map(median).collect();
+        let of =
+            |i: usize, f: fn(&Sample) -> f64| -> Vec<f64> { samples[i].iter().map(f).collect() };
+        let r: Vec<f64> = (0..SYSTEMS.len())
+            .map(|i| median(of(i, |s| s.rate)))
+            .collect();
         for (line, rate) in lines.iter_mut().zip(&r) {
             line.push((n as f64, *rate));
         }
-        let p: Vec<f64> = p99s.into_iter().map(median).collect();
+        let p: Vec<f64> = (0..SYSTEMS.len())
+            .map(|i| median(of(i, |s| s.p99)))
+            .collect();
+        let cpu: Vec<f64> = (0..SYSTEMS.len())
+            .map(|i| median(of(i, |s| s.cpu_us)))
+            .collect();
+        let sw: Vec<f64> = (0..SYSTEMS.len())
+            .map(|i| median(of(i, |s| s.switches)))
+            .collect();
         let best_peer = r[1].max(r[2]).max(r[3]);
         let vs_peer = r[0] / best_peer;
         let vs_device = r[0] / r[4];
-        rows.push(vec![
-            n.to_string(),
-            format!("{:.0}", r[0]),
-            format!("{:.0}", r[1]),
-            format!("{:.0}", r[2]),
-            format!("{:.0}", r[3]),
-            format!("{:.0}", r[4]),
-            format!("{vs_peer:.2}"),
-            format!("{vs_device:.2}"),
-            format!("{:.0}", p[0]),
-            format!("{:.0}", p[1]),
-            format!("{:.0}", p[2]),
-            format!("{:.0}", p[3]),
-        ]);
+        let mut row = vec![n.to_string()];
+        row.extend((0..SYSTEMS.len()).map(|i| spread(&of(i, |s| s.rate))));
+        row.push(format!("{vs_peer:.2}"));
+        row.push(format!("{vs_device:.2}"));
+        rows.push(row);
+        let mut cost = vec![n.to_string()];
+        for i in 0..SYSTEMS.len() {
+            cost.push(format!("{:.0} / {:.1} / {:.2}", p[i], cpu[i], sw[i]));
+        }
+        costs.push(cost);
+        let per = |v: &[f64]| -> Json {
+            SYSTEMS
+                .iter()
+                .zip(v)
+                .map(|(k, x)| (k.replace('-', "_"), json!(x)))
+                .collect()
+        };
+        let all: Json = SYSTEMS
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.replace('-', "_"), json!(of(i, |s| s.rate))))
+            .collect();
         points.push(json!({
             "clients": n, "rounds": rounds,
-            "commits_per_s": {"journal": r[0], "okaywal": r[1], "raft_engine": r[2], "wal_db": r[3], "device": r[4]},
-            "p99_us": {"journal": p[0], "okaywal": p[1], "raft_engine": p[2], "wal_db": p[3], "device": p[4]},
+            "commits_per_s": per(&r),
+            "commits_per_s_each_round": all,
+            "p99_us": per(&p),
+            "cpu_us_per_commit": per(&cpu),
+            "switches_per_commit": per(&sw),
             "journal_over_best_peer": vs_peer,
             "journal_over_device": vs_device,
         }));
     }
     println!(
-        "peers: 256-byte records, one durable commit per client per iteration, medians of {rounds} interleaved rounds, {} s per point",
+        "peers: 256-byte records, one durable commit per client per iteration, medians (and ranges) of {rounds} interleaved rounds, {} s per point",
         env.seconds
     );
-    table(
-        &[
-            "clients",
-            "journal c/s",
-            "okaywal",
-            "raft-engine",
-            "wal-db",
-            "device",
-            "ours/peer",
-            "ours/dev",
-            "p99 ours",
-            "p99 okaywal",
-            "p99 raft-eng",
-            "p99 wal-db",
-        ],
-        &rows,
-    );
+    let mut head = vec!["clients"];
+    head.extend(SYSTEMS);
+    table(&[&head[..], &["ours/peer", "ours/dev"]].concat(), &rows);
+    println!("per commit, medians: p99 µs / CPU µs (whole process) / voluntary switches");
+    table(&head, &costs);
     if let Some(path) = plot {
         let series: Vec<svg::Series<'_>> = SYSTEMS
             .iter()
