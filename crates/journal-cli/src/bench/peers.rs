@@ -144,6 +144,59 @@ fn spread(xs: &[f64]) -> String {
     format!("{:.0} ({lo:.0}–{hi:.0})", median(xs.to_vec()))
 }
 
+/// One level's samples summed up: its table row (median and range of
+/// commits/s, the ratios), its cost row, its JSON, and each system's
+/// median commits/s.
+fn summarize(
+    n: usize,
+    rounds: usize,
+    samples: &[Vec<Sample>],
+) -> (Vec<String>, Vec<String>, Json, Vec<f64>) {
+    let of = |i: usize, f: fn(&Sample) -> f64| -> Vec<f64> { samples[i].iter().map(f).collect() };
+    let med = |f: fn(&Sample) -> f64| -> Vec<f64> {
+        (0..SYSTEMS.len()).map(|i| median(of(i, f))).collect()
+    };
+    let (r, p, cpu, sw) = (
+        med(|s| s.rate),
+        med(|s| s.p99),
+        med(|s| s.cpu_us),
+        med(|s| s.switches),
+    );
+    let vs_peer = r[0] / r[1].max(r[2]).max(r[3]);
+    let vs_device = r[0] / r[4];
+    let mut row = vec![n.to_string()];
+    row.extend((0..SYSTEMS.len()).map(|i| spread(&of(i, |s| s.rate))));
+    row.push(format!("{vs_peer:.2}"));
+    row.push(format!("{vs_device:.2}"));
+    let mut cost = vec![n.to_string()];
+    for i in 0..SYSTEMS.len() {
+        cost.push(format!("{:.0} / {:.1} / {:.2}", p[i], cpu[i], sw[i]));
+    }
+    let per = |v: &[f64]| -> Json {
+        SYSTEMS
+            .iter()
+            .zip(v)
+            .map(|(k, x)| (k.replace('-', "_"), json!(x)))
+            .collect()
+    };
+    let each: Json = SYSTEMS
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (k.replace('-', "_"), json!(of(i, |s| s.rate))))
+        .collect();
+    let point = json!({
+        "clients": n, "rounds": rounds,
+        "commits_per_s": per(&r),
+        "commits_per_s_each_round": each,
+        "p99_us": per(&p),
+        "cpu_us_per_commit": per(&cpu),
+        "switches_per_commit": per(&sw),
+        "journal_over_best_peer": vs_peer,
+        "journal_over_device": vs_device,
+    });
+    (row, cost, point, r)
+}
+
 /// `journal bench --scenario peers`; with `plot`, every system on one chart.
 pub fn peers(env: &Env, plot: Option<&std::path::Path>) -> Result<Json, String> {
     let levels: &[usize] = if env.smoke { &[1, 4] } else { &[1, 4, 16, 64] };
@@ -166,58 +219,13 @@ pub fn peers(env: &Env, plot: Option<&std::path::Path>) -> Result<Json, String> 
                 samples[i].push(measure(env, system, n, &record)?);
             }
         }
-        let of =
-            |i: usize, f: fn(&Sample) -> f64| -> Vec<f64> { samples[i].iter().map(f).collect() };
-        let r: Vec<f64> = (0..SYSTEMS.len())
-            .map(|i| median(of(i, |s| s.rate)))
-            .collect();
+        let (row, cost, point, r) = summarize(n, rounds, &samples);
         for (line, rate) in lines.iter_mut().zip(&r) {
             line.push((n as f64, *rate));
         }
-        let p: Vec<f64> = (0..SYSTEMS.len())
-            .map(|i| median(of(i, |s| s.p99)))
-            .collect();
-        let cpu: Vec<f64> = (0..SYSTEMS.len())
-            .map(|i| median(of(i, |s| s.cpu_us)))
-            .collect();
-        let sw: Vec<f64> = (0..SYSTEMS.len())
-            .map(|i| median(of(i, |s| s.switches)))
-            .collect();
-        let best_peer = r[1].max(r[2]).max(r[3]);
-        let vs_peer = r[0] / best_peer;
-        let vs_device = r[0] / r[4];
-        let mut row = vec![n.to_string()];
-        row.extend((0..SYSTEMS.len()).map(|i| spread(&of(i, |s| s.rate))));
-        row.push(format!("{vs_peer:.2}"));
-        row.push(format!("{vs_device:.2}"));
         rows.push(row);
-        let mut cost = vec![n.to_string()];
-        for i in 0..SYSTEMS.len() {
-            cost.push(format!("{:.0} / {:.1} / {:.2}", p[i], cpu[i], sw[i]));
-        }
         costs.push(cost);
-        let per = |v: &[f64]| -> Json {
-            SYSTEMS
-                .iter()
-                .zip(v)
-                .map(|(k, x)| (k.replace('-', "_"), json!(x)))
-                .collect()
-        };
-        let all: Json = SYSTEMS
-            .iter()
-            .enumerate()
-            .map(|(i, k)| (k.replace('-', "_"), json!(of(i, |s| s.rate))))
-            .collect();
-        points.push(json!({
-            "clients": n, "rounds": rounds,
-            "commits_per_s": per(&r),
-            "commits_per_s_each_round": all,
-            "p99_us": per(&p),
-            "cpu_us_per_commit": per(&cpu),
-            "switches_per_commit": per(&sw),
-            "journal_over_best_peer": vs_peer,
-            "journal_over_device": vs_device,
-        }));
+        points.push(point);
     }
     println!(
         "peers: 256-byte records, one durable commit per client per iteration, medians (and ranges) of {rounds} interleaved rounds, {} s per point",
