@@ -58,12 +58,25 @@ impl Unsynced {
         self.segs.iter().map(|(&k, &v)| (k, v)).collect()
     }
 
+    /// The generation of `seg`'s last completed unsynced write, if any.
+    fn generation(&self, seg: u64) -> Option<u64> {
+        self.segs.get(&seg).copied()
+    }
+
+    /// A sync of `seg` that began when its generation was `generation` is
+    /// done: forget the segment unless a write completed since.
+    fn clear_if_unchanged(&mut self, seg: u64, generation: u64) {
+        if self.generation(seg) == Some(generation) {
+            self.segs.remove(&seg);
+        }
+    }
+
     /// A flush that synced the segments of `snapshot` (but `skip`) is
     /// done: forget those with no write completed since it began.
     fn clear_covered(&mut self, snapshot: &[(u64, u64)], skip: Option<u64>) {
         for &(seg, generation) in snapshot {
-            if Some(seg) != skip && self.segs.get(&seg) == Some(&generation) {
-                self.segs.remove(&seg);
+            if Some(seg) != skip {
+                self.clear_if_unchanged(seg, generation);
             }
         }
     }
@@ -435,15 +448,14 @@ impl Device {
             self.stats.dsync_writes.incr();
             return Ok(());
         }
-        let generation = self.unsynced.lock().segs.get(&seg).copied();
+        let generation = self.unsynced.lock().generation(seg);
         self.write_through(seg, f, chunk, off, false)?;
         if fua {
             self.sync_file(f)?;
             // The sync covered every write to it completed before it
             // began; a write completing meanwhile bumped the generation.
-            let mut u = self.unsynced.lock();
-            if generation.is_some() && u.segs.get(&seg).copied() == generation {
-                u.segs.remove(&seg);
+            if let Some(g) = generation {
+                self.unsynced.lock().clear_if_unchanged(seg, g);
             }
         } else {
             self.mark_unsynced(seg);
