@@ -105,6 +105,7 @@ impl Super {
             journal_id,
         })
     }
+
     /// The block and byte offset of inode `ino`.
     pub fn inode_place(&self, ino: u32) -> (u32, usize) {
         (
