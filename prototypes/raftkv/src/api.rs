@@ -1,0 +1,394 @@
+//! The HTTP server: the clients' API and the Raft RPCs, on one address.
+//!
+//! See the crate documentation for the clients' API. A request that needs
+//! the leader and reaches another node is answered `307 Temporary
+//! Redirect` with the leader's URL in `Location` (`curl -L` follows it, and
+//! resends the body); `503` when there is no leader, or no majority
+//! answered within [`REQUEST_TIMEOUT`] — never a hang.
+
+use crate::network::{CLUSTER_HEADER, MAX_RPC_BODY};
+use crate::node::Node;
+use crate::types::{check_key, check_value, Command, NodeId, RequestId, TypeConfig};
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use openraft::{BasicNode, ChangeMembers};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a client request waits for the cluster before `503`.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The largest request body of the clients' API (a value beyond
+/// [`crate::MAX_VALUE`] but under this is refused with `400`; beyond it,
+/// `413`).
+pub const MAX_CLIENT_BODY: usize = 1 << 20;
+
+/// The router of a node: `/kv/{key}`, `/status`, `/members` and `/raft/*`.
+pub fn router(node: Arc<Node>) -> Router {
+    let raft = Router::new()
+        .route("/raft/append", post(append))
+        .route("/raft/vote", post(vote))
+        .route("/raft/snapshot", post(snapshot))
+        .layer(DefaultBodyLimit::max(MAX_RPC_BODY));
+    Router::new()
+        .route("/kv/{*key}", get(read).put(put).delete(delete))
+        .route("/status", get(status))
+        .route("/members", post(members))
+        .layer(DefaultBodyLimit::max(MAX_CLIENT_BODY))
+        .merge(raft)
+        .with_state(node)
+}
+
+fn text(code: StatusCode, msg: impl Into<String>) -> Response {
+    let mut m = msg.into();
+    m.push('\n');
+    (code, m).into_response()
+}
+
+// ---- Raft RPCs -------------------------------------------------------------
+
+fn same_cluster(node: &Node, headers: &HeaderMap) -> Result<(), Response> {
+    let theirs = headers
+        .get(CLUSTER_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| u64::from_str_radix(v, 16).ok());
+    if theirs == Some(node.cluster) {
+        Ok(())
+    } else {
+        Err(text(
+            StatusCode::CONFLICT,
+            format!("node {} belongs to cluster {:016x}", node.id, node.cluster),
+        ))
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Response> {
+    postcard::from_bytes(body)
+        .map_err(|e| text(StatusCode::BAD_REQUEST, format!("bad RPC body: {e}")))
+}
+
+fn encode<T: Serialize>(r: &T) -> Response {
+    match postcard::to_stdvec(r) {
+        Ok(b) => (StatusCode::OK, b).into_response(),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+async fn append(State(node): State<Arc<Node>>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Err(r) = same_cluster(&node, &headers) {
+        return r;
+    }
+    match decode::<AppendEntriesRequest<TypeConfig>>(&body) {
+        Ok(req) => encode(&node.raft.append_entries(req).await),
+        Err(r) => r,
+    }
+}
+
+async fn vote(State(node): State<Arc<Node>>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Err(r) = same_cluster(&node, &headers) {
+        return r;
+    }
+    match decode::<VoteRequest<NodeId>>(&body) {
+        Ok(req) => encode(&node.raft.vote(req).await),
+        Err(r) => r,
+    }
+}
+
+async fn snapshot(State(node): State<Arc<Node>>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Err(r) = same_cluster(&node, &headers) {
+        return r;
+    }
+    match decode::<InstallSnapshotRequest<TypeConfig>>(&body) {
+        Ok(req) => encode(&node.raft.install_snapshot(req).await),
+        Err(r) => r,
+    }
+}
+
+// ---- Clients' API ----------------------------------------------------------
+
+/// The query of a write: an optional request id (`?client=C&seq=S`).
+#[derive(Debug, Deserialize)]
+struct WriteQuery {
+    client: Option<u64>,
+    seq: Option<u64>,
+}
+
+impl WriteQuery {
+    fn id(&self) -> Result<Option<RequestId>, Response> {
+        match (self.client, self.seq) {
+            (Some(client), Some(seq)) if seq > 0 => Ok(Some(RequestId { client, seq })),
+            (None, None) => Ok(None),
+            _ => Err(text(
+                StatusCode::BAD_REQUEST,
+                "a request id is client=C&seq=S, both, with S from 1",
+            )),
+        }
+    }
+}
+
+/// The query of a read.
+#[derive(Debug, Deserialize)]
+struct ReadQuery {
+    #[serde(default)]
+    stale: bool,
+}
+
+fn redirect(leader: Option<&BasicNode>, uri: &Uri) -> Response {
+    match leader {
+        Some(n) => {
+            let path = uri.path_and_query().map_or("/", |p| p.as_str());
+            let location = format!("http://{}{path}", n.addr);
+            (
+                StatusCode::TEMPORARY_REDIRECT,
+                [(header::LOCATION, location.clone())],
+                format!("the leader is at {location}\n"),
+            )
+                .into_response()
+        }
+        None => text(StatusCode::SERVICE_UNAVAILABLE, "no leader at the moment"),
+    }
+}
+
+fn forward(f: &ForwardToLeader<NodeId, BasicNode>, uri: &Uri) -> Response {
+    redirect(f.leader_node.as_ref(), uri)
+}
+
+async fn write(node: &Node, cmd: Command, uri: &Uri) -> Response {
+    let r = tokio::time::timeout(REQUEST_TIMEOUT, node.raft.client_write(cmd)).await;
+    match r {
+        Err(_) => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no majority answered in time: the write may or may not take effect",
+        ),
+        Ok(Ok(resp)) => {
+            let dup = if resp.data.duplicate {
+                " (a retry: applied before)"
+            } else {
+                ""
+            };
+            text(
+                StatusCode::OK,
+                format!("ok, log index {}{dup}", resp.log_id.index),
+            )
+        }
+        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => forward(&f, uri),
+        Ok(Err(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+fn key_bytes(key: &str) -> Result<Vec<u8>, Response> {
+    check_key(key.as_bytes()).map_err(|e| text(StatusCode::BAD_REQUEST, e.to_string()))?;
+    Ok(key.as_bytes().to_vec())
+}
+
+async fn put(
+    State(node): State<Arc<Node>>,
+    Path(key): Path<String>,
+    Query(q): Query<WriteQuery>,
+    uri: Uri,
+    body: Bytes,
+) -> Response {
+    let (key, id) = match (key_bytes(&key), q.id()) {
+        (Ok(k), Ok(id)) => (k, id),
+        (Err(r), _) | (_, Err(r)) => return r,
+    };
+    if let Err(e) = check_value(&body) {
+        return text(StatusCode::BAD_REQUEST, e.to_string());
+    }
+    let cmd = Command::Put {
+        key,
+        value: body.to_vec(),
+        id,
+    };
+    write(&node, cmd, &uri).await
+}
+
+async fn delete(
+    State(node): State<Arc<Node>>,
+    Path(key): Path<String>,
+    Query(q): Query<WriteQuery>,
+    uri: Uri,
+) -> Response {
+    let (key, id) = match (key_bytes(&key), q.id()) {
+        (Ok(k), Ok(id)) => (k, id),
+        (Err(r), _) | (_, Err(r)) => return r,
+    };
+    write(&node, Command::Delete { key, id }, &uri).await
+}
+
+async fn read(
+    State(node): State<Arc<Node>>,
+    Path(key): Path<String>,
+    Query(q): Query<ReadQuery>,
+    uri: Uri,
+) -> Response {
+    let key = match key_bytes(&key) {
+        Ok(k) => k,
+        Err(r) => return r,
+    };
+    if !q.stale {
+        // Read index: confirm leadership with a majority, wait for the
+        // state machine to apply up to the commit index seen then.
+        let r = tokio::time::timeout(REQUEST_TIMEOUT, node.raft.ensure_linearizable()).await;
+        match r {
+            Err(_) => {
+                return text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "no majority answered in time",
+                )
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
+                return forward(&f, &uri)
+            }
+            Ok(Err(e)) => return text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        }
+    }
+    match node.machine.get(&key) {
+        Ok(Some(v)) => (StatusCode::OK, v).into_response(),
+        Ok(None) => text(StatusCode::NOT_FOUND, "no such key"),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// What `GET /status` answers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Status {
+    /// This node's id.
+    pub id: NodeId,
+    /// The cluster id (16 hex digits).
+    pub cluster: String,
+    /// Leader, Follower, Candidate or Learner.
+    pub state: String,
+    /// The leader this node knows of.
+    pub leader: Option<NodeId>,
+    /// The current term.
+    pub term: u64,
+    /// The index of the last entry in this node's log.
+    pub last_log_index: Option<u64>,
+    /// The index of the last entry applied to its state machine.
+    pub applied_index: Option<u64>,
+    /// The voters, id to address.
+    pub voters: BTreeMap<NodeId, String>,
+    /// The learners, id to address.
+    pub learners: BTreeMap<NodeId, String>,
+}
+
+async fn status(State(node): State<Arc<Node>>) -> Json<Status> {
+    let m = node.raft.metrics().borrow().clone();
+    let membership = m.membership_config.membership();
+    let voter_ids: BTreeSet<NodeId> = membership.voter_ids().collect();
+    let (mut voters, mut learners) = (BTreeMap::new(), BTreeMap::new());
+    for (id, n) in membership.nodes() {
+        if voter_ids.contains(id) {
+            voters.insert(*id, n.addr.clone());
+        } else {
+            learners.insert(*id, n.addr.clone());
+        }
+    }
+    Json(Status {
+        id: node.id,
+        cluster: format!("{:016x}", node.cluster),
+        state: format!("{:?}", m.state),
+        leader: m.current_leader,
+        term: m.current_term,
+        last_log_index: m.last_log_index,
+        applied_index: m.last_applied.map(|l| l.index),
+        voters,
+        learners,
+    })
+}
+
+/// A membership change (`POST /members`, JSON).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum MemberChange {
+    /// Adds node `id` at `addr` as a learner; answers once it caught up.
+    Add {
+        /// The new node's id.
+        id: NodeId,
+        /// Its address (`host:port`).
+        addr: String,
+    },
+    /// Makes learner `id` a voter.
+    Promote {
+        /// The learner's id.
+        id: NodeId,
+    },
+    /// Removes member `id` (voter or learner).
+    Remove {
+        /// The member's id.
+        id: NodeId,
+    },
+}
+
+async fn members(State(node): State<Arc<Node>>, uri: Uri, body: Bytes) -> Response {
+    let change: MemberChange = match serde_json::from_slice(&body) {
+        Ok(c) => c,
+        Err(e) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("bad membership change: {e}"),
+            )
+        }
+    };
+    let m = node.raft.metrics().borrow().clone();
+    let membership = m.membership_config.membership().clone();
+    let known = |id: NodeId| membership.get_node(&id).is_some();
+    let voter = |id: NodeId| membership.voter_ids().any(|v| v == id);
+    let r = match change {
+        MemberChange::Add { id, addr } => {
+            if id == 0 || known(id) {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    format!("node {id} is already a member, or 0"),
+                );
+            }
+            node.raft.add_learner(id, BasicNode { addr }, true).await
+        }
+        MemberChange::Promote { id } => {
+            if !known(id) || voter(id) {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    format!("node {id} is not a learner"),
+                );
+            }
+            let ids: BTreeSet<NodeId> = [id].into();
+            node.raft
+                .change_membership(ChangeMembers::AddVoterIds(ids), false)
+                .await
+        }
+        MemberChange::Remove { id } => {
+            if !known(id) {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    format!("node {id} is not a member"),
+                );
+            }
+            let ids: BTreeSet<NodeId> = [id].into();
+            let change = if voter(id) {
+                ChangeMembers::RemoveVoters(ids)
+            } else {
+                ChangeMembers::RemoveNodes(ids)
+            };
+            node.raft.change_membership(change, false).await
+        }
+    };
+    match r {
+        Ok(resp) => text(
+            StatusCode::OK,
+            format!("ok, log index {}", resp.log_id.index),
+        ),
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => forward(&f, &uri),
+        Err(RaftError::APIError(e)) => text(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}

@@ -1,0 +1,216 @@
+//! A client of the HTTP API that finds the leader and retries safely: each
+//! write carries a request id, and is resent with the same id (to the
+//! leader a `307` names, or to the next endpoint after a `503` or a
+//! refused connection) until it is answered or its deadline passes.
+
+use reqwest::StatusCode;
+use std::time::{Duration, Instant};
+
+/// How an operation ended without an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientError {
+    /// The cluster refused the request itself (`400`, `413`): retrying
+    /// cannot help. The write did not happen.
+    Refused(String),
+    /// No answer before the deadline: a write may or may not have taken
+    /// effect.
+    Unknown(String),
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientError::Refused(s) => write!(f, "refused: {s}"),
+            ClientError::Unknown(s) => write!(f, "no answer: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+/// A client with its own request ids.
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    endpoints: Vec<String>,
+    /// The endpoint tried first: the last leader found.
+    leader: String,
+    id: u64,
+    seq: u64,
+    /// How long an operation retries before it gives up.
+    pub deadline: Duration,
+}
+
+enum Attempt {
+    Done(StatusCode, Vec<u8>),
+    Retry(String),
+}
+
+impl Client {
+    /// A client of the nodes at `endpoints` (`host:port`), with client id
+    /// `id` (distinct per client; its request ids are `id` and 1, 2, ...).
+    pub fn new(endpoints: &[String], id: u64) -> Result<Client, ClientError> {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(Duration::from_millis(500))
+            .timeout(Duration::from_secs(10))
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| ClientError::Refused(e.to_string()))?;
+        let endpoints: Vec<String> = endpoints.iter().map(|e| format!("http://{e}")).collect();
+        let leader = endpoints
+            .first()
+            .cloned()
+            .ok_or_else(|| ClientError::Refused("no endpoints".into()))?;
+        Ok(Client {
+            http,
+            endpoints,
+            leader,
+            id,
+            seq: 0,
+            deadline: Duration::from_secs(10),
+        })
+    }
+
+    async fn attempt(
+        &mut self,
+        method: reqwest::Method,
+        path: &str,
+        body: &[u8],
+        rotate: &mut usize,
+    ) -> Attempt {
+        let url = format!("{}{path}", self.leader);
+        let req = self.http.request(method, &url).body(body.to_vec());
+        let mut next = |me: &mut Client, why: String| {
+            *rotate += 1;
+            me.leader = me.endpoints[*rotate % me.endpoints.len()].clone();
+            Attempt::Retry(why)
+        };
+        let resp = match req.send().await {
+            Ok(r) => r,
+            Err(e) => return next(self, format!("{url}: {e}")),
+        };
+        let status = resp.status();
+        if status == StatusCode::TEMPORARY_REDIRECT {
+            let to = resp
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|l| l.to_str().ok())
+                .and_then(|l| l.strip_suffix(path).map(str::to_owned));
+            return match to {
+                Some(base) => {
+                    self.leader = base;
+                    Attempt::Retry(format!("{url}: redirected"))
+                }
+                None => next(self, format!("{url}: a redirect without the same path")),
+            };
+        }
+        match resp.bytes().await {
+            Err(e) => next(self, format!("{url}: {e}")),
+            Ok(_) if status == StatusCode::SERVICE_UNAVAILABLE => {
+                next(self, format!("{url}: {status}"))
+            }
+            Ok(b) => Attempt::Done(status, b.to_vec()),
+        }
+    }
+
+    async fn call(
+        &mut self,
+        method: reqwest::Method,
+        path: &str,
+        body: &[u8],
+    ) -> Result<(StatusCode, Vec<u8>), ClientError> {
+        let start = Instant::now();
+        let mut rotate = 0;
+        let mut last = String::new();
+        let mut backoff = Duration::from_millis(5);
+        while start.elapsed() < self.deadline {
+            match self.attempt(method.clone(), path, body, &mut rotate).await {
+                Attempt::Done(s, b) => return Ok((s, b)),
+                Attempt::Retry(why) if why.ends_with("redirected") => last = why,
+                Attempt::Retry(why) => {
+                    last = why;
+                    // A retry's pause: no leader yet, or a node down.
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(200));
+                }
+            }
+        }
+        Err(ClientError::Unknown(last))
+    }
+
+    fn key_path(key: &str) -> String {
+        let mut p = String::from("/kv/");
+        for b in key.bytes() {
+            if b.is_ascii_alphanumeric() || b"-_./~".contains(&b) {
+                p.push(b as char);
+            } else {
+                p.push_str(&format!("%{b:02X}"));
+            }
+        }
+        p
+    }
+
+    async fn write(
+        &mut self,
+        method: reqwest::Method,
+        key: &str,
+        value: &[u8],
+    ) -> Result<bool, ClientError> {
+        self.seq += 1;
+        let path = format!(
+            "{}?client={}&seq={}",
+            Self::key_path(key),
+            self.id,
+            self.seq
+        );
+        match self.call(method, &path, value).await? {
+            (StatusCode::OK, body) => Ok(String::from_utf8_lossy(&body).contains("a retry")),
+            (s, body) => Err(ClientError::Refused(format!(
+                "{s}: {}",
+                String::from_utf8_lossy(&body).trim_end()
+            ))),
+        }
+    }
+
+    /// Sets `key` to `value`; `Ok(true)` if the write was a retry that had
+    /// already been applied.
+    pub async fn put(&mut self, key: &str, value: &[u8]) -> Result<bool, ClientError> {
+        self.write(reqwest::Method::PUT, key, value).await
+    }
+
+    /// Removes `key`.
+    pub async fn delete(&mut self, key: &str) -> Result<bool, ClientError> {
+        self.write(reqwest::Method::DELETE, key, &[]).await
+    }
+
+    /// A linearizable read of `key` (a stale local one if `stale`).
+    pub async fn get(&mut self, key: &str, stale: bool) -> Result<Option<Vec<u8>>, ClientError> {
+        let mut path = Self::key_path(key);
+        if stale {
+            path.push_str("?stale=true");
+        }
+        match self.call(reqwest::Method::GET, &path, &[]).await? {
+            (StatusCode::OK, body) => Ok(Some(body)),
+            (StatusCode::NOT_FOUND, _) => Ok(None),
+            (s, body) => Err(ClientError::Refused(format!(
+                "{s}: {}",
+                String::from_utf8_lossy(&body).trim_end()
+            ))),
+        }
+    }
+
+    /// The status of the node at `endpoint`.
+    pub async fn status(&self, endpoint: &str) -> Result<crate::api::Status, ClientError> {
+        let r = self
+            .http
+            .get(format!("http://{endpoint}/status"))
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .map_err(|e| ClientError::Unknown(e.to_string()))?;
+        r.json()
+            .await
+            .map_err(|e| ClientError::Unknown(e.to_string()))
+    }
+}

@@ -1,0 +1,195 @@
+//! A linearizability checker for the history of one key (a register).
+//!
+//! The failover tests record, for every client operation, when it was
+//! invoked and when it completed (or that it never completed: a write
+//! without an answer may or may not have happened) and what it wrote or
+//! read. [`check`] searches for a linearization — a total order of the
+//! operations, each placed between its invocation and its completion, in
+//! which every read returns the last value written before it — with the
+//! Wing–Gong–Lowe backtracking search, memoized on the set of operations
+//! placed and the register's value. A write without an answer may be
+//! placed anywhere after its invocation, or left out.
+
+use std::collections::HashSet;
+
+/// What an operation did.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Wrote the value (`None`: deleted the key).
+    Write(Option<Vec<u8>>),
+    /// Read the value (`None`: the key was absent).
+    Read(Option<Vec<u8>>),
+}
+
+/// One operation on the key.
+#[derive(Debug, Clone)]
+pub struct Op {
+    /// When it was invoked (any monotonic clock, in the same unit for all).
+    pub invoked: u64,
+    /// When its answer arrived; `None` for a write without an answer.
+    pub completed: Option<u64>,
+    /// What it did.
+    pub kind: Kind,
+}
+
+/// Why a history is not linearizable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The operations the longest linearization found could place.
+    pub placed: usize,
+    /// The operations that had to be placed (the answered ones).
+    pub required: usize,
+}
+
+/// Checks that `ops` (on one key, initially absent) are linearizable.
+/// Reads without an answer must be left out by the caller.
+pub fn check(ops: &[Op]) -> Result<(), Violation> {
+    let mut ops: Vec<&Op> = ops.iter().collect();
+    ops.sort_by_key(|o| o.invoked);
+    let n = ops.len();
+    let required = ops.iter().filter(|o| o.completed.is_some()).count();
+    let words = n.div_ceil(64);
+    let mut placed = vec![0u64; words];
+    let mut seen: HashSet<(Vec<u64>, Option<Vec<u8>>)> = HashSet::new();
+    let mut best = 0;
+    // Iterative depth-first search: a stack of (op placed, value before).
+    let mut stack: Vec<(usize, Option<Vec<u8>>)> = Vec::new();
+    let mut value: Option<Vec<u8>> = None;
+    let mut done_required = 0;
+    let mut start = 0;
+    loop {
+        if done_required == required {
+            return Ok(());
+        }
+        // The earliest completion among operations not yet placed: an
+        // operation invoked after it cannot come next.
+        let horizon = (0..n)
+            .filter(|&i| placed[i / 64] & (1 << (i % 64)) == 0)
+            .filter_map(|i| ops[i].completed)
+            .min()
+            .unwrap_or(u64::MAX);
+        let mut next = None;
+        for i in start..n {
+            if placed[i / 64] & (1 << (i % 64)) != 0 {
+                continue;
+            }
+            if ops[i].invoked > horizon {
+                break;
+            }
+            let ok = match &ops[i].kind {
+                Kind::Write(_) => true,
+                Kind::Read(r) => *r == value,
+            };
+            if !ok {
+                continue;
+            }
+            let mut after = placed.clone();
+            after[i / 64] |= 1 << (i % 64);
+            let new_value = match &ops[i].kind {
+                Kind::Write(w) => w.clone(),
+                Kind::Read(_) => value.clone(),
+            };
+            if seen.insert((after, new_value)) {
+                next = Some(i);
+                break;
+            }
+        }
+        match next {
+            Some(i) => {
+                placed[i / 64] |= 1 << (i % 64);
+                let before = value.clone();
+                if let Kind::Write(w) = &ops[i].kind {
+                    value = w.clone();
+                }
+                if ops[i].completed.is_some() {
+                    done_required += 1;
+                }
+                stack.push((i, before));
+                best = best.max(stack.len());
+                start = 0;
+            }
+            None => {
+                // Backtrack: undo the last placement, try the ones after it.
+                let Some((i, before)) = stack.pop() else {
+                    return Err(Violation {
+                        placed: best,
+                        required,
+                    });
+                };
+                placed[i / 64] &= !(1 << (i % 64));
+                value = before;
+                if ops[i].completed.is_some() {
+                    done_required -= 1;
+                }
+                start = i + 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(invoked: u64, completed: Option<u64>, v: &str) -> Op {
+        Op {
+            invoked,
+            completed,
+            kind: Kind::Write(Some(v.as_bytes().to_vec())),
+        }
+    }
+
+    fn r(invoked: u64, completed: u64, v: Option<&str>) -> Op {
+        Op {
+            invoked,
+            completed: Some(completed),
+            kind: Kind::Read(v.map(|v| v.as_bytes().to_vec())),
+        }
+    }
+
+    #[test]
+    fn sequential_and_concurrent_histories_pass() {
+        assert!(check(&[r(0, 1, None), w(2, Some(3), "a"), r(4, 5, Some("a"))]).is_ok());
+        // A read concurrent with a write may see either value.
+        assert!(check(&[w(0, Some(10), "a"), r(1, 2, Some("a")), r(3, 4, None)]).is_err());
+        assert!(check(&[w(0, Some(10), "a"), r(1, 2, None), r(3, 4, Some("a"))]).is_ok());
+        // Two concurrent writes, reads that order them.
+        let h = [
+            w(0, Some(5), "a"),
+            w(1, Some(6), "b"),
+            r(7, 8, Some("b")),
+            r(9, 10, Some("b")),
+        ];
+        assert!(check(&h).is_ok());
+    }
+
+    #[test]
+    fn a_stale_read_fails() {
+        // "a" then "b" acknowledged one after the other; a later read of
+        // "a" is stale.
+        let h = [w(0, Some(1), "a"), w(2, Some(3), "b"), r(4, 5, Some("a"))];
+        assert_eq!(
+            check(&h),
+            Err(Violation {
+                placed: 2,
+                required: 3
+            })
+        );
+    }
+
+    #[test]
+    fn a_lost_write_and_a_phantom_value_fail() {
+        // An acknowledged write that a later read does not see.
+        assert!(check(&[w(0, Some(1), "a"), r(2, 3, None)]).is_err());
+        // A value nobody wrote.
+        assert!(check(&[w(0, Some(1), "a"), r(2, 3, Some("z"))]).is_err());
+    }
+
+    #[test]
+    fn an_unanswered_write_may_or_may_not_happen() {
+        assert!(check(&[w(0, None, "a"), r(5, 6, None)]).is_ok());
+        assert!(check(&[w(0, None, "a"), r(5, 6, Some("a"))]).is_ok());
+        // ...but once seen it cannot be unseen.
+        assert!(check(&[w(0, None, "a"), r(5, 6, Some("a")), r(7, 8, None)]).is_err());
+    }
+}

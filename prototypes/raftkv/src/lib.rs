@@ -1,0 +1,94 @@
+//! A replicated key-value store: [openraft] with the journal as its Raft
+//! log ([`openraft_log::JournalLogStore`]) and [`kvstore`] as its state
+//! machine, served over HTTP.
+//!
+//! # The clients' API (`curl` is enough)
+//!
+//! | request | answer |
+//! |---|---|
+//! | `PUT /kv/{key}` with the value as body | `200` once a majority holds the write durably in their logs and the leader applied it |
+//! | `GET /kv/{key}` | `200` and the value, linearizable (read index: leadership confirmed by a majority, then the state machine caught up); `404` if absent |
+//! | `GET /kv/{key}?stale=true` | the value as applied on this node, without asking anyone |
+//! | `DELETE /kv/{key}` | `200` as for a `PUT` |
+//! | `GET /status` | JSON: id, cluster, state, leader, term, last log index, applied index, voters, learners |
+//! | `POST /members` with `{"op":"add","id":4,"addr":"127.0.0.1:7004"}`, `{"op":"promote","id":4}` or `{"op":"remove","id":3}` | `200` once the change is committed (an added learner has caught up) |
+//!
+//! A write may carry a request id, `?client=C&seq=S` (`S` from 1, one
+//! request at a time per client): the state machine applies each client's
+//! ids once and in increasing order, so a write retried after its leader
+//! died is not applied twice (`200 … (a retry: applied before)`).
+//!
+//! Keys are 1 to [`MAX_KEY`] bytes of UTF-8 without control characters
+//! (they may hold `/`); values up to [`MAX_VALUE`] bytes. A bad key, a
+//! value over the limit, a malformed request id or an unknown member id is
+//! `400`. A request that needs the leader and reaches another node is
+//! answered `307` with the leader's URL in `Location` (`curl -L` follows
+//! it); `503` when there is no leader or no majority answered within 5 s —
+//! a write answered `503` may or may not take effect, so retry it with the
+//! same request id.
+//!
+//! # What is durable when a `PUT` returns
+//!
+//! The entry is in the logs of a majority of the voters, each made durable
+//! by its journal's group commit (an fsync'd, checksummed record) before
+//! that node answered the leader; and the leader applied it. Applying
+//! itself does not wait for a sync: the state machine is rebuilt from the
+//! log.
+//!
+//! # How a restart recovers
+//!
+//! The journal recovers the log (entries, vote, committed id) and the
+//! store recovers its pages and its own write-ahead log. The store holds
+//! the last applied log id in the same transaction as the writes of that
+//! batch ([`StateMachine`]), so openraft re-applies exactly the entries
+//! after it; the log is purged only below a snapshot's applied id, which
+//! building the snapshot made durable first. A follower too far behind
+//! gets a snapshot, installed by an atomic replace of its store.
+//!
+//! # The network
+//!
+//! Raft RPCs are `POST /raft/{append,vote,snapshot}` with postcard bodies
+//! ([`network`]), on axum (server) and reqwest (client), both on hyper: the
+//! well-kept HTTP stack of the tokio ecosystem, so the clients' API and the
+//! Raft RPCs share one port and one server. (tonic was not measured: its
+//! protobuf build needs `protoc`, which a default build here must not
+//! need.)
+#![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+// openraft's storage traits return its large `StorageError`.
+#![allow(clippy::result_large_err)]
+
+pub mod api;
+pub mod bench;
+pub mod client;
+pub mod history;
+pub mod machine;
+pub mod network;
+pub mod node;
+mod types;
+
+pub use machine::StateMachine;
+pub use node::{Node, NodeOptions};
+pub use types::{
+    check_key, check_value, Applied, BadInput, Command, NodeId, Raft, RequestId, TypeConfig,
+    MAX_KEY, MAX_VALUE,
+};
+
+use std::future::Future;
+use std::sync::Arc;
+
+/// Serves `node`'s API on `listener` until `stop` completes, then shuts
+/// the node down (Raft stopped, store and log closed).
+pub async fn serve(
+    node: Arc<Node>,
+    listener: tokio::net::TcpListener,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    let app = api::router(node.clone());
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(stop)
+        .await
+        .map_err(|e| e.to_string());
+    node.shutdown().await?;
+    served
+}

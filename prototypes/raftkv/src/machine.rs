@@ -1,0 +1,476 @@
+//! The state machine: a [`kvstore::Store`] that applies the committed log.
+//!
+//! # What is durable, and when
+//!
+//! Applying does not wait for a sync: the Raft log is the durable record,
+//! and a command is acknowledged once a majority holds it durably in their
+//! logs. Each batch of applied entries is one store transaction that also
+//! writes the last applied log id and membership (`m/applied`), so the
+//! store's durable state is always the log applied up to one index: after a
+//! restart openraft replays exactly the entries after it.
+//!
+//! # Snapshots
+//!
+//! A snapshot is the store's whole content (clients' keys, request-id
+//! table, applied id) as of its applied log id. Building one first makes
+//! the store durable up to that id, so the log openraft purges after it —
+//! never past the snapshot — is always below the store's *durable* applied
+//! index. Snapshots are kept in memory (the store itself is persistent, so
+//! after a restart openraft builds a new one when a follower needs it).
+//! Installing one is an atomic replace: a new store is filled in a new
+//! directory (`sm-<generation>`), made durable, and then the `CURRENT`
+//! file is replaced (written, synced, renamed, directory synced) to name
+//! it; the old store is removed after.
+
+use crate::types::{layout, Applied, Command, NodeId, TypeConfig};
+use journal_core::sync::Mutex;
+use journal_core::vfs::{OpenOptions, Vfs};
+use kvstore::Store;
+use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot, SnapshotMeta};
+use openraft::{
+    BasicNode, Entry, EntryPayload, LogId, StorageError, StorageIOError, StoredMembership,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The file naming the current store directory.
+pub const CURRENT: &str = "CURRENT";
+
+/// Entries applied per store transaction, at most.
+const BATCH_ENTRIES: usize = 256;
+/// Bytes of values per store transaction, at most (beyond one entry).
+const BATCH_BYTES: usize = 1 << 20;
+
+type Membership = StoredMembership<NodeId, BasicNode>;
+type Meta = SnapshotMeta<NodeId, BasicNode>;
+
+/// What `m/applied` holds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct AppliedState {
+    log_id: Option<LogId<NodeId>>,
+    membership: Membership,
+}
+
+/// Why the state machine failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The store failed.
+    Store(kvstore::Error),
+    /// The directory's `CURRENT` file, the store's `m/applied` record or a
+    /// snapshot is damaged or not raftkv's.
+    Corrupt(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Store(e) => write!(f, "state machine store: {e}"),
+            Error::Corrupt(what) => write!(f, "state machine: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Store(e) => Some(e),
+            Error::Corrupt(_) => None,
+        }
+    }
+}
+
+impl From<kvstore::Error> for Error {
+    fn from(e: kvstore::Error) -> Self {
+        Error::Store(e)
+    }
+}
+
+impl From<journal_core::VfsError> for Error {
+    fn from(e: journal_core::VfsError) -> Self {
+        Error::Store(kvstore::Error::from(e))
+    }
+}
+
+struct State {
+    store: Arc<Store>,
+    generation: u64,
+    applied: AppliedState,
+    /// Each client's last applied sequence number (mirrors the `c` keys).
+    clients: HashMap<u64, u64>,
+    snapshot: Option<(Meta, Arc<Vec<u8>>)>,
+    snapshots_built: u64,
+}
+
+struct Inner {
+    vfs: Arc<dyn Vfs>,
+    dir: PathBuf,
+    options: kvstore::Options,
+    state: Mutex<State>,
+}
+
+/// The state machine (cheap to clone; clones share it, and its snapshot
+/// builder is a clone).
+#[derive(Clone)]
+pub struct StateMachine {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for StateMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateMachine")
+            .field("dir", &self.inner.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+fn store_dir(dir: &Path, generation: u64) -> PathBuf {
+    dir.join(format!("sm-{generation}"))
+}
+
+/// Reads `CURRENT` (`sm-<generation>` and a newline); `None` if absent.
+fn read_current(vfs: &dyn Vfs, dir: &Path) -> Result<Option<u64>, Error> {
+    let path = dir.join(CURRENT);
+    if !vfs.exists(&path)? {
+        return Ok(None);
+    }
+    let f = vfs.open(&path, OpenOptions::read())?;
+    let len = f.len()?;
+    if len > 64 {
+        return Err(Error::Corrupt(format!("{}: {len} bytes", path.display())));
+    }
+    let mut buf = vec![0; len as usize];
+    f.read_exact_at(&mut buf, 0)?;
+    std::str::from_utf8(&buf)
+        .ok()
+        .and_then(|s| s.strip_suffix('\n'))
+        .and_then(|s| s.strip_prefix("sm-"))
+        .and_then(|n| n.parse().ok())
+        .map(Some)
+        .ok_or_else(|| Error::Corrupt(format!("{}: not a store name", path.display())))
+}
+
+/// Replaces `CURRENT` durably: a new file, synced, renamed over it, the
+/// directory synced.
+fn write_current(vfs: &dyn Vfs, dir: &Path, generation: u64) -> Result<(), Error> {
+    let tmp = dir.join("CURRENT.tmp");
+    let f = vfs.open(&tmp, OpenOptions::create())?;
+    f.set_len(0)?;
+    f.write_at(format!("sm-{generation}\n").as_bytes(), 0)?;
+    f.sync_all()?;
+    drop(f);
+    vfs.rename(&tmp, &dir.join(CURRENT))?;
+    vfs.sync_dir(dir)?;
+    Ok(())
+}
+
+/// Removes a directory and everything in it.
+fn remove_tree(vfs: &dyn Vfs, path: &Path) -> Result<(), Error> {
+    for name in vfs.read_dir(path)? {
+        let p = path.join(name);
+        if vfs.remove_file(&p).is_err() {
+            remove_tree(vfs, &p)?;
+        }
+    }
+    vfs.remove_dir(path)?;
+    Ok(())
+}
+
+fn corrupt(what: impl std::fmt::Display) -> Error {
+    Error::Corrupt(what.to_string())
+}
+
+/// Loads what a store holds besides clients' keys.
+fn load(store: &Store) -> Result<(AppliedState, HashMap<u64, u64>), Error> {
+    let applied = match store.get(layout::APPLIED)? {
+        Some(b) => postcard::from_bytes(&b).map_err(|e| corrupt(format!("m/applied: {e}")))?,
+        None => AppliedState::default(),
+    };
+    let mut clients = HashMap::new();
+    for (k, v) in store.scan(vec![layout::CLIENT]..vec![layout::CLIENT + 1])? {
+        let id = k
+            .get(1..9)
+            .filter(|_| k.len() == 9)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_be_bytes);
+        let seq = v.as_slice().try_into().ok().map(u64::from_le_bytes);
+        match (id, seq) {
+            (Some(id), Some(seq)) => clients.insert(id, seq),
+            _ => return Err(corrupt("a request-id record is malformed")),
+        };
+    }
+    Ok((applied, clients))
+}
+
+impl StateMachine {
+    /// Opens the state machine in `dir` (creating it if there is none),
+    /// removing what an interrupted snapshot install left behind.
+    pub fn open(
+        vfs: Arc<dyn Vfs>,
+        dir: impl AsRef<Path>,
+        options: kvstore::Options,
+    ) -> Result<StateMachine, Error> {
+        let dir = dir.as_ref().to_path_buf();
+        vfs.create_dir_all(&dir)?;
+        let generation = match read_current(&*vfs, &dir)? {
+            Some(g) => g,
+            None => {
+                write_current(&*vfs, &dir, 0)?;
+                0
+            }
+        };
+        let current = format!("sm-{generation}");
+        for name in vfs.read_dir(&dir)? {
+            if name.starts_with("sm-") && name != current {
+                remove_tree(&*vfs, &dir.join(&name))?;
+            }
+        }
+        let store = Store::open_with(vfs.clone(), store_dir(&dir, generation), options)?;
+        let (applied, clients) = load(&store)?;
+        Ok(StateMachine {
+            inner: Arc::new(Inner {
+                vfs,
+                dir,
+                options,
+                state: Mutex::new(State {
+                    store: Arc::new(store),
+                    generation,
+                    applied,
+                    clients,
+                    snapshot: None,
+                    snapshots_built: 0,
+                }),
+            }),
+        })
+    }
+
+    /// The value of a client's key, as applied here.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        let store = self.inner.state.lock().store.clone();
+        Ok(store.get(&layout::user(key))?)
+    }
+
+    /// The last applied log id.
+    pub fn applied(&self) -> Option<LogId<NodeId>> {
+        self.inner.state.lock().applied.log_id
+    }
+
+    /// Stops the store's checkpointer, checkpoints it and closes it.
+    pub fn close(&self) -> Result<(), Error> {
+        let store = self.inner.state.lock().store.clone();
+        Ok(store.close()?)
+    }
+
+    /// Applies `entries` in store transactions of bounded size.
+    fn apply_entries(&self, entries: Vec<Entry<TypeConfig>>) -> Result<Vec<Applied>, Error> {
+        let mut st = self.inner.state.lock();
+        let st = &mut *st;
+        let store = st.store.clone();
+        let mut out = Vec::with_capacity(entries.len());
+        let mut txn = store.transaction();
+        let (mut n, mut bytes) = (0, 0);
+        for e in entries {
+            st.applied.log_id = Some(e.log_id);
+            let mut reply = Applied::default();
+            match e.payload {
+                EntryPayload::Blank => {}
+                EntryPayload::Membership(m) => {
+                    st.applied.membership = StoredMembership::new(Some(e.log_id), m);
+                }
+                EntryPayload::Normal(cmd) => {
+                    let id = match &cmd {
+                        Command::Put { id, .. } | Command::Delete { id, .. } => *id,
+                    };
+                    if let Some(id) = id {
+                        let last = st.clients.entry(id.client).or_insert(0);
+                        if *last >= id.seq {
+                            reply.duplicate = true;
+                        } else {
+                            *last = id.seq;
+                            txn.put(&layout::client(id.client), &id.seq.to_le_bytes());
+                        }
+                    }
+                    if !reply.duplicate {
+                        match cmd {
+                            Command::Put { key, value, .. } => {
+                                bytes += value.len();
+                                txn.put(&layout::user(&key), &value);
+                            }
+                            Command::Delete { key, .. } => {
+                                txn.delete(&layout::user(&key));
+                            }
+                        }
+                    }
+                }
+            }
+            out.push(reply);
+            n += 1;
+            if n == BATCH_ENTRIES || bytes >= BATCH_BYTES {
+                let state = postcard::to_stdvec(&st.applied).map_err(corrupt)?;
+                txn.put(layout::APPLIED, &state);
+                txn.commit_no_wait()?;
+                txn = store.transaction();
+                (n, bytes) = (0, 0);
+            }
+        }
+        if n > 0 {
+            let state = postcard::to_stdvec(&st.applied).map_err(corrupt)?;
+            txn.put(layout::APPLIED, &state);
+            txn.commit_no_wait()?;
+        }
+        Ok(out)
+    }
+
+    /// Makes the store durable and copies it whole, with its applied id.
+    fn build(&self) -> Result<Snapshot<TypeConfig>, Error> {
+        let mut st = self.inner.state.lock();
+        st.store.sync()?;
+        let pairs = st.store.scan(..)?;
+        let data = postcard::to_stdvec(&pairs).map_err(corrupt)?;
+        st.snapshots_built += 1;
+        let last = st.applied.log_id;
+        let meta = SnapshotMeta {
+            last_log_id: last,
+            last_membership: st.applied.membership.clone(),
+            snapshot_id: format!(
+                "{}-{}-{}",
+                last.map_or(0, |l| l.leader_id.term),
+                last.map_or(0, |l| l.index),
+                st.snapshots_built
+            ),
+        };
+        st.snapshot = Some((meta.clone(), Arc::new(data.clone())));
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        })
+    }
+
+    /// Replaces the store by the snapshot's content (see the module docs).
+    fn install(&self, meta: &SnapshotMeta<NodeId, BasicNode>, data: Vec<u8>) -> Result<(), Error> {
+        let pairs: Vec<(Vec<u8>, Vec<u8>)> =
+            postcard::from_bytes(&data).map_err(|e| corrupt(format!("snapshot: {e}")))?;
+        for (k, v) in &pairs {
+            let ok = match k.first() {
+                Some(&layout::USER) => crate::types::check_key(&k[1..]).is_ok(),
+                Some(&layout::CLIENT) => k.len() == 9 && v.len() == 8,
+                Some(b'm') => k == layout::APPLIED,
+                _ => false,
+            };
+            if !ok || v.len() > kvstore::MAX_VALUE {
+                return Err(corrupt("snapshot: a key that is not raftkv's"));
+            }
+        }
+        let inner = &self.inner;
+        let mut st = inner.state.lock();
+        let generation = st.generation + 1;
+        let new_dir = store_dir(&inner.dir, generation);
+        if inner.vfs.exists(&new_dir)? {
+            remove_tree(&*inner.vfs, &new_dir)?;
+        }
+        let store = Store::open_with(inner.vfs.clone(), &new_dir, inner.options)?;
+        let applied = AppliedState {
+            log_id: meta.last_log_id,
+            membership: meta.last_membership.clone(),
+        };
+        for chunk in pairs.chunks(BATCH_ENTRIES) {
+            let mut txn = store.transaction();
+            for (k, v) in chunk.iter().filter(|(k, _)| k != layout::APPLIED) {
+                txn.put(k, v);
+            }
+            txn.commit_no_wait()?;
+        }
+        let state = postcard::to_stdvec(&applied).map_err(corrupt)?;
+        let mut txn = store.transaction();
+        txn.put(layout::APPLIED, &state);
+        txn.commit()?;
+        let (_, clients) = load(&store)?;
+        write_current(&*inner.vfs, &inner.dir, generation)?;
+        let old = std::mem::replace(&mut st.store, Arc::new(store));
+        let old_dir = store_dir(&inner.dir, st.generation);
+        st.generation = generation;
+        st.applied = applied;
+        st.clients = clients;
+        st.snapshot = Some((meta.clone(), Arc::new(data)));
+        drop(st);
+        old.close()?;
+        remove_tree(&*inner.vfs, &old_dir)?;
+        inner.vfs.sync_dir(&inner.dir)?;
+        Ok(())
+    }
+}
+
+fn sm_err(e: Error) -> StorageError<NodeId> {
+    StorageIOError::write_state_machine(&e).into()
+}
+
+/// Runs blocking state-machine work off the runtime's async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, StorageError<NodeId>> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r.map_err(sm_err),
+        Err(e) => Err(StorageIOError::write_state_machine(&e).into()),
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
+        let sm = self.clone();
+        blocking(move || sm.build()).await
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<NodeId>>, Membership), StorageError<NodeId>> {
+        let st = self.inner.state.lock();
+        Ok((st.applied.log_id, st.applied.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Applied>, StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
+        I::IntoIter: Send,
+    {
+        let entries: Vec<_> = entries.into_iter().collect();
+        let sm = self.clone();
+        blocking(move || sm.apply_entries(entries)).await
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(
+        &mut self,
+    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        let sm = self.clone();
+        let meta = meta.clone();
+        blocking(move || sm.install(&meta, snapshot.into_inner())).await
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+        let st = self.inner.state.lock();
+        Ok(st.snapshot.as_ref().map(|(meta, data)| Snapshot {
+            meta: meta.clone(),
+            snapshot: Box::new(Cursor::new(data.as_ref().clone())),
+        }))
+    }
+}

@@ -1,0 +1,286 @@
+//! `raftkv`: serve a node, start a local cluster, or measure one.
+#![forbid(unsafe_code)]
+
+use clap::{Parser, Subcommand};
+use raftkv::{NodeId, NodeOptions};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use tokio::io::AsyncBufReadExt;
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "A replicated key-value store on openraft and the journal"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Runs one node until SIGINT or SIGTERM.
+    Serve {
+        /// This node's id (from 1).
+        #[arg(long)]
+        id: NodeId,
+        /// Its directory (created at the first start).
+        #[arg(long)]
+        dir: PathBuf,
+        /// The address to listen at, `host:port` (clients and peers).
+        #[arg(long)]
+        listen: String,
+        /// A new cluster's seed members: `1=ADDR,2=ADDR,3=ADDR`.
+        #[arg(long, default_value = "")]
+        peers: String,
+        /// Initialize a new cluster with --peers at this node's first start.
+        #[arg(long)]
+        init: bool,
+        /// The cluster id (16 hex digits; default: derived from --peers).
+        #[arg(long)]
+        cluster_id: Option<String>,
+        /// Build a snapshot after this many log entries.
+        #[arg(long, default_value_t = 20_000)]
+        snapshot_logs: u64,
+    },
+    /// Starts a local cluster, a `raftkv serve` process per node, until
+    /// Ctrl-C.
+    Cluster {
+        /// Nodes.
+        #[arg(long, default_value_t = 3)]
+        nodes: u64,
+        /// The directory holding one directory per node.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Node N listens on 127.0.0.1:(P + N - 1).
+        #[arg(long, default_value_t = 7001)]
+        base_port: u16,
+    },
+    /// Closed-loop clients writing to a cluster.
+    Bench {
+        /// The nodes, `host:port,host:port,...`.
+        #[arg(long, value_delimiter = ',', required = true)]
+        endpoints: Vec<String>,
+        /// Client counts, one measurement each.
+        #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+        clients: Vec<usize>,
+        /// Bytes per value.
+        #[arg(long, default_value_t = 100)]
+        value_size: usize,
+        /// Seconds per client count.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Also write the results here, as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+fn parse_peers(s: &str) -> Result<BTreeMap<NodeId, String>, String> {
+    let mut peers = BTreeMap::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        let (id, addr) = part
+            .split_once('=')
+            .ok_or_else(|| format!("--peers: {part:?} is not ID=ADDR"))?;
+        let id: NodeId = id
+            .parse()
+            .map_err(|_| format!("--peers: {id:?} is not a node id"))?;
+        if peers.insert(id, addr.to_string()).is_some() {
+            return Err(format!("--peers: node {id} twice"));
+        }
+    }
+    Ok(peers)
+}
+
+async fn stop_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+async fn serve(cmd: Cmd) -> Result<(), String> {
+    let Cmd::Serve {
+        id,
+        dir,
+        listen,
+        peers,
+        init,
+        cluster_id,
+        snapshot_logs,
+    } = cmd
+    else {
+        return Err("not serve".into());
+    };
+    let mut o = NodeOptions::new(id, dir, listen.clone());
+    o.peers = parse_peers(&peers)?;
+    o.init = init;
+    o.snapshot_logs = snapshot_logs;
+    o.cluster = match cluster_id {
+        Some(c) => Some(
+            u64::from_str_radix(&c, 16).map_err(|_| format!("--cluster-id: {c:?} is not hex"))?,
+        ),
+        None => None,
+    };
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .map_err(|e| format!("listen on {listen}: {e}"))?;
+    let node = std::sync::Arc::new(
+        raftkv::Node::start(o)
+            .await
+            .map_err(|e| format!("node {id}: {e}"))?,
+    );
+    println!("raftkv node {id} listening on {listen}");
+    raftkv::serve(node, listener, stop_signal()).await
+}
+
+async fn cluster(nodes: u64, dir: PathBuf, base_port: u16) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let addr = |n: u64| format!("127.0.0.1:{}", u64::from(base_port) + n - 1);
+    let peers: Vec<String> = (1..=nodes).map(|n| format!("{n}={}", addr(n))).collect();
+    let mut children = Vec::new();
+    for n in 1..=nodes {
+        let mut child = tokio::process::Command::new(&exe)
+            .arg("serve")
+            .args(["--id", &n.to_string(), "--listen", &addr(n)])
+            .arg("--dir")
+            .arg(dir.join(format!("node-{n}")))
+            .args(["--peers", &peers.join(",")])
+            .args(if n == 1 { &["--init"][..] } else { &[] })
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("start node {n}: {e}"))?;
+        let out = child.stdout.take().ok_or("no stdout")?;
+        let mut lines = tokio::io::BufReader::new(out).lines();
+        match tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await {
+            Ok(Ok(Some(l))) if l.contains("listening") => {}
+            _ => return Err(format!("node {n} did not start (see its errors above)")),
+        }
+        children.push(child);
+    }
+    for n in 1..=nodes {
+        println!("node {n} http://{}", addr(n));
+    }
+    println!("(Ctrl-C stops the cluster)");
+    let mut exited = Vec::new();
+    for c in &mut children {
+        exited.push(Box::pin(c.wait()));
+    }
+    tokio::select! {
+        _ = stop_signal() => {}
+        (r, i, _) = futures_select_all(exited) => {
+            eprintln!("node {} exited: {r:?}; stopping the others", i + 1);
+        }
+    }
+    for c in &children {
+        if let Some(pid) = c.id() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    }
+    for mut c in children {
+        let _ = tokio::time::timeout(Duration::from_secs(10), c.wait()).await;
+    }
+    Ok(())
+}
+
+/// The first of several futures to finish, with its index.
+async fn futures_select_all<F: std::future::Future + Unpin>(
+    mut fs: Vec<F>,
+) -> (F::Output, usize, Vec<F>) {
+    std::future::poll_fn(move |cx| {
+        for (i, f) in fs.iter_mut().enumerate() {
+            if let std::task::Poll::Ready(out) = std::pin::Pin::new(f).poll(cx) {
+                return std::task::Poll::Ready((out, i, Vec::new()));
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+async fn bench(
+    endpoints: Vec<String>,
+    clients: Vec<usize>,
+    value_size: usize,
+    seconds: f64,
+    json: Option<PathBuf>,
+) -> Result<(), String> {
+    let mut levels = Vec::new();
+    println!("| clients | puts/s | p50 µs | p99 µs | failed |");
+    println!("|---|---|---|---|---|");
+    for c in clients {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_message(format!("{c} clients"));
+        let l = raftkv::bench::run_level(
+            &endpoints,
+            c,
+            value_size,
+            Duration::from_secs_f64(seconds),
+            Some(bar.clone()),
+        )
+        .await?;
+        bar.finish_and_clear();
+        println!(
+            "| {} | {:.0} | {} | {} | {} |",
+            l.clients, l.puts_per_sec, l.p50_us, l.p99_us, l.failed
+        );
+        levels.push(l);
+    }
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(&levels).map_err(|e| e.to_string())?;
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("raftkv: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let r = rt.block_on(async move {
+        match cli.command {
+            c @ Cmd::Serve { .. } => serve(c).await,
+            Cmd::Cluster {
+                nodes,
+                dir,
+                base_port,
+            } => cluster(nodes, dir, base_port).await,
+            Cmd::Bench {
+                endpoints,
+                clients,
+                value_size,
+                seconds,
+                json,
+            } => bench(endpoints, clients, value_size, seconds, json).await,
+        }
+    });
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("raftkv: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! openraft's network over HTTP: each Raft RPC is a `POST` of its request
+//! in postcard to `/raft/{append,vote,snapshot}` on the target's address,
+//! answered with the postcard of `Result<response, RaftError>`.
+//!
+//! Every RPC carries the cluster id (header [`CLUSTER_HEADER`]); a node of
+//! another cluster refuses it (409), so a misconfigured address cannot mix
+//! two clusters' logs. Each RPC is bounded by the timeout openraft gives
+//! it (the heartbeat interval for appends and votes); a refused connection
+//! is `Unreachable`, on which openraft backs off, so a node that is down
+//! costs the others one timeout, not a stall.
+
+use crate::types::{NodeId, TypeConfig};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::time::Duration;
+
+/// The header carrying the cluster id (16 hex digits) on every Raft RPC.
+pub const CLUSTER_HEADER: &str = "x-raftkv-cluster";
+
+/// The largest body a Raft RPC may have (an append of many large entries,
+/// a snapshot chunk): 64 MiB.
+pub const MAX_RPC_BODY: usize = 64 << 20;
+
+/// Makes a [`Peer`] per target node; they share one connection pool.
+#[derive(Debug, Clone)]
+pub struct Network {
+    client: reqwest::Client,
+    cluster: u64,
+}
+
+impl Network {
+    /// A network for the cluster `cluster`.
+    pub fn new(cluster: u64) -> Result<Network, reqwest::Error> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_millis(500))
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(4)
+            .build()?;
+        Ok(Network { client, cluster })
+    }
+}
+
+/// The connection to one target node.
+#[derive(Debug)]
+pub struct Peer {
+    client: reqwest::Client,
+    cluster: u64,
+    target: NodeId,
+    base: String,
+}
+
+#[derive(Debug)]
+struct BadStatus(String);
+
+impl std::fmt::Display for BadStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadStatus {}
+
+impl Peer {
+    async fn call<Req, Resp, E>(
+        &self,
+        path: &str,
+        req: &Req,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let net = |e: &dyn std::error::Error| {
+            RPCError::Network(NetworkError::new(&BadStatus(e.to_string())))
+        };
+        let body = postcard::to_stdvec(req).map_err(|e| net(&e))?;
+        let sent = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .header(CLUSTER_HEADER, format!("{:016x}", self.cluster))
+            .timeout(option.hard_ttl())
+            .body(body)
+            .send()
+            .await;
+        let resp = match sent {
+            Ok(r) => r,
+            Err(e) if e.is_connect() => return Err(RPCError::Unreachable(Unreachable::new(&e))),
+            Err(e) => return Err(net(&e)),
+        };
+        let status = resp.status();
+        let bytes = resp.bytes().await.map_err(|e| net(&e))?;
+        if !status.is_success() {
+            let text = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned();
+            return Err(net(&BadStatus(format!(
+                "node {} answered {status}: {text}",
+                self.target
+            ))));
+        }
+        let r: Result<Resp, RaftError<NodeId, E>> =
+            postcard::from_bytes(&bytes).map_err(|e| net(&e))?;
+        r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = Peer;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Peer {
+        Peer {
+            client: self.client.clone(),
+            cluster: self.cluster,
+            target,
+            base: format!("http://{}", node.addr),
+        }
+    }
+}
+
+type Rpc<T, E = openraft::error::Infallible> =
+    Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>;
+
+impl RaftNetwork<TypeConfig> for Peer {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Rpc<AppendEntriesResponse<NodeId>> {
+        self.call("/raft/append", &rpc, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Rpc<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
+        self.call("/raft/snapshot", &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Rpc<VoteResponse<NodeId>> {
+        self.call("/raft/vote", &rpc, &option).await
+    }
+}

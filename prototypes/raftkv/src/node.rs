@@ -1,0 +1,313 @@
+//! One raftkv node: its directory, identity, Raft log, state machine and
+//! Raft handle.
+//!
+//! A node's directory holds
+//! - `raftkv.id`: the cluster id and the node id, written (synced, renamed,
+//!   directory synced) at the node's first start; a later start with
+//!   another cluster's id or another node id is refused;
+//! - `log/`: the Raft log, a journal ([`openraft_log::JournalLogStore`]);
+//! - `state/`: the state machine ([`crate::StateMachine`]).
+
+use crate::machine::{self, StateMachine};
+use crate::network::Network;
+use crate::types::{NodeId, Raft};
+use journal_core::vfs::{OpenOptions, OsVfs, Vfs};
+use openraft::BasicNode;
+use openraft_log::JournalLogStore;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The identity file's name.
+pub const ID_FILE: &str = "raftkv.id";
+
+/// How to start a node.
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    /// This node's id (not 0).
+    pub id: NodeId,
+    /// Its directory.
+    pub dir: PathBuf,
+    /// The address others reach it at (`host:port`), stored in the
+    /// membership.
+    pub addr: String,
+    /// The seed members of a new cluster, id to address (with this node).
+    /// Empty for a node that joins an existing cluster.
+    pub peers: BTreeMap<NodeId, String>,
+    /// Initialize a new cluster with `peers` if this is the node's first
+    /// start (never on a restart).
+    pub init: bool,
+    /// The cluster id; derived from `peers` when `None`.
+    pub cluster: Option<u64>,
+    /// Heartbeat interval (default 100 ms).
+    pub heartbeat: Duration,
+    /// Election timeout, low end (default 500 ms; the high end is twice it).
+    pub election_timeout: Duration,
+    /// Build a snapshot after this many entries since the last one
+    /// (default 20,000); the log keeps 1,000 entries behind it.
+    pub snapshot_logs: u64,
+    /// The filesystem (the real one, or a `SimVfs` in tests).
+    pub vfs: Arc<dyn Vfs>,
+}
+
+impl NodeOptions {
+    /// Options for node `id` in `dir` at `addr`, with the defaults.
+    pub fn new(id: NodeId, dir: impl Into<PathBuf>, addr: impl Into<String>) -> NodeOptions {
+        NodeOptions {
+            id,
+            dir: dir.into(),
+            addr: addr.into(),
+            peers: BTreeMap::new(),
+            init: false,
+            cluster: None,
+            heartbeat: Duration::from_millis(100),
+            election_timeout: Duration::from_millis(500),
+            snapshot_logs: 20_000,
+            vfs: Arc::new(OsVfs::new()),
+        }
+    }
+}
+
+/// Why a node could not start.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The options are inconsistent.
+    Options(String),
+    /// The directory belongs to another cluster or another node.
+    WrongDirectory {
+        /// The directory.
+        dir: PathBuf,
+        /// What its identity file says, and what was asked.
+        reason: String,
+    },
+    /// The filesystem failed.
+    Io(journal_core::VfsError),
+    /// The Raft log failed to open.
+    Log(openraft_log::Error),
+    /// The state machine failed to open.
+    Machine(machine::Error),
+    /// openraft refused to start or to initialize.
+    Raft(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Options(s) => write!(f, "{s}"),
+            Error::WrongDirectory { dir, reason } => write!(f, "{}: {reason}", dir.display()),
+            Error::Io(e) => write!(f, "{e}"),
+            Error::Log(e) => write!(f, "raft log: {e}"),
+            Error::Machine(e) => write!(f, "{e}"),
+            Error::Raft(s) => write!(f, "raft: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<journal_core::VfsError> for Error {
+    fn from(e: journal_core::VfsError) -> Self {
+        Error::Io(e)
+    }
+}
+
+/// The cluster id derived from a seed membership: FNV-1a of `id=addr,`
+/// for each member in id order.
+pub fn cluster_id(peers: &BTreeMap<NodeId, String>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (id, addr) in peers {
+        for b in format!("{id}={addr},").bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// Reads the identity file: `(cluster, node)`, `None` if there is none.
+fn read_identity(vfs: &dyn Vfs, dir: &Path) -> Result<Option<(u64, NodeId)>, Error> {
+    let path = dir.join(ID_FILE);
+    if !vfs.exists(&path)? {
+        return Ok(None);
+    }
+    let f = vfs.open(&path, OpenOptions::read())?;
+    let len = f.len()?;
+    let bad = || Error::WrongDirectory {
+        dir: dir.to_path_buf(),
+        reason: format!("{ID_FILE} is not a raftkv identity"),
+    };
+    if len > 256 {
+        return Err(bad());
+    }
+    let mut buf = vec![0; len as usize];
+    f.read_exact_at(&mut buf, 0)?;
+    let text = std::str::from_utf8(&buf).map_err(|_| bad())?;
+    let mut lines = text.lines();
+    if lines.next() != Some("raftkv 1") {
+        return Err(bad());
+    }
+    let field = |line: Option<&str>, name: &str| {
+        line.and_then(|l| l.strip_prefix(name))
+            .and_then(|l| l.strip_prefix('='))
+            .map(str::to_owned)
+    };
+    let cluster = field(lines.next(), "cluster")
+        .and_then(|c| u64::from_str_radix(&c, 16).ok())
+        .ok_or_else(bad)?;
+    let node = field(lines.next(), "node")
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(bad)?;
+    Ok(Some((cluster, node)))
+}
+
+fn write_identity(vfs: &dyn Vfs, dir: &Path, cluster: u64, node: NodeId) -> Result<(), Error> {
+    let tmp = dir.join(format!("{ID_FILE}.tmp"));
+    let f = vfs.open(&tmp, OpenOptions::create())?;
+    f.set_len(0)?;
+    f.write_at(
+        format!("raftkv 1\ncluster={cluster:016x}\nnode={node}\n").as_bytes(),
+        0,
+    )?;
+    f.sync_all()?;
+    drop(f);
+    vfs.rename(&tmp, &dir.join(ID_FILE))?;
+    vfs.sync_dir(dir)?;
+    Ok(())
+}
+
+/// A running node.
+#[derive(Clone)]
+pub struct Node {
+    /// This node's id.
+    pub id: NodeId,
+    /// The cluster id.
+    pub cluster: u64,
+    /// The Raft handle.
+    pub raft: Raft,
+    /// The state machine (for reads).
+    pub machine: StateMachine,
+    /// The Raft log.
+    pub log: JournalLogStore<crate::TypeConfig>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("id", &self.id)
+            .field("cluster", &format_args!("{:016x}", self.cluster))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Node {
+    /// Opens the node's directory (creating it on the first start),
+    /// recovers its log and state machine, starts Raft, and initializes a
+    /// new cluster if asked and this is the first start.
+    pub async fn start(o: NodeOptions) -> Result<Node, Error> {
+        if o.id == 0 {
+            return Err(Error::Options("node ids start at 1".into()));
+        }
+        if o.init && o.peers.get(&o.id) != Some(&o.addr) {
+            return Err(Error::Options(format!(
+                "--init needs this node ({}={}) among --peers",
+                o.id, o.addr
+            )));
+        }
+        let cluster = match (o.cluster, o.peers.is_empty()) {
+            (Some(c), _) => c,
+            (None, false) => cluster_id(&o.peers),
+            (None, true) => {
+                return Err(Error::Options(
+                    "a node without --peers needs --cluster-id".into(),
+                ))
+            }
+        };
+        let vfs = o.vfs.clone();
+        vfs.create_dir_all(&o.dir)?;
+        let first_start = match read_identity(&*vfs, &o.dir)? {
+            Some((c, n)) if c != cluster || n != o.id => {
+                return Err(Error::WrongDirectory {
+                    dir: o.dir.clone(),
+                    reason: format!(
+                        "it belongs to node {n} of cluster {c:016x}, not node {} of cluster {cluster:016x}",
+                        o.id
+                    ),
+                })
+            }
+            Some(_) => false,
+            None => {
+                if vfs.exists(&o.dir.join("log"))? || vfs.exists(&o.dir.join("state"))? {
+                    return Err(Error::WrongDirectory {
+                        dir: o.dir.clone(),
+                        reason: format!("it holds data but no {ID_FILE}"),
+                    });
+                }
+                write_identity(&*vfs, &o.dir, cluster, o.id)?;
+                true
+            }
+        };
+        let journal = journal_core::Journal::open_with(
+            vfs.clone(),
+            o.dir.join("log"),
+            journal_core::Options::default(),
+        )
+        .map_err(|e| Error::Log(openraft_log::Error::Journal(e)))?;
+        let log = JournalLogStore::from_journal(Arc::new(journal)).map_err(Error::Log)?;
+        let machine = StateMachine::open(
+            vfs.clone(),
+            o.dir.join("state"),
+            kvstore::Options::default(),
+        )
+        .map_err(Error::Machine)?;
+        let hb = o.heartbeat.as_millis() as u64;
+        let el = o.election_timeout.as_millis() as u64;
+        let config = openraft::Config {
+            cluster_name: format!("{cluster:016x}"),
+            heartbeat_interval: hb,
+            election_timeout_min: el,
+            election_timeout_max: el * 2,
+            install_snapshot_timeout: 10_000,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(o.snapshot_logs),
+            max_in_snapshot_log_to_keep: 1_000,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| Error::Options(e.to_string()))?;
+        let network = Network::new(cluster).map_err(|e| Error::Raft(e.to_string()))?;
+        let raft = Raft::new(
+            o.id,
+            Arc::new(config),
+            network,
+            log.clone(),
+            machine.clone(),
+        )
+        .await
+        .map_err(|e| Error::Raft(e.to_string()))?;
+        if o.init && first_start {
+            let members: BTreeMap<NodeId, BasicNode> = o
+                .peers
+                .iter()
+                .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
+                .collect();
+            raft.initialize(members)
+                .await
+                .map_err(|e| Error::Raft(e.to_string()))?;
+        }
+        Ok(Node {
+            id: o.id,
+            cluster,
+            raft,
+            machine,
+            log,
+        })
+    }
+
+    /// Stops Raft, then closes the state machine and the log.
+    pub async fn shutdown(&self) -> Result<(), String> {
+        self.raft.shutdown().await.map_err(|e| e.to_string())?;
+        self.machine.close().map_err(|e| e.to_string())?;
+        self.log.journal().close().map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}

@@ -1,0 +1,184 @@
+//! The Raft type configuration, the commands in the log, and the store's
+//! key layout.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::io::Cursor;
+
+/// A node's id in the cluster.
+pub type NodeId = u64;
+
+openraft::declare_raft_types!(
+    /// raftkv's Raft types: [`Command`]s in the log, [`Applied`] answers,
+    /// `u64` node ids, nodes known by their HTTP address, snapshots in
+    /// memory.
+    pub TypeConfig:
+        D = Command,
+        R = Applied,
+        NodeId = NodeId,
+        Node = openraft::BasicNode,
+        SnapshotData = Cursor<Vec<u8>>,
+);
+
+/// The Raft handle of a raftkv node.
+pub type Raft = openraft::Raft<TypeConfig>;
+
+/// A client's request id: the client's id and its sequence number. The
+/// state machine applies each id once, and a client's ids in increasing
+/// order, so a write retried after its leader died is not applied twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestId {
+    /// The client's id (any `u64` it chose; a random one is safe).
+    pub client: u64,
+    /// The request's sequence number among the client's, from 1.
+    pub seq: u64,
+}
+
+/// A write in the Raft log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Sets `key` to `value`.
+    Put {
+        /// The key (a valid key: [`check_key`]).
+        key: Vec<u8>,
+        /// The value.
+        value: Vec<u8>,
+        /// The client's request id, if it sent one.
+        id: Option<RequestId>,
+    },
+    /// Removes `key`.
+    Delete {
+        /// The key.
+        key: Vec<u8>,
+        /// The client's request id, if it sent one.
+        id: Option<RequestId>,
+    },
+}
+
+impl fmt::Display for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Command::Put { key, value, .. } => write!(
+                f,
+                "put {} ({} bytes)",
+                String::from_utf8_lossy(key),
+                value.len()
+            ),
+            Command::Delete { key, .. } => write!(f, "delete {}", String::from_utf8_lossy(key)),
+        }
+    }
+}
+
+/// What applying a command did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Applied {
+    /// The command's request id was applied before (a retry): it changed
+    /// nothing this time.
+    pub duplicate: bool,
+}
+
+/// The longest key a client may use, in bytes.
+pub const MAX_KEY: usize = kvstore::MAX_KEY - 1;
+/// The longest value a client may store, in bytes.
+pub const MAX_VALUE: usize = kvstore::MAX_VALUE;
+
+/// Why a key or value is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BadInput {
+    /// The key is empty.
+    EmptyKey,
+    /// The key is longer than [`MAX_KEY`].
+    KeyTooLong(usize),
+    /// The key holds a control character (below 0x20, or 0x7f).
+    ControlCharacter,
+    /// The value is longer than [`MAX_VALUE`].
+    ValueTooLong(usize),
+}
+
+impl fmt::Display for BadInput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BadInput::EmptyKey => write!(f, "the key is empty"),
+            BadInput::KeyTooLong(n) => write!(f, "the key is {n} bytes; at most {MAX_KEY}"),
+            BadInput::ControlCharacter => write!(f, "the key holds a control character"),
+            BadInput::ValueTooLong(n) => write!(f, "the value is {n} bytes; at most {MAX_VALUE}"),
+        }
+    }
+}
+
+impl std::error::Error for BadInput {}
+
+/// Checks a client's key: 1 to [`MAX_KEY`] bytes, no control characters.
+pub fn check_key(key: &[u8]) -> Result<(), BadInput> {
+    if key.is_empty() {
+        return Err(BadInput::EmptyKey);
+    }
+    if key.len() > MAX_KEY {
+        return Err(BadInput::KeyTooLong(key.len()));
+    }
+    if key.iter().any(|&b| b < 0x20 || b == 0x7f) {
+        return Err(BadInput::ControlCharacter);
+    }
+    Ok(())
+}
+
+/// Checks a client's value: at most [`MAX_VALUE`] bytes.
+pub fn check_value(value: &[u8]) -> Result<(), BadInput> {
+    if value.len() > MAX_VALUE {
+        return Err(BadInput::ValueTooLong(value.len()));
+    }
+    Ok(())
+}
+
+/// The store's key layout: a client's key `k` is stored as `u` + `k`;
+/// the state machine's own keys start with `m` (the applied log id and
+/// membership) and `c` (each client's last applied sequence number), so
+/// no client key can collide with them.
+pub(crate) mod layout {
+    /// The prefix of clients' keys.
+    pub const USER: u8 = b'u';
+    /// The key of the last applied log id and membership.
+    pub const APPLIED: &[u8] = b"m/applied";
+    /// The prefix of the per-client sequence numbers.
+    pub const CLIENT: u8 = b'c';
+
+    /// The stored key of a client's key.
+    pub fn user(key: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(key.len() + 1);
+        k.push(USER);
+        k.extend_from_slice(key);
+        k
+    }
+
+    /// The stored key of a client's last sequence number.
+    pub fn client(id: u64) -> Vec<u8> {
+        let mut k = vec![CLIENT];
+        k.extend_from_slice(&id.to_be_bytes());
+        k
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_checked() {
+        assert_eq!(check_key(b""), Err(BadInput::EmptyKey));
+        assert_eq!(check_key(b"a\nb"), Err(BadInput::ControlCharacter));
+        assert_eq!(check_key(b"a\x7f"), Err(BadInput::ControlCharacter));
+        assert_eq!(
+            check_key(&vec![b'a'; MAX_KEY + 1]),
+            Err(BadInput::KeyTooLong(MAX_KEY + 1))
+        );
+        assert!(check_key(&vec![b'a'; MAX_KEY]).is_ok());
+        assert!(check_key("clé/1".as_bytes()).is_ok());
+        assert!(check_value(&vec![0; MAX_VALUE]).is_ok());
+        assert_eq!(
+            check_value(&vec![0; MAX_VALUE + 1]),
+            Err(BadInput::ValueTooLong(MAX_VALUE + 1))
+        );
+        // The stored key of the longest client key fits the store.
+        assert_eq!(layout::user(&vec![b'a'; MAX_KEY]).len(), kvstore::MAX_KEY);
+    }
+}

@@ -1,0 +1,258 @@
+//! A cluster of `raftkv serve` processes on loopback, and a recorded
+//! client workload, for the failover tests.
+#![allow(dead_code)]
+
+use raftkv::client::{Client, ClientError};
+use raftkv::history::{Kind, Op};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A free loopback port (bound, read, released).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// One node process.
+pub struct Proc {
+    pub id: u64,
+    pub addr: String,
+    pub dir: PathBuf,
+    pub child: Option<Child>,
+}
+
+/// A local cluster; its processes are killed when it drops.
+pub struct Cluster {
+    pub tmp: tempfile::TempDir,
+    pub nodes: Vec<Proc>,
+    pub peers: String,
+    pub extra: Vec<String>,
+}
+
+impl Cluster {
+    /// Starts `n` nodes (node 1 initializes the cluster).
+    pub fn start(n: u64, extra: &[&str]) -> Cluster {
+        let tmp = tempfile::tempdir().unwrap();
+        let nodes: Vec<Proc> = (1..=n)
+            .map(|id| Proc {
+                id,
+                addr: format!("127.0.0.1:{}", free_port()),
+                dir: tmp.path().join(format!("node-{id}")),
+                child: None,
+            })
+            .collect();
+        let peers = nodes
+            .iter()
+            .map(|p| format!("{}={}", p.id, p.addr))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut c = Cluster {
+            tmp,
+            nodes,
+            peers,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        for i in 0..c.nodes.len() {
+            c.spawn(i).unwrap();
+        }
+        c
+    }
+
+    /// The command that starts node `i` (0-based).
+    pub fn command(&self, i: usize) -> Command {
+        let p = &self.nodes[i];
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_raftkv"));
+        cmd.arg("serve")
+            .args(["--id", &p.id.to_string(), "--listen", &p.addr])
+            .arg("--dir")
+            .arg(&p.dir)
+            .args(["--peers", &self.peers])
+            .args(&self.extra);
+        if i == 0 {
+            cmd.arg("--init");
+        }
+        cmd
+    }
+
+    /// Starts node `i` and waits until it listens (an error if it exits
+    /// instead; its message is on the test's stderr).
+    pub fn spawn(&mut self, i: usize) -> Result<(), String> {
+        let mut child = self
+            .command(i)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        if !line.contains("listening") {
+            let status = child.wait().unwrap();
+            return Err(format!("node {} exited: {status}", self.nodes[i].id));
+        }
+        self.nodes[i].child = Some(child);
+        Ok(())
+    }
+
+    /// `kill -9` node `i`.
+    pub fn kill9(&mut self, i: usize) {
+        if let Some(mut c) = self.nodes[i].child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// Sends `sig` (`"STOP"`, `"CONT"`) to node `i`.
+    pub fn signal(&self, i: usize, sig: &str) {
+        let pid = self.nodes[i].child.as_ref().unwrap().id();
+        let ok = Command::new("kill")
+            .args([format!("-{sig}"), pid.to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig} {pid}");
+    }
+
+    pub fn endpoints(&self) -> Vec<String> {
+        self.nodes.iter().map(|p| p.addr.clone()).collect()
+    }
+
+    /// The index of the node that is leader by its own account and by
+    /// another live node's, waiting up to 30 s.
+    pub async fn leader(&self, not: Option<usize>) -> usize {
+        let probe = Client::new(&self.endpoints(), 0).unwrap();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(30) {
+            for (i, p) in self.nodes.iter().enumerate() {
+                if p.child.is_none() || Some(i) == not {
+                    continue;
+                }
+                if let Ok(s) = probe.status(&p.addr).await {
+                    if s.state == "Leader" && s.leader == Some(p.id) {
+                        return i;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("no leader within 30 s");
+    }
+
+    /// Waits (up to 30 s) until node `i` applied at least `index`.
+    pub async fn caught_up(&self, i: usize, index: u64) {
+        let probe = Client::new(&self.endpoints(), 0).unwrap();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(30) {
+            if let Ok(s) = probe.status(&self.nodes[i].addr).await {
+                if s.applied_index.unwrap_or(0) >= index {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("node {} did not catch up to {index} within 30 s", i + 1);
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for p in &mut self.nodes {
+            if let Some(mut c) = p.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+/// A recorded operation: its key and what it did.
+pub type Recorded = (String, Op);
+
+/// `clients` closed-loop clients, `ops` operations each on `keys` keys
+/// (half unique-valued puts, half linearizable reads, fixed seeds),
+/// recorded. `done` counts completed operations.
+pub async fn workload(
+    endpoints: Vec<String>,
+    clients: u64,
+    ops: usize,
+    keys: u64,
+    done: Arc<AtomicUsize>,
+    base: Instant,
+) -> Vec<Recorded> {
+    let mut tasks = Vec::new();
+    for c in 1..=clients {
+        let endpoints = endpoints.clone();
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut client = Client::new(&endpoints, 1000 + c).unwrap();
+            client.deadline = Duration::from_secs(8);
+            let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ c;
+            let mut out = Vec::new();
+            for n in 0..ops {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let key = format!("key-{}", x % keys);
+                let now = || base.elapsed().as_nanos() as u64;
+                let invoked = now();
+                if (x >> 32).is_multiple_of(2) {
+                    let value = format!("c{c}-{n}").into_bytes();
+                    let completed = match client.put(&key, &value).await {
+                        Ok(_) => Some(now()),
+                        Err(ClientError::Unknown(_)) => None,
+                        Err(e) => panic!("put {key}: {e}"),
+                    };
+                    let kind = Kind::Write(Some(value));
+                    out.push((
+                        key,
+                        Op {
+                            invoked,
+                            completed,
+                            kind,
+                        },
+                    ));
+                } else {
+                    match client.get(&key, false).await {
+                        Ok(v) => {
+                            let op = Op {
+                                invoked,
+                                completed: Some(now()),
+                                kind: Kind::Read(v),
+                            };
+                            out.push((key, op));
+                        }
+                        Err(ClientError::Unknown(_)) => {}
+                        Err(e) => panic!("get {key}: {e}"),
+                    }
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            out
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all
+}
+
+/// Checks every key's history; panics with the key that fails.
+pub fn check_histories(ops: &[Recorded]) -> usize {
+    let mut by_key: BTreeMap<&str, Vec<Op>> = BTreeMap::new();
+    for (k, op) in ops {
+        by_key.entry(k).or_default().push(op.clone());
+    }
+    for (k, h) in &by_key {
+        if let Err(v) = raftkv::history::check(h) {
+            panic!("key {k}: not linearizable ({v:?}): {h:#?}");
+        }
+    }
+    by_key.len()
+}
