@@ -397,6 +397,7 @@ impl StateMachine {
         st.snapshot = Some((meta.clone(), Arc::new(data)));
         drop(st);
         old.close()?;
+        drop(old);
         remove_tree(&*inner.vfs, &old_dir)?;
         inner.vfs.sync_dir(&inner.dir)?;
         Ok(())
