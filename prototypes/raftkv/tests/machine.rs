@@ -18,7 +18,7 @@ fn entry(index: u64) -> Entry<TypeConfig> {
         client: index % 3,
         seq: index,
     });
-    let cmd = if index % 11 == 0 {
+    let cmd = if index.is_multiple_of(11) {
         Command::Delete { key, id }
     } else {
         Command::Put {
