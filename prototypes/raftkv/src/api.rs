@@ -8,6 +8,7 @@
 
 use crate::network::{CLUSTER_HEADER, MAX_RPC_BODY};
 use crate::node::Node;
+use crate::propose::Outcome;
 use crate::types::{check_key, check_value, Command, NodeId, RequestId, TypeConfig};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
@@ -162,25 +163,22 @@ fn forward(f: &ForwardToLeader<NodeId, BasicNode>, uri: &Uri) -> Response {
 }
 
 async fn write(node: &Node, cmd: Command, uri: &Uri) -> Response {
-    let r = tokio::time::timeout(REQUEST_TIMEOUT, node.raft.client_write(cmd)).await;
+    let r = tokio::time::timeout(REQUEST_TIMEOUT, node.proposer.propose(cmd)).await;
     match r {
         Err(_) => text(
             StatusCode::SERVICE_UNAVAILABLE,
             "no majority answered in time: the write may or may not take effect",
         ),
-        Ok(Ok(resp)) => {
-            let dup = if resp.data.duplicate {
+        Ok(Outcome::Applied { index, duplicate }) => {
+            let dup = if duplicate {
                 " (a retry: applied before)"
             } else {
                 ""
             };
-            text(
-                StatusCode::OK,
-                format!("ok, log index {}{dup}", resp.log_id.index),
-            )
+            text(StatusCode::OK, format!("ok, log index {index}{dup}"))
         }
-        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => forward(&f, uri),
-        Ok(Err(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        Ok(Outcome::Forward(leader)) => redirect(leader.as_ref(), uri),
+        Ok(Outcome::Failed(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e),
     }
 }
 
@@ -280,6 +278,9 @@ pub struct Status {
     pub voters: BTreeMap<NodeId, String>,
     /// The learners, id to address.
     pub learners: BTreeMap<NodeId, String>,
+    /// Why Raft stopped on this node, if it did (a storage error: the
+    /// node answers nothing until restarted).
+    pub error: Option<String>,
 }
 
 async fn status(State(node): State<Arc<Node>>) -> Json<Status> {
@@ -304,6 +305,7 @@ async fn status(State(node): State<Arc<Node>>) -> Json<Status> {
         applied_index: m.last_applied.map(|l| l.index),
         voters,
         learners,
+        error: m.running_state.as_ref().err().map(|e| e.to_string()),
     })
 }
 

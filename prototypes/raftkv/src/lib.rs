@@ -65,12 +65,13 @@ pub mod history;
 pub mod machine;
 pub mod network;
 pub mod node;
+pub mod propose;
 mod types;
 
 pub use machine::StateMachine;
 pub use node::{Node, NodeOptions};
 pub use types::{
-    check_key, check_value, Applied, BadInput, Command, NodeId, Raft, RequestId, TypeConfig,
+    check_key, check_value, Applied, BadInput, Batch, Command, NodeId, Raft, RequestId, TypeConfig,
     MAX_KEY, MAX_VALUE,
 };
 
@@ -84,7 +85,13 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
+    use axum::serve::ListenerExt;
     let app = api::router(node.clone());
+    // Answers go out at once (no Nagle delay behind an unacknowledged
+    // segment): a Raft RPC's answer is on the commit path.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(stop)
         .await

@@ -45,6 +45,11 @@ enum Cmd {
         /// Build a snapshot after this many log entries.
         #[arg(long, default_value_t = 20_000)]
         snapshot_logs: u64,
+        /// Runtime threads: 1 runs the node's async work on one thread
+        /// (fewer wake-ups across threads; `cluster` uses it, its nodes
+        /// sharing one machine); 0, tokio's default, one per core.
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
     },
     /// Starts a local cluster, a `raftkv serve` process per node, until
     /// Ctrl-C.
@@ -119,6 +124,7 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
         init,
         cluster_id,
         snapshot_logs,
+        ..
     } = cmd
     else {
         return Err("not serve".into());
@@ -156,7 +162,7 @@ async fn cluster(nodes: u64, dir: PathBuf, base_port: u16) -> Result<(), String>
             .args(["--id", &n.to_string(), "--listen", &addr(n)])
             .arg("--dir")
             .arg(dir.join(format!("node-{n}")))
-            .args(["--peers", &peers.join(",")])
+            .args(["--peers", &peers.join(","), "--threads", "1"])
             .args(if n == 1 { &["--init"][..] } else { &[] })
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
@@ -251,10 +257,19 @@ async fn bench(
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let threads = match &cli.command {
+        Cmd::Serve { threads, .. } => *threads,
+        _ => 0,
+    };
+    let mut builder = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    if threads > 1 {
+        builder.worker_threads(threads);
+    }
+    let rt = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("raftkv: {e}");

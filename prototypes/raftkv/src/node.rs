@@ -189,6 +189,8 @@ pub struct Node {
     pub machine: StateMachine,
     /// The Raft log.
     pub log: JournalLogStore<crate::TypeConfig>,
+    /// Gathers clients' writes into entries.
+    pub proposer: crate::propose::Proposer,
 }
 
 impl std::fmt::Debug for Node {
@@ -294,12 +296,14 @@ impl Node {
                 .await
                 .map_err(|e| Error::Raft(e.to_string()))?;
         }
+        let proposer = crate::propose::Proposer::start(raft.clone());
         Ok(Node {
             id: o.id,
             cluster,
             raft,
             machine,
             log,
+            proposer,
         })
     }
 

@@ -108,7 +108,7 @@ async fn finish(cluster: &Cluster, run: Run, extra: Vec<common::Recorded>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_leader_killed_under_load_loses_nothing() {
     // Snapshots every 200 entries: the restarted node may need one.
-    let mut cluster = Cluster::start(3, &["--snapshot-logs", "200"]);
+    let mut cluster = Cluster::start(3, &["--snapshot-logs", "200", "--threads", "1"]);
     let run = begin(&cluster).await;
     cluster.kill9(run.leader);
     // A new leader serves while the old one is down...

@@ -6,7 +6,7 @@
 use journal_core::vfs::{CrashPolicy, SimVfs, Vfs};
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
-use raftkv::{Command, RequestId, StateMachine, TypeConfig};
+use raftkv::{Batch, Command, RequestId, StateMachine, TypeConfig};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -29,7 +29,7 @@ fn entry(index: u64) -> Entry<TypeConfig> {
     };
     Entry {
         log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
-        payload: EntryPayload::Normal(cmd),
+        payload: EntryPayload::Normal(Batch(vec![cmd])),
     }
 }
 
@@ -37,14 +37,18 @@ fn entry(index: u64) -> Entry<TypeConfig> {
 fn expected(applied: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut m = BTreeMap::new();
     for i in 1..=applied {
-        match entry(i).payload {
-            EntryPayload::Normal(Command::Put { key, value, .. }) => {
-                m.insert(key, value);
+        let EntryPayload::Normal(batch) = entry(i).payload else {
+            continue;
+        };
+        for cmd in batch.0 {
+            match cmd {
+                Command::Put { key, value, .. } => {
+                    m.insert(key, value);
+                }
+                Command::Delete { key, .. } => {
+                    m.remove(&key);
+                }
             }
-            EntryPayload::Normal(Command::Delete { key, .. }) => {
-                m.remove(&key);
-            }
-            _ => {}
         }
     }
     m
@@ -115,22 +119,25 @@ async fn a_crash_leaves_the_log_applied_up_to_the_applied_id() {
 async fn a_retried_request_is_applied_once() {
     let sim = SimVfs::new();
     let mut sm = open(Arc::new(sim.clone()));
-    let put = |index: u64, seq: u64, v: &str| Entry::<TypeConfig> {
-        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
-        payload: EntryPayload::Normal(Command::Put {
-            key: b"k".to_vec(),
-            value: v.as_bytes().to_vec(),
-            id: Some(RequestId { client: 9, seq }),
-        }),
+    let put = |seq: u64, v: &str| Command::Put {
+        key: b"k".to_vec(),
+        value: v.as_bytes().to_vec(),
+        id: Some(RequestId { client: 9, seq }),
     };
+    let entry = |index: u64, cmds: Vec<Command>| Entry::<TypeConfig> {
+        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+        payload: EntryPayload::Normal(Batch(cmds)),
+    };
+    // A retry in the same batch and in a later entry.
     let r = sm
-        .apply(vec![put(1, 1, "a"), put(2, 2, "b"), put(3, 1, "a")])
+        .apply(vec![
+            entry(1, vec![put(1, "a"), put(2, "b"), put(1, "a")]),
+            entry(2, vec![put(2, "b")]),
+        ])
         .await
         .unwrap();
-    assert_eq!(
-        r.iter().map(|a| a.duplicate).collect::<Vec<_>>(),
-        [false, false, true]
-    );
+    assert_eq!(r[0].duplicate, [false, false, true]);
+    assert_eq!(r[1].duplicate, [true]);
     // The retry of seq 1 did not bring "a" back.
     assert_eq!(sm.get(b"k").unwrap().as_deref(), Some(&b"b"[..]));
     // The table survives a reopen: seq 2 again is a retry, 3 is new.
@@ -138,10 +145,10 @@ async fn a_retried_request_is_applied_once() {
     drop(sm);
     let mut sm = open(Arc::new(sim));
     let r = sm
-        .apply(vec![put(4, 2, "c"), put(5, 3, "d")])
+        .apply(vec![entry(3, vec![put(2, "c"), put(3, "d")])])
         .await
         .unwrap();
-    assert!(r[0].duplicate && !r[1].duplicate);
+    assert_eq!(r[0].duplicate, [true, false]);
     assert_eq!(sm.get(b"k").unwrap().as_deref(), Some(&b"d"[..]));
 }
 

@@ -1,0 +1,122 @@
+//! Gathers concurrent client writes into one Raft entry.
+//!
+//! openraft 0.9's core makes each entry durable in the leader's log before
+//! it takes the next request (`append_to_log` awaits the flush), so one
+//! entry per write costs one log flush per write, one after the other. The
+//! proposer keeps at most [`IN_FLIGHT`] entries on their way through Raft;
+//! the writes that arrive meanwhile wait in its queue and go out together
+//! as the next entry ([`crate::Batch`]) once one of those finishes — group
+//! commit at the Raft level, as jbd2 does for a filesystem's handles. A
+//! lone writer pays nothing for it: its entry leaves at once.
+
+use crate::types::{Batch, Command, Raft};
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::BasicNode;
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+/// Entries on their way through Raft at once (the one being made durable
+/// on the leader, the ones being replicated and applied).
+pub const IN_FLIGHT: usize = 3;
+/// The most commands in one entry.
+pub const MAX_BATCH: usize = 1024;
+/// The most value bytes in one entry (beyond its first command).
+pub const MAX_BATCH_BYTES: usize = 4 << 20;
+
+/// How a proposed command ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Committed by a majority and applied at this log index; `duplicate`
+    /// if its request id had been applied before.
+    Applied {
+        /// The entry's log index.
+        index: u64,
+        /// A retry of a request applied before.
+        duplicate: bool,
+    },
+    /// This node is not the leader; the leader, if one is known.
+    Forward(Option<BasicNode>),
+    /// Raft failed the write (it may or may not take effect).
+    Failed(String),
+}
+
+struct Pending {
+    cmd: Command,
+    reply: oneshot::Sender<Outcome>,
+}
+
+fn size(c: &Command) -> usize {
+    match c {
+        Command::Put { key, value, .. } => key.len() + value.len(),
+        Command::Delete { key, .. } => key.len(),
+    }
+}
+
+/// The proposer of one node (cheap to clone).
+#[derive(Debug, Clone)]
+pub struct Proposer {
+    tx: mpsc::UnboundedSender<Pending>,
+}
+
+impl Proposer {
+    /// Starts the proposer task of `raft` on the current runtime.
+    pub fn start(raft: Raft) -> Proposer {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Pending>();
+        let permits = Arc::new(Semaphore::new(IN_FLIGHT));
+        tokio::spawn(async move {
+            loop {
+                // Wait for room first: what arrives meanwhile joins the
+                // next entry.
+                let Ok(permit) = permits.clone().acquire_owned().await else {
+                    return;
+                };
+                let Some(first) = rx.recv().await else {
+                    return;
+                };
+                let mut bytes = size(&first.cmd);
+                let mut batch = vec![first];
+                while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
+                    match rx.try_recv() {
+                        Ok(p) => {
+                            bytes += size(&p.cmd);
+                            batch.push(p);
+                        }
+                        Err(_) => break,
+                    }
+                }
+                let raft = raft.clone();
+                tokio::spawn(async move {
+                    let (cmds, replies): (Vec<_>, Vec<_>) =
+                        batch.into_iter().map(|p| (p.cmd, p.reply)).unzip();
+                    let r = raft.client_write(Batch(cmds)).await;
+                    drop(permit);
+                    for (i, reply) in replies.into_iter().enumerate() {
+                        let outcome = match &r {
+                            Ok(resp) => Outcome::Applied {
+                                index: resp.log_id.index,
+                                duplicate: resp.data.duplicate.get(i).copied().unwrap_or(false),
+                            },
+                            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                                Outcome::Forward(f.leader_node.clone())
+                            }
+                            Err(e) => Outcome::Failed(e.to_string()),
+                        };
+                        // The client may have given up waiting: nothing to do.
+                        let _ = reply.send(outcome);
+                    }
+                });
+            }
+        });
+        Proposer { tx }
+    }
+
+    /// Proposes `cmd` and waits for its outcome.
+    pub async fn propose(&self, cmd: Command) -> Outcome {
+        let (reply, rx) = oneshot::channel();
+        if self.tx.send(Pending { cmd, reply }).is_err() {
+            return Outcome::Failed("the node is shutting down".into());
+        }
+        rx.await
+            .unwrap_or_else(|_| Outcome::Failed("the node is shutting down".into()))
+    }
+}
