@@ -24,6 +24,10 @@
 //! - `cargo xtask bench-peers [ARGS...]`: `journal bench --scenario peers`
 //!   built with the `peers` feature (okaywal, raft-engine and wal-db), ARGS
 //!   passed on.
+//! - `cargo xtask bench-raft [ARGS...]`: `raftkv compare` — a three-node
+//!   raftkv cluster beside a three-member etcd cluster (when `etcd` and
+//!   `protoc` are on `PATH`: Debian's etcd-server and protobuf-compiler),
+//!   interleaved rounds, medians; ARGS passed on (`--rounds`, `--dir`, ...).
 //! - `cargo xtask shuttle [--iterations N]`: the composed journal under
 //!   shuttle's random and PCT schedulers (release, `--cfg shuttle`, in
 //!   `target/shuttle`), N schedules in all (default 20,000; `ci` runs the
@@ -363,8 +367,41 @@ fn docs() -> Result<(), String> {
     )
 }
 
+/// The first `name` on `PATH`.
+fn on_path(name: &str) -> Option<std::path::PathBuf> {
+    env::var_os("PATH").and_then(|paths| {
+        env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+/// `raftkv compare`: raftkv beside etcd when `etcd` is on `PATH` (etcd's
+/// gRPC client needs `protoc` to build), raftkv alone otherwise.
+fn bench_raft(args: &[String]) -> Result<(), String> {
+    let mut cmd = cargo();
+    cmd.args(["run", "--release", "--package", "raftkv"]);
+    let etcd = on_path("etcd");
+    match (&etcd, on_path("protoc")) {
+        (Some(_), Some(_)) => {
+            cmd.args(["--features", "etcd"]);
+        }
+        (Some(_), None) => {
+            eprintln!(
+                "bench-raft: etcd's client needs protoc (Debian's protobuf-compiler); raftkv alone"
+            )
+        }
+        (None, _) => eprintln!("bench-raft: no etcd on PATH (Debian's etcd-server); raftkv alone"),
+    }
+    cmd.args(["--", "compare"]);
+    if let (Some(e), Some(_)) = (etcd, on_path("protoc")) {
+        cmd.arg("--etcd").arg(e);
+    }
+    run("bench-raft", cmd.args(args))
+}
+
 fn usage() -> String {
-    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | crash [--minutes N] | corrupt [--minutes N] | fuzz [--minutes N]>"
+    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | bench-raft [ARGS...] | crash [--minutes N] | corrupt [--minutes N] | fuzz [--minutes N]>"
         .into()
 }
 
@@ -407,6 +444,7 @@ fn main() -> ExitCode {
                 ])
                 .args(&args[1..]),
         ),
+        Some("bench-raft") => bench_raft(&args[1..]),
         Some("corrupt") => minutes(&args[1..]).and_then(|m| {
             campaign(
                 "corruption campaign",

@@ -1,8 +1,13 @@
-//! `raftkv bench`: closed-loop clients writing through the HTTP API.
+//! `raftkv bench`: closed-loop clients writing through the HTTP API, or
+//! (feature `etcd`, `--etcd`) through etcd's own gRPC client to an etcd
+//! cluster, the same workload.
 //!
-//! Each client sends one `PUT` (a fresh request id, a value of the given
+//! Each client sends one put (a fresh request id, a value of the given
 //! size) and waits for its answer before the next: puts per second and
 //! the latency distribution of the acknowledged puts, per client count.
+//! Each client has its own connection. etcd's clients talk to its leader
+//! (found through its status API), as raftkv's follow the `307` to theirs:
+//! neither pays a follower's forwarding hop.
 
 use crate::client::Client;
 use serde::Serialize;
@@ -28,8 +33,77 @@ pub struct Level {
     pub p99_us: u64,
 }
 
+/// The system a bench writes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum System {
+    /// raftkv's HTTP API.
+    Raftkv,
+    /// etcd's gRPC API (feature `etcd`).
+    Etcd,
+}
+
+/// One client's connection.
+enum Putter {
+    Raftkv(Client),
+    #[cfg(feature = "etcd")]
+    Etcd(Box<etcd_client::Client>),
+}
+
+impl Putter {
+    async fn put(&mut self, key: &str, value: &[u8]) -> Result<(), String> {
+        match self {
+            Putter::Raftkv(c) => c
+                .put(key, value)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            #[cfg(feature = "etcd")]
+            Putter::Etcd(c) => c
+                .put(key, value, None)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// The endpoint of etcd's leader among `endpoints`.
+#[cfg(feature = "etcd")]
+async fn etcd_leader(endpoints: &[String]) -> Result<String, String> {
+    for e in endpoints {
+        let Ok(mut c) = etcd_client::Client::connect([e.as_str()], None).await else {
+            continue;
+        };
+        if let Ok(s) = c.status().await {
+            if s.header().map(|h| h.member_id()) == Some(s.leader()) {
+                return Ok(e.clone());
+            }
+        }
+    }
+    Err(format!("no etcd leader among {endpoints:?}"))
+}
+
+async fn connect(system: System, endpoints: &[String], id: u64) -> Result<Putter, String> {
+    match system {
+        System::Raftkv => Ok(Putter::Raftkv(
+            Client::new(endpoints, id).map_err(|e| e.to_string())?,
+        )),
+        #[cfg(feature = "etcd")]
+        System::Etcd => {
+            let leader = etcd_leader(endpoints).await?;
+            let c = etcd_client::Client::connect([leader], None)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Putter::Etcd(Box::new(c)))
+        }
+        #[cfg(not(feature = "etcd"))]
+        System::Etcd => Err("built without the `etcd` feature".into()),
+    }
+}
+
 /// Runs `clients` closed-loop clients for `duration` against `endpoints`.
 pub async fn run_level(
+    system: System,
     endpoints: &[String],
     clients: usize,
     value_size: usize,
@@ -46,7 +120,7 @@ pub async fn run_level(
         .map_or(0, |d| d.as_nanos() as u64)
         & !0xffff;
     for c in 0..clients {
-        let mut client = Client::new(endpoints, base | c as u64).map_err(|e| e.to_string())?;
+        let mut client = connect(system, endpoints, base | c as u64).await?;
         let value = value.clone();
         let progress = progress.clone();
         tasks.push(tokio::spawn(async move {

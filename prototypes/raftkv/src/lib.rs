@@ -61,6 +61,7 @@
 pub mod api;
 pub mod bench;
 pub mod client;
+pub mod compare;
 pub mod history;
 pub mod machine;
 pub mod network;

@@ -81,6 +81,39 @@ enum Cmd {
         /// Also write the results here, as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Write to an etcd cluster instead, through etcd's gRPC client
+        /// (`--endpoints` its client addresses; feature `etcd`).
+        #[arg(long)]
+        etcd: bool,
+    },
+    /// A raftkv cluster beside an etcd cluster, interleaved rounds, medians
+    /// (what `cargo xtask bench-raft` runs).
+    Compare {
+        /// Interleaved rounds.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Client counts.
+        #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+        clients: Vec<usize>,
+        /// Bytes per value.
+        #[arg(long, default_value_t = 100)]
+        value_size: usize,
+        /// Where the temporary data directory goes (default: the system's
+        /// temporary directory; use one on the disk to measure).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// The etcd binary (etcd is left out without it).
+        #[arg(long)]
+        etcd: Option<PathBuf>,
+        /// The first loopback port used.
+        #[arg(long, default_value_t = 17101)]
+        base_port: u16,
+        /// Also write the results here, as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
 }
 
@@ -221,6 +254,7 @@ async fn futures_select_all<F: std::future::Future + Unpin>(
 }
 
 async fn bench(
+    system: raftkv::bench::System,
     endpoints: Vec<String>,
     clients: Vec<usize>,
     value_size: usize,
@@ -234,6 +268,7 @@ async fn bench(
         let bar = indicatif::ProgressBar::new_spinner();
         bar.set_message(format!("{c} clients"));
         let l = raftkv::bench::run_level(
+            system,
             &endpoints,
             c,
             value_size,
@@ -250,6 +285,18 @@ async fn bench(
     }
     if let Some(path) = json {
         let doc = serde_json::to_value(&levels).map_err(|e| e.to_string())?;
+        bench_harness::write_json(&path, &doc)?;
+    }
+    Ok(())
+}
+
+async fn compare(o: raftkv::compare::CompareOptions, json: Option<PathBuf>) -> Result<(), String> {
+    if o.rounds == 0 || !o.seconds.is_finite() || o.seconds <= 0.0 || o.clients.is_empty() {
+        return Err("--rounds, --seconds and --clients must be positive".into());
+    }
+    let samples = raftkv::compare::compare(&o).await?;
+    let doc = raftkv::compare::summarize(&samples, &o.clients);
+    if let Some(path) = json {
         bench_harness::write_json(&path, &doc)?;
     }
     Ok(())
@@ -290,7 +337,36 @@ fn main() -> ExitCode {
                 value_size,
                 seconds,
                 json,
-            } => bench(endpoints, clients, value_size, seconds, json).await,
+                etcd,
+            } => {
+                let system = if etcd {
+                    raftkv::bench::System::Etcd
+                } else {
+                    raftkv::bench::System::Raftkv
+                };
+                bench(system, endpoints, clients, value_size, seconds, json).await
+            }
+            Cmd::Compare {
+                rounds,
+                seconds,
+                clients,
+                value_size,
+                dir,
+                etcd,
+                base_port,
+                json,
+            } => {
+                let o = raftkv::compare::CompareOptions {
+                    rounds,
+                    seconds,
+                    clients,
+                    value_size,
+                    dir: dir.unwrap_or_else(std::env::temp_dir),
+                    etcd,
+                    base_port,
+                };
+                compare(o, json).await
+            }
         }
     });
     match r {

@@ -1,0 +1,351 @@
+//! `raftkv compare` (what `cargo xtask bench-raft` runs): a three-node
+//! raftkv cluster and, when an `etcd` binary is given, a three-member etcd
+//! cluster, both on loopback with their data in one temporary directory of
+//! the local disk, measured in the same run: for each round and client
+//! count, each system in turn (the order alternating by round), the same
+//! closed-loop put workload ([`crate::bench`]). Besides puts/s and latency
+//! it reads, around each measurement, the CPU time of the system's three
+//! server processes (`/proc/PID/stat`) and the flush requests completed by
+//! the disk under the directory (`/sys/dev/block/M:m/stat`), and reports
+//! both per put. Medians over rounds, with the range of puts/s.
+
+use crate::bench::{run_level, Level, System};
+use journal_core::vfs::{OpenOptions, OsVfs, Vfs};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::AsyncBufReadExt;
+use tokio::process::{Child, Command};
+
+/// What to compare.
+#[derive(Debug, Clone)]
+pub struct CompareOptions {
+    /// Interleaved rounds.
+    pub rounds: usize,
+    /// Seconds per measurement.
+    pub seconds: f64,
+    /// Client counts.
+    pub clients: Vec<usize>,
+    /// Bytes per value.
+    pub value_size: usize,
+    /// The directory the temporary data directory is made in.
+    pub dir: PathBuf,
+    /// The `etcd` binary, if etcd is compared.
+    pub etcd: Option<PathBuf>,
+    /// The first of the loopback ports used (raftkv: P..P+2, etcd clients
+    /// P+10.., peers P+20..).
+    pub base_port: u16,
+}
+
+/// One measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sample {
+    /// "raftkv" or "etcd".
+    pub system: &'static str,
+    /// The round (from 1).
+    pub round: usize,
+    /// The bench's result.
+    pub level: Level,
+    /// CPU time of the three servers per acknowledged put, µs.
+    pub cpu_us_per_put: f64,
+    /// Disk flush requests per acknowledged put.
+    pub flushes_per_put: f64,
+}
+
+/// Reads a small file (a `/proc` or `/sys` one, whose length says 0).
+fn read_small(path: &Path) -> Result<String, String> {
+    let vfs = OsVfs::new();
+    let f = vfs
+        .open(path, OpenOptions::read())
+        .map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 16 << 10];
+    loop {
+        let n = f
+            .read_at(&mut buf, out.len() as u64)
+            .map_err(|e| e.to_string())?;
+        if n == 0 || out.len() > 1 << 20 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// CPU seconds (user + system) of a process: `/proc/PID/stat` fields 14
+/// and 15, in clock ticks of 1/100 s (Linux's USER_HZ).
+fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = read_small(Path::new(&format!("/proc/{pid}/stat"))) else {
+        return 0.0;
+    };
+    // The command name (field 2) may hold spaces: count after its ')'.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (tick(11) + tick(12)) / 100.0
+}
+
+/// The block device's `stat` file for the filesystem holding `dir`, found
+/// in `/proc/self/mountinfo` (the longest mount point above it); the whole
+/// disk's when that is a partition.
+fn device_stat(dir: &Path) -> Option<PathBuf> {
+    let info = read_small(Path::new("/proc/self/mountinfo")).ok()?;
+    let mut best: Option<(usize, String)> = None;
+    for line in info.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(dev), Some(mnt)) = (f.get(2), f.get(4)) else {
+            continue;
+        };
+        if dir.starts_with(mnt) && best.as_ref().is_none_or(|(l, _)| mnt.len() > *l) {
+            best = Some((mnt.len(), dev.to_string()));
+        }
+    }
+    let sys = PathBuf::from(format!("/sys/dev/block/{}", best?.1));
+    let vfs = OsVfs::new();
+    if vfs.exists(&sys.join("partition")).unwrap_or(false) {
+        Some(sys.join("..").join("stat"))
+    } else {
+        Some(sys.join("stat"))
+    }
+}
+
+/// Flush requests completed (field 16 of a block device's `stat`).
+fn flushes(stat: Option<&Path>) -> f64 {
+    stat.and_then(|p| read_small(p).ok())
+        .and_then(|s| s.split_whitespace().nth(15).and_then(|v| v.parse().ok()))
+        .unwrap_or(0.0)
+}
+
+/// A started cluster: its processes and client endpoints.
+struct Cluster {
+    children: Vec<Child>,
+    endpoints: Vec<String>,
+}
+
+impl Cluster {
+    fn pids(&self) -> Vec<u32> {
+        self.children.iter().filter_map(|c| c.id()).collect()
+    }
+
+    fn cpu(&self) -> f64 {
+        self.pids().into_iter().map(cpu_seconds).sum()
+    }
+
+    async fn stop(mut self) {
+        for c in &mut self.children {
+            let _ = c.kill().await;
+        }
+    }
+}
+
+async fn start_raftkv(dir: &Path, base: u16) -> Result<Cluster, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let addr = |n: u16| format!("127.0.0.1:{}", base + n - 1);
+    let peers: Vec<String> = (1..=3).map(|n| format!("{n}={}", addr(n))).collect();
+    let mut children = Vec::new();
+    for n in 1..=3u16 {
+        let mut cmd = Command::new(&exe);
+        cmd.arg("serve")
+            .args(["--id", &n.to_string(), "--listen", &addr(n)])
+            .arg("--dir")
+            .arg(dir.join(format!("raftkv-{n}")))
+            .args(["--peers", &peers.join(","), "--threads", "1"])
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        if n == 1 {
+            cmd.arg("--init");
+        }
+        let mut child = cmd.spawn().map_err(|e| format!("raftkv node {n}: {e}"))?;
+        let out = child.stdout.take().ok_or("no stdout")?;
+        let mut lines = tokio::io::BufReader::new(out).lines();
+        match tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await {
+            Ok(Ok(Some(l))) if l.contains("listening") => {}
+            _ => return Err(format!("raftkv node {n} did not start")),
+        }
+        children.push(child);
+    }
+    Ok(Cluster {
+        children,
+        endpoints: (1..=3).map(addr).collect(),
+    })
+}
+
+async fn start_etcd(bin: &Path, dir: &Path, base: u16) -> Result<Cluster, String> {
+    let client = |n: u16| format!("127.0.0.1:{}", base + 10 + n - 1);
+    let peer = |n: u16| format!("http://127.0.0.1:{}", base + 20 + n - 1);
+    let initial: Vec<String> = (1..=3).map(|n| format!("e{n}={}", peer(n))).collect();
+    let mut children = Vec::new();
+    for n in 1..=3u16 {
+        let url = format!("http://{}", client(n));
+        let child = Command::new(bin)
+            .args(["--name", &format!("e{n}")])
+            .arg("--data-dir")
+            .arg(dir.join(format!("etcd-{n}")))
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args(["--listen-peer-urls", &peer(n)])
+            .args(["--initial-advertise-peer-urls", &peer(n)])
+            .args(["--initial-cluster", &initial.join(",")])
+            .args(["--initial-cluster-state", "new"])
+            .args(["--initial-cluster-token", "raftkv-compare"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("{}: {e}", bin.display()))?;
+        children.push(child);
+    }
+    Ok(Cluster {
+        children,
+        endpoints: (1..=3).map(client).collect(),
+    })
+}
+
+/// Waits until a short bench against the cluster succeeds (a leader is
+/// elected and answers), up to 30 s; it doubles as a warm-up.
+async fn warm_up(system: System, c: &Cluster, value_size: usize) -> Result<(), String> {
+    let start = Instant::now();
+    loop {
+        let r = run_level(
+            system,
+            &c.endpoints,
+            16,
+            value_size,
+            Duration::from_secs(1),
+            None,
+        )
+        .await;
+        match r {
+            Ok(l) if l.puts > 0 && l.failed == 0 => return Ok(()),
+            _ if start.elapsed() < Duration::from_secs(30) => {}
+            Ok(l) => return Err(format!("{system:?}: {} puts, {} failed", l.puts, l.failed)),
+            Err(e) => return Err(format!("{system:?}: {e}")),
+        }
+    }
+}
+
+/// Runs the comparison; every measurement, in order.
+pub async fn compare(o: &CompareOptions) -> Result<Vec<Sample>, String> {
+    let tmp = tempfile::Builder::new()
+        .prefix("raftkv-compare-")
+        .tempdir_in(&o.dir)
+        .map_err(|e| format!("{}: {e}", o.dir.display()))?;
+    let stat = device_stat(tmp.path());
+    let mut systems = vec![(System::Raftkv, start_raftkv(tmp.path(), o.base_port).await?)];
+    if let Some(bin) = &o.etcd {
+        systems.push((
+            System::Etcd,
+            start_etcd(bin, tmp.path(), o.base_port).await?,
+        ));
+    }
+    for (s, c) in &systems {
+        warm_up(*s, c, o.value_size).await?;
+    }
+    let mut samples = Vec::new();
+    for round in 1..=o.rounds {
+        for &clients in &o.clients {
+            let n = systems.len();
+            for k in 0..n {
+                let (system, cluster) = &systems[(k + round) % n];
+                let (cpu0, fl0) = (cluster.cpu(), flushes(stat.as_deref()));
+                let bar = bench_harness::progress_bar(false);
+                bar.set_message(format!("round {round}: {system:?}, {clients} clients"));
+                let level = run_level(
+                    *system,
+                    &cluster.endpoints,
+                    clients,
+                    o.value_size,
+                    Duration::from_secs_f64(o.seconds),
+                    Some(bar.clone()),
+                )
+                .await?;
+                bar.finish_and_clear();
+                let puts = level.puts.max(1) as f64;
+                samples.push(Sample {
+                    system: match system {
+                        System::Raftkv => "raftkv",
+                        System::Etcd => "etcd",
+                    },
+                    round,
+                    cpu_us_per_put: (cluster.cpu() - cpu0) * 1e6 / puts,
+                    flushes_per_put: (flushes(stat.as_deref()) - fl0) / puts,
+                    level,
+                });
+            }
+        }
+    }
+    for (_, c) in systems {
+        c.stop().await;
+    }
+    Ok(samples)
+}
+
+/// The medians of each system at each client count: prints the table and
+/// returns it as JSON.
+pub fn summarize(samples: &[Sample], clients: &[usize]) -> serde_json::Value {
+    use bench_harness::median;
+    let of = |system: &str, c: usize| -> Vec<&Sample> {
+        samples
+            .iter()
+            .filter(|s| s.system == system && s.level.clients == c)
+            .collect()
+    };
+    let med = |v: &[&Sample], f: &dyn Fn(&Sample) -> f64| median(v.iter().map(|s| f(s)).collect());
+    let mut rows = Vec::new();
+    let mut json = Vec::new();
+    for &c in clients {
+        let mut row = vec![c.to_string()];
+        let mut entry = serde_json::json!({ "clients": c });
+        let mut rates = Vec::new();
+        for system in ["raftkv", "etcd"] {
+            let v = of(system, c);
+            if v.is_empty() {
+                continue;
+            }
+            let rate = med(&v, &|s| s.level.puts_per_sec);
+            let lo = v
+                .iter()
+                .map(|s| s.level.puts_per_sec)
+                .fold(f64::MAX, f64::min);
+            let hi = v.iter().map(|s| s.level.puts_per_sec).fold(0.0, f64::max);
+            let p99 = med(&v, &|s| s.level.p99_us as f64);
+            let cpu = med(&v, &|s| s.cpu_us_per_put);
+            let fl = med(&v, &|s| s.flushes_per_put);
+            rates.push(rate);
+            row.push(format!("{rate:.0} ({lo:.0}–{hi:.0})"));
+            row.push(format!("{p99:.0}"));
+            row.push(format!("{cpu:.0}"));
+            row.push(format!("{fl:.2}"));
+            entry[system] = serde_json::json!({
+                "puts_per_sec": rate, "min": lo, "max": hi, "p99_us": p99,
+                "cpu_us_per_put": cpu, "flushes_per_put": fl, "rounds": v.len(),
+            });
+        }
+        if let [r, e] = rates[..] {
+            row.push(format!("{:.2}", r / e.max(f64::MIN_POSITIVE)));
+            entry["ratio"] = serde_json::json!(r / e.max(f64::MIN_POSITIVE));
+        }
+        rows.push(row);
+        json.push(entry);
+    }
+    let mut header = vec!["clients"];
+    let two = samples.iter().any(|s| s.system == "etcd");
+    for system in if two {
+        &["raftkv", "etcd"][..]
+    } else {
+        &["raftkv"][..]
+    } {
+        let _ = system;
+        header.extend(["puts/s (range)", "p99 µs", "CPU µs/put", "flushes/put"]);
+    }
+    if two {
+        header.push("raftkv/etcd");
+    }
+    bench_harness::table(&header, &rows);
+    serde_json::json!({ "levels": json, "samples": samples })
+}
