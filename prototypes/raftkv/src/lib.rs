@@ -35,6 +35,14 @@
 //! itself does not wait for a sync: the state machine is rebuilt from the
 //! log.
 //!
+//! # Batching
+//!
+//! Writes that arrive while earlier ones are on their way through Raft are
+//! gathered into one log entry ([`propose`]): openraft 0.9 flushes the
+//! leader's log once per entry before taking the next, so this is what
+//! group commit looks like one level up. A lone writer's entry leaves at
+//! once.
+//!
 //! # How a restart recovers
 //!
 //! The journal recovers the log (entries, vote, committed id) and the
