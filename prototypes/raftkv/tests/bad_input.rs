@@ -139,3 +139,41 @@ async fn bad_requests_are_refused_with_400_and_change_nothing() {
         Some(&b"before"[..])
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_majority_a_write_is_answered_503_not_left_hanging() {
+    let mut cluster = Cluster::start(3, &[]);
+    let leader = cluster.leader(None).await;
+    let mut client = Client::new(&cluster.endpoints(), 9).unwrap();
+    client.put("k", b"v").await.unwrap();
+    // Both followers gone: the leader cannot commit anything.
+    for i in (0..3).filter(|&i| i != leader) {
+        cluster.kill9(i);
+    }
+    let http = reqwest::Client::new();
+    let base = format!("http://{}", cluster.nodes[leader].addr);
+    let start = std::time::Instant::now();
+    let r = http
+        .put(format!("{base}/kv/k"))
+        .body("w")
+        .timeout(std::time::Duration::from_secs(30))
+        .send()
+        .await
+        .unwrap();
+    let (code, text) = status_of(r).await;
+    assert_eq!(code, 503, "{text}");
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(15),
+        "{text}"
+    );
+    // A linearizable read cannot confirm leadership either; a stale one
+    // answers from the node's copy.
+    let r = http.get(format!("{base}/kv/k")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    let r = http
+        .get(format!("{base}/kv/k?stale=true"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status_of(r).await, (200, "v".to_string()));
+}
