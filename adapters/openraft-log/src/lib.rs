@@ -27,7 +27,8 @@
 //!   cached; the `LogFlushed` callback fires when the last of them is
 //!   durable, from a task awaiting [`journal_core::Journal::commit_async`]
 //!   — openraft's pipeline goes on meanwhile, and the flushes of concurrent
-//!   appends share the journal's group commits.
+//!   appends share the journal's group commits — or, with
+//!   [`FlushMode::Inline`], once `append` itself committed.
 //! - **read** (`try_get_log_entries`): cached entries are cloned; the rest
 //!   are read from the journal, a run of consecutive entries with one range
 //!   read ([`journal_core::Journal::read_range`], which starts at the first
@@ -70,9 +71,29 @@ use std::sync::Arc;
 /// entries.
 pub const DEFAULT_CACHE_BYTES: usize = 4 << 20;
 
+/// How [`RaftLogStorage::append`] makes its entries durable before it
+/// fires openraft's `LogFlushed` callback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FlushMode {
+    /// A task awaits [`Journal::commit_async`]: the journal's forcer thread
+    /// forces, and no thread of the caller's runtime ever waits for the
+    /// disk. The default.
+    #[default]
+    Task,
+    /// `append` commits ([`Journal::commit`]) before it returns, blocking
+    /// its thread for the flush. openraft 0.9's core awaits each append's
+    /// flush before its next step anyway, so the core waits no longer;
+    /// what it saves is the hand-off to the forcer thread and back (two
+    /// thread switches a flush, 23% more puts/s for raftkv's lone client
+    /// in three interleaved pairs of runs). The price: other tasks on the
+    /// same runtime thread wait for the flush too.
+    Inline,
+}
+
 type Nid<C> = <C as RaftTypeConfig>::NodeId;
 
 struct State<C: RaftTypeConfig> {
+    flush: FlushMode,
     index: LogIndex<Nid<C>>,
     cache: Cache<C::Entry>,
     vote: Option<Vote<Nid<C>>>,
@@ -211,6 +232,7 @@ where
     /// The log on an open journal (a `SimVfs` one in tests).
     pub fn from_journal(journal: Arc<Journal>) -> Result<Self, Error> {
         let mut state = State {
+            flush: FlushMode::Task,
             index: LogIndex::default(),
             cache: Cache::new(DEFAULT_CACHE_BYTES),
             vote: None,
@@ -234,6 +256,12 @@ where
     /// Bounds the cache of newest entries at `bytes` of encoded entries.
     pub fn with_cache_bytes(self, bytes: usize) -> Self {
         self.shared.state.lock().cache.set_limit(bytes);
+        self
+    }
+
+    /// Sets how appends are made durable ([`FlushMode`]).
+    pub fn with_flush_mode(self, mode: FlushMode) -> Self {
+        self.shared.state.lock().flush = mode;
         self
     }
 
@@ -455,6 +483,11 @@ where
             callback.log_io_completed(Ok(()));
             return Ok(());
         };
+        if self.shared.state.lock().flush == FlushMode::Inline {
+            let r = self.shared.journal.commit(lsn);
+            callback.log_io_completed(r.map_err(std::io::Error::other));
+            return Ok(());
+        }
         // The callback fires once the last entry is durable; openraft goes
         // on meanwhile, and concurrent flushes share group commits.
         let j = self.shared.journal.clone();

@@ -10,7 +10,7 @@ use openraft::{
     BasicNode, Entry, EntryPayload, LogId, RaftLogReader, SnapshotMeta, StorageError,
     StorageIOError, StoredMembership,
 };
-use openraft_log::JournalLogStore;
+use openraft_log::{FlushMode, JournalLogStore};
 use std::io::Cursor;
 use std::sync::{Arc, Mutex};
 use tempfile::TempDir;
@@ -133,8 +133,9 @@ impl RaftStateMachine<TypeConfig> for MemStateMachine {
     }
 }
 
-/// Builds log stores whose cache of newest entries holds this many bytes.
-struct Builder(usize);
+/// Builds log stores whose cache of newest entries holds this many bytes,
+/// flushing appends this way.
+struct Builder(usize, FlushMode);
 
 impl StoreBuilder<TypeConfig, JournalLogStore<TypeConfig>, MemStateMachine, TempDir> for Builder {
     async fn build(
@@ -143,21 +144,33 @@ impl StoreBuilder<TypeConfig, JournalLogStore<TypeConfig>, MemStateMachine, Temp
         let tmp = tempfile::tempdir().map_err(|e| StorageIOError::write_logs(&e))?;
         let log = JournalLogStore::open(tmp.path().join("raft-log"), options())
             .map_err(|e| StorageIOError::write_logs(&e))?
-            .with_cache_bytes(self.0);
+            .with_cache_bytes(self.0)
+            .with_flush_mode(self.1);
         Ok((tmp, log, MemStateMachine::default()))
     }
 }
 
 #[test]
 fn openraft_storage_suite_passes() {
-    Suite::test_all(Builder(openraft_log::DEFAULT_CACHE_BYTES)).expect("openraft's storage suite");
+    Suite::test_all(Builder(openraft_log::DEFAULT_CACHE_BYTES, FlushMode::Task))
+        .expect("openraft's storage suite");
+}
+
+/// Appends made durable before `append` returns.
+#[test]
+fn openraft_storage_suite_passes_with_inline_flushes() {
+    Suite::test_all(Builder(
+        openraft_log::DEFAULT_CACHE_BYTES,
+        FlushMode::Inline,
+    ))
+    .expect("openraft's storage suite, inline flushes");
 }
 
 /// With no cache every entry openraft reads back comes from the journal's
 /// segment files (range reads), the entries just appended included.
 #[test]
 fn openraft_storage_suite_passes_reading_every_entry_from_the_journal() {
-    Suite::test_all(Builder(0)).expect("openraft's storage suite, no cache");
+    Suite::test_all(Builder(0, FlushMode::Task)).expect("openraft's storage suite, no cache");
 }
 
 fn entry(term: u64, index: u64, s: &str) -> Entry<TypeConfig> {

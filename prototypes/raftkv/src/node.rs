@@ -255,7 +255,11 @@ impl Node {
             journal_core::Options::default(),
         )
         .map_err(|e| Error::Log(openraft_log::Error::Journal(e)))?;
-        let log = JournalLogStore::from_journal(Arc::new(journal)).map_err(Error::Log)?;
+        // openraft 0.9's core awaits each append's flush: flushing inline
+        // saves the hand-off to the journal's forcer and back.
+        let log = JournalLogStore::from_journal(Arc::new(journal))
+            .map_err(Error::Log)?
+            .with_flush_mode(openraft_log::FlushMode::Inline);
         let machine = StateMachine::open(
             vfs.clone(),
             o.dir.join("state"),
