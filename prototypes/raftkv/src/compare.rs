@@ -15,7 +15,6 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tokio::io::AsyncBufReadExt;
 use tokio::process::{Child, Command};
 
 /// What to compare.
@@ -140,34 +139,10 @@ impl Cluster {
 }
 
 async fn start_raftkv(dir: &Path, base: u16) -> Result<Cluster, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let addr = |n: u16| format!("127.0.0.1:{}", base + n - 1);
-    let peers: Vec<String> = (1..=3).map(|n| format!("{n}={}", addr(n))).collect();
-    let mut children = Vec::new();
-    for n in 1..=3u16 {
-        let mut cmd = Command::new(&exe);
-        cmd.arg("serve")
-            .args(["--id", &n.to_string(), "--listen", &addr(n)])
-            .arg("--dir")
-            .arg(dir.join(format!("raftkv-{n}")))
-            .args(["--peers", &peers.join(","), "--threads", "1"])
-            .stdout(Stdio::piped())
-            .kill_on_drop(true);
-        if n == 1 {
-            cmd.arg("--init");
-        }
-        let mut child = cmd.spawn().map_err(|e| format!("raftkv node {n}: {e}"))?;
-        let out = child.stdout.take().ok_or("no stdout")?;
-        let mut lines = tokio::io::BufReader::new(out).lines();
-        match tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await {
-            Ok(Ok(Some(l))) if l.contains("listening") => {}
-            _ => return Err(format!("raftkv node {n} did not start")),
-        }
-        children.push(child);
-    }
+    let local = crate::local::start(3, &dir.join("raftkv"), base).await?;
     Ok(Cluster {
-        children,
-        endpoints: (1..=3).map(addr).collect(),
+        children: local.children,
+        endpoints: local.endpoints,
     })
 }
 

@@ -71,6 +71,7 @@ pub mod bench;
 pub mod client;
 pub mod compare;
 pub mod history;
+pub mod local;
 pub mod machine;
 pub mod network;
 pub mod node;

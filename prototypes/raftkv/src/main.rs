@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use tokio::io::AsyncBufReadExt;
 
 #[derive(Parser)]
 #[command(
@@ -185,32 +184,12 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
 }
 
 async fn cluster(nodes: u64, dir: PathBuf, base_port: u16) -> Result<(), String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let addr = |n: u64| format!("127.0.0.1:{}", u64::from(base_port) + n - 1);
-    let peers: Vec<String> = (1..=nodes).map(|n| format!("{n}={}", addr(n))).collect();
-    let mut children = Vec::new();
-    for n in 1..=nodes {
-        let mut child = tokio::process::Command::new(&exe)
-            .arg("serve")
-            .args(["--id", &n.to_string(), "--listen", &addr(n)])
-            .arg("--dir")
-            .arg(dir.join(format!("node-{n}")))
-            .args(["--peers", &peers.join(","), "--threads", "1"])
-            .args(if n == 1 { &["--init"][..] } else { &[] })
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| format!("start node {n}: {e}"))?;
-        let out = child.stdout.take().ok_or("no stdout")?;
-        let mut lines = tokio::io::BufReader::new(out).lines();
-        match tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await {
-            Ok(Ok(Some(l))) if l.contains("listening") => {}
-            _ => return Err(format!("node {n} did not start (see its errors above)")),
-        }
-        children.push(child);
-    }
-    for n in 1..=nodes {
-        println!("node {n} http://{}", addr(n));
+    let raftkv::local::LocalCluster {
+        mut children,
+        endpoints,
+    } = raftkv::local::start(nodes, &dir, base_port).await?;
+    for (n, e) in endpoints.iter().enumerate() {
+        println!("node {} http://{e}", n + 1);
     }
     println!("(Ctrl-C stops the cluster)");
     let mut exited = Vec::new();

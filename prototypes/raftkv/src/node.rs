@@ -11,7 +11,7 @@
 use crate::machine::{self, StateMachine};
 use crate::network::Network;
 use crate::types::{NodeId, Raft};
-use journal_core::vfs::{OpenOptions, OsVfs, Vfs};
+use journal_core::vfs::{OsVfs, Vfs};
 use openraft::BasicNode;
 use openraft_log::JournalLogStore;
 use std::collections::BTreeMap;
@@ -127,21 +127,15 @@ pub fn cluster_id(peers: &BTreeMap<NodeId, String>) -> u64 {
 
 /// Reads the identity file: `(cluster, node)`, `None` if there is none.
 fn read_identity(vfs: &dyn Vfs, dir: &Path) -> Result<Option<(u64, NodeId)>, Error> {
-    let path = dir.join(ID_FILE);
-    if !vfs.exists(&path)? {
-        return Ok(None);
-    }
-    let f = vfs.open(&path, OpenOptions::read())?;
-    let len = f.len()?;
     let bad = || Error::WrongDirectory {
         dir: dir.to_path_buf(),
         reason: format!("{ID_FILE} is not a raftkv identity"),
     };
-    if len > 256 {
-        return Err(bad());
-    }
-    let mut buf = vec![0; len as usize];
-    f.read_exact_at(&mut buf, 0)?;
+    let buf = match crate::machine::read_small_file(vfs, &dir.join(ID_FILE), 256)? {
+        None => return Ok(None),
+        Some(None) => return Err(bad()),
+        Some(Some(buf)) => buf,
+    };
     let text = std::str::from_utf8(&buf).map_err(|_| bad())?;
     let mut lines = text.lines();
     if lines.next() != Some("raftkv 1") {
@@ -162,18 +156,13 @@ fn read_identity(vfs: &dyn Vfs, dir: &Path) -> Result<Option<(u64, NodeId)>, Err
 }
 
 fn write_identity(vfs: &dyn Vfs, dir: &Path, cluster: u64, node: NodeId) -> Result<(), Error> {
-    let tmp = dir.join(format!("{ID_FILE}.tmp"));
-    let f = vfs.open(&tmp, OpenOptions::create())?;
-    f.set_len(0)?;
-    f.write_at(
-        format!("raftkv 1\ncluster={cluster:016x}\nnode={node}\n").as_bytes(),
-        0,
-    )?;
-    f.sync_all()?;
-    drop(f);
-    vfs.rename(&tmp, &dir.join(ID_FILE))?;
-    vfs.sync_dir(dir)?;
-    Ok(())
+    let text = format!("raftkv 1\ncluster={cluster:016x}\nnode={node}\n");
+    Ok(crate::machine::replace_small_file(
+        vfs,
+        dir,
+        ID_FILE,
+        text.as_bytes(),
+    )?)
 }
 
 /// A running node.

@@ -7,10 +7,9 @@
 
 mod common;
 
-use common::{check_histories, free_port, workload};
+use common::{acknowledged_writes, check_histories, free_port, recorded_read, workload};
 use journal_core::vfs::{CrashPolicy, SimVfs};
 use raftkv::client::Client;
-use raftkv::history::{Kind, Op};
 use raftkv::{Node, NodeOptions};
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicUsize;
@@ -71,23 +70,9 @@ async fn a_node_whose_disk_crashed_rejoins_with_nothing_acknowledged_lost() {
     let mut client = Client::new(&live, 1).unwrap();
     client.deadline = Duration::from_secs(30);
     for k in 0..5 {
-        let key = format!("key-{k}");
-        let invoked = base.elapsed().as_nanos() as u64;
-        let v = client.get(&key, false).await.unwrap();
-        let completed = Some(base.elapsed().as_nanos() as u64);
-        history.push((
-            key,
-            Op {
-                invoked,
-                completed,
-                kind: Kind::Read(v),
-            },
-        ));
+        history.push(recorded_read(&mut client, &format!("key-{k}"), base).await);
     }
-    let acked = history
-        .iter()
-        .filter(|(_, op)| matches!(op.kind, Kind::Write(_)) && op.completed.is_some())
-        .count();
+    let acked = acknowledged_writes(&history);
     assert!(acked > 50, "only {acked} writes acknowledged");
     assert_eq!(check_histories(&history), 5);
     stop(n3).await;

@@ -6,9 +6,9 @@
 
 mod common;
 
-use common::{check_histories, workload, Cluster};
+use common::{acknowledged_writes, check_histories, recorded_read, workload, Cluster};
 use raftkv::client::Client;
-use raftkv::history::{Kind, Op};
+use raftkv::history::Kind;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -79,28 +79,15 @@ async fn finish(cluster: &Cluster, run: Run, extra: Vec<common::Recorded>) {
         .await;
     let mut hit = Client::new(&[cluster.nodes[leader].addr.clone()], 2).unwrap();
     for k in 0..KEYS {
-        let key = format!("key-{k}");
-        let invoked = base.elapsed().as_nanos() as u64;
-        let v = client.get(&key, false).await.unwrap();
-        let completed = Some(base.elapsed().as_nanos() as u64);
-        assert_eq!(
-            hit.get(&key, true).await.unwrap(),
-            v,
-            "{key} on the node hit"
-        );
-        history.push((
-            key,
-            Op {
-                invoked,
-                completed,
-                kind: Kind::Read(v),
-            },
-        ));
+        let read = recorded_read(&mut client, &format!("key-{k}"), base).await;
+        let Kind::Read(v) = &read.1.kind else {
+            unreachable!("a read")
+        };
+        let local = hit.get(&read.0, true).await.unwrap();
+        assert_eq!(&local, v, "{} on the node hit", read.0);
+        history.push(read);
     }
-    let acked = history
-        .iter()
-        .filter(|(_, op)| matches!(op.kind, Kind::Write(_)) && op.completed.is_some())
-        .count();
+    let acked = acknowledged_writes(&history);
     assert!(acked > 100, "only {acked} writes acknowledged");
     assert_eq!(check_histories(&history), KEYS as usize);
 }
@@ -139,18 +126,7 @@ async fn a_paused_leader_acknowledges_nothing_it_did_not_commit() {
         let mut c = Client::new(&[cluster.nodes[old].addr.clone()], 3 + k).unwrap();
         let base = run.base;
         readers.push(tokio::spawn(async move {
-            let key = format!("key-{k}");
-            let invoked = base.elapsed().as_nanos() as u64;
-            let v = c.get(&key, false).await.unwrap();
-            let completed = Some(base.elapsed().as_nanos() as u64);
-            (
-                key,
-                Op {
-                    invoked,
-                    completed,
-                    kind: Kind::Read(v),
-                },
-            )
+            recorded_read(&mut c, &format!("key-{k}"), base).await
         }));
     }
     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -256,3 +256,25 @@ pub fn check_histories(ops: &[Recorded]) -> usize {
     }
     by_key.len()
 }
+
+/// A linearizable read of `key`, recorded (the client retries until it
+/// has an answer: a failed read is a test failure here).
+pub async fn recorded_read(client: &mut Client, key: &str, base: Instant) -> Recorded {
+    let invoked = base.elapsed().as_nanos() as u64;
+    let v = client.get(key, false).await.unwrap();
+    let completed = Some(base.elapsed().as_nanos() as u64);
+    let op = Op {
+        invoked,
+        completed,
+        kind: Kind::Read(v),
+    };
+    (key.to_string(), op)
+}
+
+/// The writes of a history that were acknowledged.
+pub fn acknowledged_writes(history: &[Recorded]) -> usize {
+    history
+        .iter()
+        .filter(|(_, op)| matches!(op.kind, Kind::Write(_)) && op.completed.is_some())
+        .count()
+}
