@@ -165,6 +165,52 @@ fn write_identity(vfs: &dyn Vfs, dir: &Path, cluster: u64, node: NodeId) -> Resu
     )?)
 }
 
+/// Checks the directory's identity file against this node and cluster, or
+/// writes it at the first start (refusing a directory with data but no
+/// identity); returns whether this is the first start.
+fn claim_directory(vfs: &dyn Vfs, o: &NodeOptions, cluster: u64) -> Result<bool, Error> {
+    vfs.create_dir_all(&o.dir)?;
+    match read_identity(vfs, &o.dir)? {
+        Some((c, n)) if c != cluster || n != o.id => Err(Error::WrongDirectory {
+            dir: o.dir.clone(),
+            reason: format!(
+                "it belongs to node {n} of cluster {c:016x}, not node {} of cluster {cluster:016x}",
+                o.id
+            ),
+        }),
+        Some(_) => Ok(false),
+        None => {
+            if vfs.exists(&o.dir.join("log"))? || vfs.exists(&o.dir.join("state"))? {
+                return Err(Error::WrongDirectory {
+                    dir: o.dir.clone(),
+                    reason: format!("it holds data but no {ID_FILE}"),
+                });
+            }
+            write_identity(vfs, &o.dir, cluster, o.id)?;
+            Ok(true)
+        }
+    }
+}
+
+/// openraft's configuration for a node: the options' timeouts and
+/// snapshot policy, 1,000 entries kept behind a snapshot.
+fn raft_config(o: &NodeOptions, cluster: u64) -> Result<openraft::Config, Error> {
+    let hb = o.heartbeat.as_millis() as u64;
+    let el = o.election_timeout.as_millis() as u64;
+    openraft::Config {
+        cluster_name: format!("{cluster:016x}"),
+        heartbeat_interval: hb,
+        election_timeout_min: el,
+        election_timeout_max: el * 2,
+        install_snapshot_timeout: 10_000,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(o.snapshot_logs),
+        max_in_snapshot_log_to_keep: 1_000,
+        ..Default::default()
+    }
+    .validate()
+    .map_err(|e| Error::Options(e.to_string()))
+}
+
 /// A running node.
 #[derive(Clone)]
 pub struct Node {
@@ -215,29 +261,7 @@ impl Node {
             }
         };
         let vfs = o.vfs.clone();
-        vfs.create_dir_all(&o.dir)?;
-        let first_start = match read_identity(&*vfs, &o.dir)? {
-            Some((c, n)) if c != cluster || n != o.id => {
-                return Err(Error::WrongDirectory {
-                    dir: o.dir.clone(),
-                    reason: format!(
-                        "it belongs to node {n} of cluster {c:016x}, not node {} of cluster {cluster:016x}",
-                        o.id
-                    ),
-                })
-            }
-            Some(_) => false,
-            None => {
-                if vfs.exists(&o.dir.join("log"))? || vfs.exists(&o.dir.join("state"))? {
-                    return Err(Error::WrongDirectory {
-                        dir: o.dir.clone(),
-                        reason: format!("it holds data but no {ID_FILE}"),
-                    });
-                }
-                write_identity(&*vfs, &o.dir, cluster, o.id)?;
-                true
-            }
-        };
+        let first_start = claim_directory(&*vfs, &o, cluster)?;
         let journal = journal_core::Journal::open_with(
             vfs.clone(),
             o.dir.join("log"),
@@ -255,20 +279,7 @@ impl Node {
             kvstore::Options::default(),
         )
         .map_err(Error::Machine)?;
-        let hb = o.heartbeat.as_millis() as u64;
-        let el = o.election_timeout.as_millis() as u64;
-        let config = openraft::Config {
-            cluster_name: format!("{cluster:016x}"),
-            heartbeat_interval: hb,
-            election_timeout_min: el,
-            election_timeout_max: el * 2,
-            install_snapshot_timeout: 10_000,
-            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(o.snapshot_logs),
-            max_in_snapshot_log_to_keep: 1_000,
-            ..Default::default()
-        }
-        .validate()
-        .map_err(|e| Error::Options(e.to_string()))?;
+        let config = raft_config(&o, cluster)?;
         let network = Network::new(cluster).map_err(|e| Error::Raft(e.to_string()))?;
         let raft = Raft::new(
             o.id,
