@@ -12,6 +12,11 @@
 //!   stderr, the `--json` output (through `journal_core::vfs`, like every
 //!   file access of the workspace).
 //!
+//! - [`hostile_campaign`]: the loop of the prototypes' hostile-input
+//!   campaigns — a fixed number of cases in `cargo test`, a time budget
+//!   under `cargo xtask fuzz` — each case on a thread of its own under a
+//!   watchdog, so that a panic or a hang fails the campaign by name.
+//!
 //! Nothing here asserts a timing: benches report, tests never time.
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -143,6 +148,57 @@ pub fn closed_loop<E: Display + Send + 'static>(
     }
 }
 
+/// What a [`hostile_campaign`] did.
+#[derive(Debug, Clone, Copy)]
+pub struct Campaign {
+    /// Cases run.
+    pub cases: u64,
+    /// Cases whose run returned `true` (opened and exercised; the others
+    /// were refused with a typed error).
+    pub accepted: u64,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+/// Runs hostile-input cases: `cases` of them, or, when the environment
+/// variable `JOURNAL_FUZZ_SECONDS` holds a number (`cargo xtask fuzz`), as
+/// many as fit in that many seconds. `make(n)` builds case `n` (the
+/// hostile input, from the caller's seeded generator) and returns what
+/// runs it; each run goes on a thread of its own. Panics, naming the case
+/// and `what` ("a hostile page made the store"), if a run panics or has
+/// not returned within 60 s.
+pub fn hostile_campaign<F>(what: &str, cases: u64, mut make: impl FnMut(u64) -> F) -> Campaign
+where
+    F: FnOnce() -> bool + Send + 'static,
+{
+    let budget: Option<f64> = std::env::var("JOURNAL_FUZZ_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok());
+    let start = Instant::now();
+    let (mut n, mut accepted) = (0u64, 0u64);
+    while match budget {
+        Some(b) => start.elapsed().as_secs_f64() < b,
+        None => n < cases,
+    } {
+        let run = make(n);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)));
+        });
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(Ok(a)) => accepted += u64::from(a),
+            Ok(Err(_)) => panic!("case {n}: {what} panic"),
+            Err(_) => panic!("case {n}: {what} hang"),
+        }
+        n += 1;
+    }
+    Campaign {
+        cases: n,
+        accepted,
+        elapsed: start.elapsed(),
+    }
+}
+
 /// The median of `v` (the upper one of an even count); 0 for none.
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -216,6 +272,23 @@ pub fn write_json(path: &Path, doc: &serde_json::Value) -> Result<(), String> {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn a_campaign_counts_its_cases_and_what_they_accepted() {
+        let run = hostile_campaign("a case made the test", 10, |n| move || n % 3 == 0);
+        assert_eq!((run.cases, run.accepted), (10, 4));
+    }
+
+    #[test]
+    #[should_panic(expected = "case 4: a case made the test panic")]
+    fn a_panicking_case_fails_the_campaign_by_name() {
+        hostile_campaign("a case made the test", 10, |n| {
+            move || {
+                assert_ne!(n, 4, "case 4 breaks");
+                true
+            }
+        });
+    }
 
     #[test]
     fn a_closed_loop_counts_every_operation_of_every_client() {

@@ -13,8 +13,7 @@
 use journal_core::vfs::{CrashPolicy, OpenOptions, SimVfs, SplitMix64, Vfs};
 use kvstore::{Options, Store};
 use std::path::Path;
-use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 const PAGE: usize = 4096;
 const HEADER: usize = 32;
@@ -135,34 +134,15 @@ fn exercise(image: &SimVfs) -> bool {
 
 #[test]
 fn hostile_pages_get_typed_errors_never_panics() {
-    let budget: Option<f64> = std::env::var("JOURNAL_FUZZ_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok());
     let base = base();
-    let start = Instant::now();
-    let (mut cases, mut opened) = (0u64, 0u64);
     let mut rng = SplitMix64::new(0x6b76);
-    while match budget {
-        Some(b) => start.elapsed().as_secs_f64() < b,
-        None => cases < CASES,
-    } {
+    let run = bench_harness::hostile_campaign("a hostile page made the store", CASES, |_| {
         let image = mutate(&base, &mut rng);
-        // A hang is a failure too: each case runs under a watchdog.
-        let (tx, rx) = mpsc::channel();
-        let case = cases;
-        std::thread::spawn(move || {
-            let r = std::panic::catch_unwind(|| exercise(&image));
-            let _ = tx.send(r);
-        });
-        match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(Ok(o)) => opened += u64::from(o),
-            Ok(Err(_)) => panic!("case {case}: a hostile page made the store panic"),
-            Err(_) => panic!("case {case}: a hostile page made the store hang"),
-        }
-        cases += 1;
-    }
+        move || exercise(&image)
+    });
+    let (cases, opened) = (run.cases, run.accepted);
     println!(
         "kvstore hostile pages: {cases} CRC-valid hostile data files in {:.1} s: {opened} opened and read, the rest a typed error; 0 panics, 0 hangs",
-        start.elapsed().as_secs_f64()
+        run.elapsed.as_secs_f64()
     );
 }

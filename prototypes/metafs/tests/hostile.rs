@@ -14,8 +14,7 @@ use journal_core::vfs::{CrashPolicy, OpenOptions, SimVfs, SplitMix64, Vfs};
 use metafs::layout::{Super, BLOCK, DIRECT, DIRENTS_PER_BLOCK, DIRENT_SIZE};
 use metafs::{fsck, Fs, Kind, MkfsOptions, MountOptions, ROOT};
 use std::path::Path;
-use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 const IMG: &str = "/fs.img";
 /// Cases `cargo test` runs.
@@ -193,34 +192,15 @@ fn exercise(image: &SimVfs) -> bool {
 
 #[test]
 fn hostile_images_get_typed_errors_never_panics() {
-    let budget: Option<f64> = std::env::var("JOURNAL_FUZZ_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok());
     let base = base();
-    let start = Instant::now();
-    let (mut cases, mut mounted) = (0u64, 0u64);
     let mut rng = SplitMix64::new(0x6d66);
-    while match budget {
-        Some(b) => start.elapsed().as_secs_f64() < b,
-        None => cases < CASES,
-    } {
+    let run = bench_harness::hostile_campaign("a hostile image made metafs", CASES, |_| {
         let image = mutate(&base, &mut rng);
-        // A hang is a failure too: each case runs under a watchdog.
-        let (tx, rx) = mpsc::channel();
-        let case = cases;
-        std::thread::spawn(move || {
-            let r = std::panic::catch_unwind(|| exercise(&image));
-            let _ = tx.send(r);
-        });
-        match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(Ok(m)) => mounted += u64::from(m),
-            Ok(Err(_)) => panic!("case {case}: a hostile image made metafs panic"),
-            Err(_) => panic!("case {case}: a hostile image made metafs hang"),
-        }
-        cases += 1;
-    }
+        move || exercise(&image)
+    });
+    let (cases, mounted) = (run.cases, run.accepted);
     println!(
         "metafs hostile images: {cases} hostile images in {:.1} s: {mounted} mounted and walked, the rest a typed error; 0 panics, 0 hangs",
-        start.elapsed().as_secs_f64()
+        run.elapsed.as_secs_f64()
     );
 }
