@@ -71,7 +71,13 @@ fn same_cluster(node: &Node, headers: &HeaderMap) -> Result<(), Response> {
     }
 }
 
-fn decode<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Response> {
+/// An RPC's request: from this cluster, and well formed.
+fn request<T: serde::de::DeserializeOwned>(
+    node: &Node,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<T, Response> {
+    same_cluster(node, headers)?;
     postcard::from_bytes(body)
         .map_err(|e| text(StatusCode::BAD_REQUEST, format!("bad RPC body: {e}")))
 }
@@ -84,30 +90,21 @@ fn encode<T: Serialize>(r: &T) -> Response {
 }
 
 async fn append(State(node): State<Arc<Node>>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(r) = same_cluster(&node, &headers) {
-        return r;
-    }
-    match decode::<AppendEntriesRequest<TypeConfig>>(&body) {
+    match request::<AppendEntriesRequest<TypeConfig>>(&node, &headers, &body) {
         Ok(req) => encode(&node.raft.append_entries(req).await),
         Err(r) => r,
     }
 }
 
 async fn vote(State(node): State<Arc<Node>>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(r) = same_cluster(&node, &headers) {
-        return r;
-    }
-    match decode::<VoteRequest<NodeId>>(&body) {
+    match request::<VoteRequest<NodeId>>(&node, &headers, &body) {
         Ok(req) => encode(&node.raft.vote(req).await),
         Err(r) => r,
     }
 }
 
 async fn snapshot(State(node): State<Arc<Node>>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(r) = same_cluster(&node, &headers) {
-        return r;
-    }
-    match decode::<InstallSnapshotRequest<TypeConfig>>(&body) {
+    match request::<InstallSnapshotRequest<TypeConfig>>(&node, &headers, &body) {
         Ok(req) => encode(&node.raft.install_snapshot(req).await),
         Err(r) => r,
     }

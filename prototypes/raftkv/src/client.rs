@@ -43,6 +43,9 @@ pub struct Client {
 
 enum Attempt {
     Done(StatusCode, Vec<u8>),
+    /// Sent to another node (the leader a `307` named): retry at once.
+    Redirected,
+    /// No answer, or `503`: retry after a pause.
     Retry(String),
 }
 
@@ -100,7 +103,7 @@ impl Client {
             return match to {
                 Some(base) => {
                     self.leader = base;
-                    Attempt::Retry(format!("{url}: redirected"))
+                    Attempt::Redirected
                 }
                 None => next(self, format!("{url}: a redirect without the same path")),
             };
@@ -127,7 +130,7 @@ impl Client {
         while start.elapsed() < self.deadline {
             match self.attempt(method.clone(), path, body, &mut rotate).await {
                 Attempt::Done(s, b) => return Ok((s, b)),
-                Attempt::Retry(why) if why.ends_with("redirected") => last = why,
+                Attempt::Redirected => {}
                 Attempt::Retry(why) => {
                     last = why;
                     // A retry's pause: no leader yet, or a node down.

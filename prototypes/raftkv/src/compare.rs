@@ -10,12 +10,13 @@
 //! both per put. Medians over rounds, with the range of puts/s.
 
 use crate::bench::{run_level, Level, System};
+use crate::local::LocalCluster as Cluster;
 use journal_core::vfs::{OpenOptions, OsVfs, Vfs};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
 /// What to compare.
 #[derive(Debug, Clone)]
@@ -116,34 +117,20 @@ fn flushes(stat: Option<&Path>) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// A started cluster: its processes and client endpoints.
-struct Cluster {
-    children: Vec<Child>,
-    endpoints: Vec<String>,
+/// CPU seconds of a cluster's server processes.
+fn cpu(c: &Cluster) -> f64 {
+    c.children
+        .iter()
+        .filter_map(|p| p.id())
+        .map(cpu_seconds)
+        .sum()
 }
 
-impl Cluster {
-    fn pids(&self) -> Vec<u32> {
-        self.children.iter().filter_map(|c| c.id()).collect()
+/// Kills a cluster's processes and waits for them.
+async fn stop(mut c: Cluster) {
+    for p in &mut c.children {
+        let _ = p.kill().await;
     }
-
-    fn cpu(&self) -> f64 {
-        self.pids().into_iter().map(cpu_seconds).sum()
-    }
-
-    async fn stop(mut self) {
-        for c in &mut self.children {
-            let _ = c.kill().await;
-        }
-    }
-}
-
-async fn start_raftkv(dir: &Path, base: u16) -> Result<Cluster, String> {
-    let local = crate::local::start(3, &dir.join("raftkv"), base).await?;
-    Ok(Cluster {
-        children: local.children,
-        endpoints: local.endpoints,
-    })
 }
 
 async fn start_etcd(bin: &Path, dir: &Path, base: u16) -> Result<Cluster, String> {
@@ -211,7 +198,8 @@ pub async fn compare(o: &CompareOptions) -> Result<Vec<Sample>, String> {
         .tempdir_in(&o.dir)
         .map_err(|e| format!("{}: {e}", o.dir.display()))?;
     let stat = device_stat(tmp.path());
-    let mut systems = vec![(System::Raftkv, start_raftkv(tmp.path(), o.base_port).await?)];
+    let raftkv = crate::local::start(3, &tmp.path().join("raftkv"), o.base_port).await?;
+    let mut systems = vec![(System::Raftkv, raftkv)];
     if let Some(bin) = &o.etcd {
         systems.push((
             System::Etcd,
@@ -227,7 +215,7 @@ pub async fn compare(o: &CompareOptions) -> Result<Vec<Sample>, String> {
             let n = systems.len();
             for k in 0..n {
                 let (system, cluster) = &systems[(k + round) % n];
-                let (cpu0, fl0) = (cluster.cpu(), flushes(stat.as_deref()));
+                let (cpu0, fl0) = (cpu(cluster), flushes(stat.as_deref()));
                 let bar = bench_harness::progress_bar(false);
                 bar.set_message(format!("round {round}: {system:?}, {clients} clients"));
                 let level = run_level(
@@ -247,7 +235,7 @@ pub async fn compare(o: &CompareOptions) -> Result<Vec<Sample>, String> {
                         System::Etcd => "etcd",
                     },
                     round,
-                    cpu_us_per_put: (cluster.cpu() - cpu0) * 1e6 / puts,
+                    cpu_us_per_put: (cpu(cluster) - cpu0) * 1e6 / puts,
                     flushes_per_put: (flushes(stat.as_deref()) - fl0) / puts,
                     level,
                 });
@@ -255,7 +243,7 @@ pub async fn compare(o: &CompareOptions) -> Result<Vec<Sample>, String> {
         }
     }
     for (_, c) in systems {
-        c.stop().await;
+        stop(c).await;
     }
     Ok(samples)
 }
@@ -310,12 +298,7 @@ pub fn summarize(samples: &[Sample], clients: &[usize]) -> serde_json::Value {
     }
     let mut header = vec!["clients"];
     let two = samples.iter().any(|s| s.system == "etcd");
-    for system in if two {
-        &["raftkv", "etcd"][..]
-    } else {
-        &["raftkv"][..]
-    } {
-        let _ = system;
+    for _ in 0..if two { 2 } else { 1 } {
         header.extend(["puts/s (range)", "p99 µs", "CPU µs/put", "flushes/put"]);
     }
     if two {

@@ -198,7 +198,7 @@ async fn cluster(nodes: u64, dir: PathBuf, base_port: u16) -> Result<(), String>
     }
     tokio::select! {
         _ = stop_signal() => {}
-        (r, i, _) = futures_select_all(exited) => {
+        (r, i) = first_of(exited) => {
             eprintln!("node {} exited: {r:?}; stopping the others", i + 1);
         }
     }
@@ -217,14 +217,12 @@ async fn cluster(nodes: u64, dir: PathBuf, base_port: u16) -> Result<(), String>
     Ok(())
 }
 
-/// The first of several futures to finish, with its index.
-async fn futures_select_all<F: std::future::Future + Unpin>(
-    mut fs: Vec<F>,
-) -> (F::Output, usize, Vec<F>) {
+/// The output of the first of several futures to finish, with its index.
+async fn first_of<F: std::future::Future + Unpin>(mut fs: Vec<F>) -> (F::Output, usize) {
     std::future::poll_fn(move |cx| {
         for (i, f) in fs.iter_mut().enumerate() {
             if let std::task::Poll::Ready(out) = std::pin::Pin::new(f).poll(cx) {
-                return std::task::Poll::Ready((out, i, Vec::new()));
+                return std::task::Poll::Ready((out, i));
             }
         }
         std::task::Poll::Pending
