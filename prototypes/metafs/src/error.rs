@@ -24,12 +24,17 @@ pub enum Error {
     InvalidName,
     /// A file would grow past [`crate::MAX_FILE_SIZE`] (`EFBIG`).
     FileTooLarge,
+    /// The operation is not allowed on this inode, such as a hard link to
+    /// a directory (`EPERM`).
+    NotPermitted,
+    /// An inode would have more than [`crate::LINK_MAX`] links (`EMLINK`).
+    TooManyLinks,
     /// An argument makes no sense, such as renaming a directory into
     /// itself (`EINVAL`).
     InvalidArgument(&'static str),
     /// The image is not a metafs image (or its journal is not its own).
     NotMetafs(String),
-    /// The image was made by a newer format version.
+    /// The image was made in another format version.
     UnsupportedVersion(u16),
     /// The image's metadata contradicts itself.
     Corrupt(String),
@@ -55,6 +60,8 @@ impl Error {
             Error::NameTooLong => 36,        // ENAMETOOLONG
             Error::InvalidName => 22,        // EINVAL
             Error::FileTooLarge => 27,       // EFBIG
+            Error::NotPermitted => 1,        // EPERM
+            Error::TooManyLinks => 31,       // EMLINK
             Error::InvalidArgument(_) => 22, // EINVAL
             // The disk under the journal is full: the commit failed and
             // poisoned the filesystem (its transaction was already
@@ -79,12 +86,14 @@ impl fmt::Display for Error {
                 f.write_str("invalid name (empty, '.', '..', or holding '/' or NUL)")
             }
             Error::FileTooLarge => write!(f, "file larger than {} bytes", crate::MAX_FILE_SIZE),
+            Error::NotPermitted => f.write_str("operation not permitted"),
+            Error::TooManyLinks => f.write_str("too many links"),
             Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
             Error::NotMetafs(why) => write!(f, "not a metafs image: {why}"),
             Error::UnsupportedVersion(v) => {
                 write!(
                     f,
-                    "image format version {v} is newer than this build ({})",
+                    "image format version {v}; this build reads version {}",
                     crate::FORMAT_VERSION
                 )
             }

@@ -1,136 +1,203 @@
 //! `fsck`: the filesystem checked against itself.
 //!
-//! Walks the tree from the root and checks: every directory entry names a
-//! live inode; each inode is reached exactly once (no hard links, so a
-//! second path is a cycle or a cross-link); a directory's recorded parent
-//! is the directory holding it and its link count is 2 + its
-//! subdirectories; a file's link count is 1; no live inode is unreachable;
-//! no block is owned twice or lies outside the data area; and the bitmap
-//! equals exactly the set of blocks reached (plus the fixed metadata).
+//! Walks the tree from the root and checks:
+//! - every directory entry names a live inode of the kind the entry
+//!   records, and no directory holds a name twice;
+//! - a directory is reached exactly once (a second path is a cycle or a
+//!   cross-link), its recorded parent is the directory holding it, its
+//!   link count is 2 + its subdirectories, it has no holes;
+//! - any other inode's link count is the number of entries naming it;
+//! - a symlink's target is 1..=4095 bytes with no NUL; FIFOs, sockets and
+//!   devices own no blocks;
+//! - no live inode is unreachable, and the inode bitmap marks exactly the
+//!   live inodes;
+//! - no block is owned twice, lies outside the data area, or is mapped
+//!   past its inode's size; an inode's block count is what its map holds;
+//!   and the block bitmap equals exactly the blocks owned (plus the fixed
+//!   metadata).
 
-use crate::layout::{Inode, Kind, BLOCK, DIRECT, PER_INDIRECT, ROOT};
+use crate::layout::{Inode, Kind, BLOCK, ROOT};
 use crate::volume::{Fs, Inspector};
 use crate::Result;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Checks a mounted filesystem; returns one line per problem (none: clean).
 pub fn fsck(fs: &Fs) -> Result<Vec<String>> {
     fs.inspect(check)
 }
 
+struct Walk {
+    problems: Vec<String>,
+    /// Block → owning inode.
+    owner: HashMap<u32, u32>,
+    /// Inode → entries naming it.
+    names: HashMap<u32, u32>,
+}
+
 fn check(x: &mut Inspector<'_>) -> Result<Vec<String>> {
     let sb = x.sb();
-    let mut problems = Vec::new();
-    // Block → owning inode.
-    let mut owner: HashMap<u32, u32> = HashMap::new();
-    let mut own = |b: u32, ino: u32, problems: &mut Vec<String>| {
-        if b < sb.data_start || b >= sb.blocks {
-            problems.push(format!(
-                "inode {ino} points to block {b}, outside the data area"
-            ));
-        } else if let Some(prev) = owner.insert(b, ino) {
-            problems.push(format!("block {b} is owned by inodes {prev} and {ino}"));
-        }
+    let mut w = Walk {
+        problems: Vec::new(),
+        owner: HashMap::new(),
+        names: HashMap::new(),
     };
-    let mut seen: HashMap<u32, u32> = HashMap::new(); // inode → times reached
     let mut stack = vec![(ROOT, ROOT)];
-    seen.insert(ROOT, 1);
+    let mut inodes: HashMap<u32, Inode> = HashMap::new();
     while let Some((ino, parent)) = stack.pop() {
         let i = x.inode(ino)?;
-        // Blocks of this inode.
-        let n = i.size.div_ceil(BLOCK as u64) as usize;
-        let mut mapped = 0;
-        for idx in 0..DIRECT.max(n).min(DIRECT + PER_INDIRECT) {
-            let b = x.bmap(&i, idx)?;
-            if b != 0 {
-                if idx >= n {
-                    problems.push(format!("inode {ino} maps block {b} past its size"));
-                }
-                own(b, ino, &mut problems);
-                mapped += 1;
-            }
-        }
-        let _ = mapped;
-        if i.indirect != 0 {
-            own(i.indirect, ino, &mut problems);
-        }
+        check_blocks(x, ino, &i, &mut w)?;
         match i.kind {
-            Kind::File => {
-                if i.nlink != 1 {
-                    problems.push(format!(
-                        "file inode {ino} has link count {}, expected 1",
-                        i.nlink
-                    ));
-                }
-            }
             Kind::Dir => {
                 if i.parent != parent {
-                    problems.push(format!(
+                    w.problems.push(format!(
                         "directory inode {ino} records parent {}, but is in {parent}",
                         i.parent
                     ));
                 }
                 if i.size % BLOCK as u64 != 0 {
-                    problems.push(format!("directory inode {ino} has size {}", i.size));
+                    w.problems
+                        .push(format!("directory inode {ino} has size {}", i.size));
                 }
-                let subdirs = check_entries(x, ino, &mut seen, &mut stack, &mut problems)?;
-                if i.nlink != 2 + subdirs {
-                    problems.push(format!(
+                let subdirs = check_entries(x, ino, &mut w, &mut stack)?;
+                if i.nlink as u64 != 2 + subdirs {
+                    w.problems.push(format!(
                         "directory inode {ino} has link count {}, expected {}",
                         i.nlink,
                         2 + subdirs
                     ));
                 }
             }
-            Kind::Free => problems.push(format!("inode {ino} is reached but free")),
+            Kind::Symlink => {
+                let target = x.data(&i)?;
+                if target.is_empty() || target.contains(&0) {
+                    w.problems
+                        .push(format!("symlink inode {ino} has target {target:?}"));
+                }
+            }
+            Kind::Free => w.problems.push(format!("inode {ino} is reached but free")),
+            _ => {}
+        }
+        inodes.insert(ino, i);
+    }
+    for (&ino, i) in &inodes {
+        let named = w.names.get(&ino).copied().unwrap_or(0);
+        if i.kind != Kind::Dir && i.nlink != named {
+            w.problems.push(format!(
+                "inode {ino} has link count {}, but {named} entries name it",
+                i.nlink
+            ));
         }
     }
-    for ino in ROOT + 1..sb.inodes {
-        if x.inode(ino)?.kind != Kind::Free && !seen.contains_key(&ino) {
-            problems.push(format!("inode {ino} is in use but unreachable"));
+    for ino in 0..sb.inodes {
+        let live = ino == 0 || x.inode(ino)?.kind != Kind::Free;
+        if ino > ROOT && live && !inodes.contains_key(&ino) {
+            w.problems
+                .push(format!("inode {ino} is in use but unreachable"));
+        }
+        if x.ibit(ino)? != live {
+            w.problems.push(format!(
+                "inode {ino} is {} but its bitmap bit says otherwise",
+                if live { "in use" } else { "free" }
+            ));
         }
     }
-    check_bitmap(x, &owner, &mut problems)?;
-    Ok(problems)
+    check_bitmap(x, &w.owner, &mut w.problems)?;
+    Ok(w.problems)
 }
 
-/// The entries of directory `ino`: each names a live inode reached once
-/// (children queued on `stack` to visit). Returns its subdirectories.
+/// The blocks inode `ino` maps: owned once, inside the data area, none
+/// past its size (nor any for a kind without data), counted right.
+fn check_blocks(x: &mut Inspector<'_>, ino: u32, i: &Inode, w: &mut Walk) -> Result<()> {
+    let sb = x.sb();
+    let (data, trees) = match x.walk(i) {
+        Ok(m) => m,
+        Err(e) => {
+            w.problems.push(format!("inode {ino}'s block map: {e}"));
+            return Ok(());
+        }
+    };
+    let n = i.size.div_ceil(BLOCK as u64);
+    if !i.kind.has_data() && (!data.is_empty() || !trees.is_empty()) {
+        w.problems
+            .push(format!("inode {ino} ({:?}) owns blocks", i.kind));
+    }
+    let mut hole = false;
+    for (k, &(idx, b)) in data.iter().enumerate() {
+        if idx >= n {
+            w.problems
+                .push(format!("inode {ino} maps block {b} past its size"));
+        }
+        hole |= k as u64 != idx;
+    }
+    if i.kind == Kind::Dir && (hole || data.len() as u64 != n) {
+        w.problems
+            .push(format!("directory inode {ino} has a hole in its blocks"));
+    }
+    let total = (data.len() + trees.len()) as u64;
+    if total != i.blocks {
+        w.problems.push(format!(
+            "inode {ino} counts {} blocks, its map holds {total}",
+            i.blocks
+        ));
+    }
+    for b in data.into_iter().map(|(_, b)| b).chain(trees) {
+        if b < sb.data_start || b >= sb.blocks {
+            w.problems.push(format!(
+                "inode {ino} points to block {b}, outside the data area"
+            ));
+        } else if let Some(prev) = w.owner.insert(b, ino) {
+            w.problems
+                .push(format!("block {b} is owned by inodes {prev} and {ino}"));
+        }
+    }
+    Ok(())
+}
+
+/// The entries of directory `ino`: each names a live inode of the kind it
+/// records, no name twice; directories are queued on `stack` (a second
+/// path to one is a problem), the rest counted. Returns its
+/// subdirectories.
 fn check_entries(
     x: &mut Inspector<'_>,
     ino: u32,
-    seen: &mut HashMap<u32, u32>,
+    w: &mut Walk,
     stack: &mut Vec<(u32, u32)>,
-    problems: &mut Vec<String>,
-) -> Result<u16> {
-    let mut subdirs = 0u16;
-    for (name, child) in x.entries(ino)? {
+) -> Result<u64> {
+    let mut subdirs = 0u64;
+    let mut seen_names = HashSet::new();
+    for (name, child, kind) in x.entries(ino)? {
         let shown = String::from_utf8_lossy(&name).into_owned();
+        if !seen_names.insert(name) {
+            w.problems
+                .push(format!("directory {ino} holds {shown:?} twice"));
+        }
         let c: Inode = match x.inode(child) {
-            Ok(c) => c,
-            Err(_) => {
-                problems.push(format!(
-                    "entry {shown:?} in directory {ino} names inode {child}, which does not exist"
+            Ok(c) if c.kind != Kind::Free => c,
+            _ => {
+                w.problems.push(format!(
+                    "entry {shown:?} in directory {ino} names inode {child}, which is not in use"
                 ));
                 continue;
             }
         };
-        if c.kind == Kind::Free {
-            problems.push(format!(
-                "entry {shown:?} in directory {ino} names free inode {child}"
+        if c.kind != kind {
+            w.problems.push(format!(
+                "entry {shown:?} in directory {ino} records {kind:?}, inode {child} is {:?}",
+                c.kind
             ));
-            continue;
         }
-        let times = seen.entry(child).or_insert(0);
+        let times = w.names.entry(child).or_insert(0);
         *times += 1;
-        if *times > 1 {
-            problems.push(format!(
-                "inode {child} is reached a second time (entry {shown:?} in {ino}): a cycle or cross-link"
-            ));
-            continue;
-        }
         if c.kind == Kind::Dir {
+            if *times > 1 || child == ROOT {
+                w.problems.push(format!(
+                    "directory {child} is reached a second time (entry {shown:?} in {ino}): a cycle or cross-link"
+                ));
+                continue;
+            }
             subdirs += 1;
+        } else if *times > 1 {
+            continue; // a hard link: its inode is checked once
         }
         stack.push((child, ino));
     }

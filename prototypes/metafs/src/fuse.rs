@@ -1,21 +1,23 @@
 //! The filesystem through FUSE (the `fuser` crate), so ordinary programs
-//! use it: `mkdir`, `cp -r`, `mv`, `rm -r`, `ls -l`, `tar x`, `cat`.
+//! use it: `cp -r`, `tar`, `rsync -a`, `git`, `make`, `ln`, `ln -s`,
+//! `chmod`, `chown`, `touch -d`, `mkfifo`, `mknod`.
 //!
-//! FUSE inode numbers are metafs's own (the root is 1 in both). Attributes
-//! the format does not keep are synthesised: permissions 0755 for
-//! directories and 0644 for files, owner the caller, all times the
-//! modification time; `chmod`, `chown` and `utimes` are accepted and
-//! ignored. `fsync` and `fsyncdir` commit (durable on return); since the
+//! FUSE inode numbers are metafs's own (the root is 1 in both). The mount
+//! uses `default_permissions`: the kernel checks access against the mode,
+//! owner and group metafs keeps, as it does for a disk filesystem, and a
+//! new inode's owner is the caller's uid and gid. Reads do not move the
+//! access time (`noatime`); every other change moves the times POSIX
+//! says. `fsync` and `fsyncdir` commit (durable on return); since the
 //! kernel does not forward `sync(2)`/`syncfs(2)` to FUSE, [`mount`] also
 //! commits on a timer (jbd2's commit interval, here 1 s), so `sync`
 //! followed by a second's wait is durable too; unmounting checkpoints.
 
-use crate::volume::{Fs, Stat};
-use crate::{Error, Kind};
+use crate::volume::{Fs, NewNode, RenameMode, SetAttr, Stat};
+use crate::{Error, Kind, Time};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner,
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use journal_core::sync::{Condvar, Deadline, Mutex};
 use std::ffi::OsStr;
@@ -46,49 +48,99 @@ fn errno(e: &Error) -> Errno {
     Errno::from_i32(e.errno())
 }
 
-fn attr(s: &Stat, req: &Request) -> FileAttr {
-    let t = UNIX_EPOCH + Duration::from_nanos(s.mtime_ns);
-    let dir = s.kind == Kind::Dir;
+/// A metafs time as the system's (out of range: the epoch).
+pub fn system_time(t: Time) -> SystemTime {
+    let at = if t.sec >= 0 {
+        UNIX_EPOCH.checked_add(Duration::new(t.sec as u64, t.nsec))
+    } else {
+        UNIX_EPOCH
+            .checked_sub(Duration::from_secs(t.sec.unsigned_abs()))
+            .and_then(|s| s.checked_add(Duration::from_nanos(t.nsec as u64)))
+    };
+    at.unwrap_or(UNIX_EPOCH)
+}
+
+/// A system time as metafs keeps it.
+pub fn metafs_time(s: SystemTime) -> Time {
+    match s.duration_since(UNIX_EPOCH) {
+        Ok(d) => Time {
+            sec: d.as_secs().min(i64::MAX as u64) as i64,
+            nsec: d.subsec_nanos(),
+        },
+        Err(e) => {
+            let d = e.duration();
+            let sec = -(d.as_secs().min(i64::MAX as u64) as i64);
+            match d.subsec_nanos() {
+                0 => Time { sec, nsec: 0 },
+                n => Time {
+                    sec: sec.saturating_sub(1),
+                    nsec: 1_000_000_000 - n,
+                },
+            }
+        }
+    }
+}
+
+fn file_type(k: Kind) -> FileType {
+    match k {
+        Kind::Dir => FileType::Directory,
+        Kind::Symlink => FileType::Symlink,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::Socket => FileType::Socket,
+        Kind::CharDevice => FileType::CharDevice,
+        Kind::BlockDevice => FileType::BlockDevice,
+        Kind::File | Kind::Free => FileType::RegularFile,
+    }
+}
+
+/// The kind a `mknod` mode's `S_IFMT` bits name (none: a regular file).
+fn kind_of_mode(mode: u32) -> Option<Kind> {
+    Some(match mode & 0o170000 {
+        0 | 0o100000 => Kind::File,
+        0o010000 => Kind::Fifo,
+        0o020000 => Kind::CharDevice,
+        0o060000 => Kind::BlockDevice,
+        0o140000 => Kind::Socket,
+        0o040000 => Kind::Dir,
+        _ => return None,
+    })
+}
+
+fn attr(s: &Stat) -> FileAttr {
     FileAttr {
         ino: INodeNo(s.ino as u64),
         size: s.size,
         blocks: s.blocks * (crate::layout::BLOCK as u64 / 512),
-        atime: t,
-        mtime: t,
-        ctime: t,
-        crtime: t,
-        kind: if dir {
-            FileType::Directory
-        } else {
-            FileType::RegularFile
-        },
-        perm: if dir { 0o755 } else { 0o644 },
-        nlink: s.nlink as u32,
-        uid: req.uid(),
-        gid: req.gid(),
-        rdev: 0,
+        atime: system_time(s.atime),
+        mtime: system_time(s.mtime),
+        ctime: system_time(s.ctime),
+        crtime: system_time(s.ctime),
+        kind: file_type(s.kind),
+        perm: s.mode,
+        nlink: s.nlink,
+        uid: s.uid,
+        gid: s.gid,
+        rdev: s.rdev,
         flags: 0,
         blksize: crate::layout::BLOCK as u32,
     }
 }
 
 fn ino(i: INodeNo) -> u32 {
-    u64::from(i) as u32
+    u32::try_from(u64::from(i)).unwrap_or(0)
+}
+
+fn time_or_now(t: TimeOrNow) -> Time {
+    match t {
+        TimeOrNow::Now => Time::now(),
+        TimeOrNow::SpecificTime(s) => metafs_time(s),
+    }
 }
 
 impl MetaFuse {
-    fn entry(&self, req: &Request, r: crate::Result<u32>, reply: ReplyEntry) {
+    fn entry(&self, r: crate::Result<u32>, reply: ReplyEntry) {
         match r.and_then(|i| self.fs.stat(i)) {
-            Ok(s) => reply.entry(&TTL, &attr(&s, req), Generation(0)),
-            Err(e) => reply.error(errno(&e)),
-        }
-    }
-
-    /// Replies with inode `i`'s attributes once `r` (what the call did
-    /// first) succeeded.
-    fn attr(&self, req: &Request, r: crate::Result<()>, i: u32, reply: ReplyAttr) {
-        match r.and_then(|()| self.fs.stat(i)) {
-            Ok(s) => reply.attr(&TTL, &attr(&s, req)),
+            Ok(s) => reply.entry(&TTL, &attr(&s), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -99,28 +151,52 @@ impl MetaFuse {
             Err(e) => reply.error(errno(&e)),
         }
     }
+
+    /// A new node in `parent` owned by the caller (`mode`: the umask
+    /// already taken out).
+    fn make(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        kind: Kind,
+        mode: u32,
+        rdev: u32,
+    ) -> crate::Result<u32> {
+        let node = NewNode {
+            kind,
+            mode: (mode & 0o7777) as u16,
+            uid: req.uid(),
+            gid: req.gid(),
+            rdev,
+        };
+        self.fs.make_node(ino(parent), name.as_bytes(), node)
+    }
 }
 
 impl Filesystem for MetaFuse {
-    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry(req, self.fs.lookup(ino(parent), name.as_bytes()), reply);
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.entry(self.fs.lookup(ino(parent), name.as_bytes()), reply);
     }
 
-    fn getattr(&self, req: &Request, i: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.attr(req, Ok(()), ino(i), reply);
+    fn getattr(&self, _req: &Request, i: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.stat(ino(i)) {
+            Ok(s) => reply.attr(&TTL, &attr(&s)),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn setattr(
         &self,
-        req: &Request,
+        _req: &Request,
         i: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
         size: Option<u64>,
-        _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
         _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
@@ -128,11 +204,26 @@ impl Filesystem for MetaFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let r = match size {
-            Some(n) => self.fs.truncate(ino(i), n),
-            None => Ok(()),
+        let a = SetAttr {
+            mode: mode.map(|m| (m & 0o7777) as u16),
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_or_now),
+            mtime: mtime.map(time_or_now),
+            ctime: ctime.map(metafs_time),
         };
-        self.attr(req, r, ino(i), reply);
+        match self.fs.setattr(ino(i), &a) {
+            Ok(s) => reply.attr(&TTL, &attr(&s)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, i: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(ino(i)) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn mknod(
@@ -141,17 +232,15 @@ impl Filesystem for MetaFuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
-        _rdev: u32,
+        umask: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
-        // Regular files only (S_IFREG, or no type bits).
-        let kind = mode & 0o170000;
-        if kind != 0 && kind != 0o100000 {
-            reply.error(Errno::from_i32(1)); // EPERM
-            return;
-        }
-        self.entry(req, self.fs.create(ino(parent), name.as_bytes()), reply);
+        let r = match kind_of_mode(mode) {
+            Some(Kind::Dir) | None => Err(Error::InvalidArgument("mknod of no file type")),
+            Some(k) => self.make(req, parent, name, k, mode & !umask, rdev),
+        };
+        self.entry(r, reply);
     }
 
     fn mkdir(
@@ -159,11 +248,14 @@ impl Filesystem for MetaFuse {
         req: &Request,
         parent: INodeNo,
         name: &OsStr,
-        _mode: u32,
-        _umask: u32,
+        mode: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
-        self.entry(req, self.fs.mkdir(ino(parent), name.as_bytes()), reply);
+        self.entry(
+            self.make(req, parent, name, Kind::Dir, mode & !umask, 0),
+            reply,
+        );
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -172,6 +264,39 @@ impl Filesystem for MetaFuse {
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         Self::empty(self.fs.rmdir(ino(parent), name.as_bytes()), reply);
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let r = self.fs.symlink(
+            ino(parent),
+            link_name.as_bytes(),
+            target.as_os_str().as_bytes(),
+            req.uid(),
+            req.gid(),
+        );
+        self.entry(r, reply);
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let r = self
+            .fs
+            .link(ino(i), ino(newparent), newname.as_bytes())
+            .map(|()| ino(i));
+        self.entry(r, reply);
     }
 
     fn rename(
@@ -184,23 +309,21 @@ impl Filesystem for MetaFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        if flags.contains(RenameFlags::RENAME_EXCHANGE)
-            || flags.contains(RenameFlags::RENAME_WHITEOUT)
-        {
-            reply.error(Errno::from_i32(22)); // EINVAL: not supported
-            return;
-        }
-        if flags.contains(RenameFlags::RENAME_NOREPLACE)
-            && self.fs.lookup(ino(newparent), newname.as_bytes()).is_ok()
-        {
-            reply.error(Errno::from_i32(17)); // EEXIST
-            return;
-        }
-        let r = self.fs.rename(
+        let mode = if flags.contains(RenameFlags::RENAME_WHITEOUT) {
+            return reply.error(Errno::from_i32(22)); // EINVAL: overlayfs's, not ours
+        } else if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+            RenameMode::Exchange
+        } else if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            RenameMode::NoReplace
+        } else {
+            RenameMode::Replace
+        };
+        let r = self.fs.rename_with(
             ino(parent),
             name.as_bytes(),
             ino(newparent),
             newname.as_bytes(),
+            mode,
         );
         Self::empty(r, reply);
     }
@@ -211,7 +334,6 @@ impl Filesystem for MetaFuse {
             Err(e) => reply.error(errno(&e)),
         }
     }
-
     fn read(
         &self,
         _req: &Request,
@@ -277,39 +399,40 @@ impl Filesystem for MetaFuse {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        // Cookies: 1 is ".", 2 is "..", 3 + p the entry at position p
+        // (stable while the entry lives, so a listing resumes exactly).
         let dir = ino(i);
         let parent = match self.fs.parent(dir) {
             Ok(p) => p,
             Err(e) => return reply.error(errno(&e)),
         };
-        let entries = match self.fs.readdir(dir) {
-            Ok(e) => e,
-            Err(e) => return reply.error(errno(&e)),
-        };
-        let all = [
-            (dir, FileType::Directory, b".".to_vec()),
-            (parent, FileType::Directory, b"..".to_vec()),
-        ]
-        .into_iter()
-        .chain(entries.into_iter().map(|(name, ino, kind)| {
-            let t = if kind == Kind::Dir {
-                FileType::Directory
-            } else {
-                FileType::RegularFile
-            };
-            (ino, t, name)
-        }));
-        for (k, (ino, kind, name)) in all.enumerate().skip(offset as usize) {
-            if reply.add(
-                INodeNo(ino as u64),
-                k as u64 + 1,
-                kind,
-                OsStr::from_bytes(&name),
-            ) {
-                break;
+        for (cookie, at, name) in [(1, dir, "."), (2, parent, "..")] {
+            if offset < cookie && reply.add(INodeNo(at as u64), cookie, FileType::Directory, name) {
+                return reply.ok();
             }
         }
-        reply.ok();
+        let mut from = offset.saturating_sub(2);
+        loop {
+            let batch = match self.fs.readdir_from(dir, from, 256) {
+                Ok(b) => b,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            let Some(last) = batch.last().map(|e| e.0) else {
+                return reply.ok();
+            };
+            for (pos, name, child, kind) in batch {
+                let full = reply.add(
+                    INodeNo(child as u64),
+                    pos + 3,
+                    file_type(kind),
+                    OsStr::from_bytes(&name),
+                );
+                if full {
+                    return reply.ok();
+                }
+            }
+            from = last + 1;
+        }
     }
 
     fn fsyncdir(
@@ -343,19 +466,18 @@ impl Filesystem for MetaFuse {
         req: &Request,
         parent: INodeNo,
         name: &OsStr,
-        _mode: u32,
-        _umask: u32,
+        mode: u32,
+        umask: u32,
         _flags: i32,
         reply: ReplyCreate,
     ) {
         match self
-            .fs
-            .create(ino(parent), name.as_bytes())
+            .make(req, parent, name, Kind::File, mode & !umask, 0)
             .and_then(|i| self.fs.stat(i))
         {
             Ok(s) => reply.created(
                 &TTL,
-                &attr(&s, req),
+                &attr(&s),
                 Generation(0),
                 FileHandle(0),
                 FopenFlags::empty(),
@@ -364,8 +486,6 @@ impl Filesystem for MetaFuse {
         }
     }
 }
-
-use fuser::ReplyOpen;
 
 /// Mounts `fs` on `dir` and serves it until the mount is unmounted
 /// (`umount DIR` or `fusermount3 -u DIR`); commits every `commit_every`

@@ -43,5 +43,8 @@ pub mod volume;
 
 pub use error::{Error, Result};
 pub use fsck::fsck;
-pub use layout::{Kind, FORMAT_VERSION, MAX_FILE_SIZE, NAME_MAX, ROOT};
-pub use volume::{journal_dir, Fs, Ino, MkfsOptions, MountOptions, MountReport, Stat};
+pub use layout::{Kind, Time, FORMAT_VERSION, MAX_FILE_SIZE, NAME_MAX, ROOT, SYMLINK_MAX};
+pub use volume::{
+    journal_dir, Fs, Ino, MkfsOptions, MountOptions, MountReport, NewNode, RenameMode, SetAttr,
+    Stat, LINK_MAX,
+};

@@ -112,10 +112,8 @@ fn the_operations_do_what_posix_says() {
         fs.rename_path("/a/g", "/c"),
         Err(Error::IsADirectory)
     ));
-    assert!(matches!(
-        fs.write(g, MAX_FILE_SIZE, b"x"),
-        Err(Error::FileTooLarge)
-    ));
+    let r = fs.write(f, MAX_FILE_SIZE, b"x");
+    assert!(matches!(r, Err(Error::FileTooLarge)), "{r:?}");
     fs.unlink_path("/a/g").unwrap();
     fs.rmdir_path("/c/empty").unwrap();
     assert!(fsck(&fs).unwrap().is_empty(), "{:?}", fsck(&fs).unwrap());
@@ -215,23 +213,23 @@ fn not_an_image_a_newer_image_and_a_foreign_journal_are_refused_untouched() {
     // A newer version: refused before the journal is opened.
     Fs::mkfs_with(v.clone(), IMG, mkfs_opts(2 << 20)).unwrap();
     let mut sb = vfs.live_contents(Path::new(IMG)).unwrap()[..4096].to_vec();
-    sb[4..6].copy_from_slice(&2u16.to_le_bytes());
-    let crc = crc32c::crc32c(&sb[..48]);
-    sb[48..52].copy_from_slice(&crc.to_le_bytes());
+    sb[4..6].copy_from_slice(&3u16.to_le_bytes());
+    let crc = crc32c::crc32c(&sb[..52]);
+    sb[52..56].copy_from_slice(&crc.to_le_bytes());
     let f = vfs.open(Path::new(IMG), OpenOptions::write()).unwrap();
     f.write_at(&sb, 0).unwrap();
     let before = vfs.live_contents(Path::new(IMG)).unwrap();
     assert!(matches!(
         Fs::mount_with(v.clone(), IMG, mount_opts()),
-        Err(Error::UnsupportedVersion(2))
+        Err(Error::UnsupportedVersion(3))
     ));
     assert_eq!(vfs.live_contents(Path::new(IMG)).unwrap(), before);
     // An image whose journal is another image's.
     Fs::mkfs_with(v.clone(), "/other.img", mkfs_opts(2 << 20)).unwrap();
     let mut sb = vfs.live_contents(Path::new("/other.img")).unwrap()[..4096].to_vec();
-    sb[32] ^= 1; // another journal id
-    let crc = crc32c::crc32c(&sb[..48]);
-    sb[48..52].copy_from_slice(&crc.to_le_bytes());
+    sb[36] ^= 1; // another journal id
+    let crc = crc32c::crc32c(&sb[..52]);
+    sb[52..56].copy_from_slice(&crc.to_le_bytes());
     let f = vfs
         .open(Path::new("/other.img"), OpenOptions::write())
         .unwrap();

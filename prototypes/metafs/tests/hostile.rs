@@ -1,7 +1,9 @@
 //! Hostile images: one to three fields of the superblock (its CRC
-//! re-sealed), of an inode in use (kind, link count, parent, size, block
-//! pointers), of a directory entry (inode number, name length), of an
-//! indirect block's pointers, or a bitmap word, set to values a damaged or
+//! re-sealed), of an inode in use (kind, mode, link count, owner, size,
+//! times, parent, device, block pointers, tree roots, block count), of a
+//! directory entry (inode number, `rec_len`, name length, kind), of an
+//! indirect block's pointers, or a word of either bitmap, set to values a
+//! damaged or
 //! malicious image could hold. Mounting, walking the tree (every
 //! directory listed, every file stat'ed and read), fsck, a write and an
 //! unmount must each answer with a typed error or with data: never a
@@ -11,7 +13,7 @@
 //! for a time budget instead (`cargo xtask fuzz --minutes N`).
 
 use journal_core::vfs::{CrashPolicy, OpenOptions, SimVfs, SplitMix64, Vfs};
-use metafs::layout::{Super, BLOCK, DIRECT, DIRENTS_PER_BLOCK, DIRENT_SIZE};
+use metafs::layout::{dir, Super, BLOCK, DIRECT, PER_INDIRECT};
 use metafs::{fsck, Fs, Kind, MkfsOptions, MountOptions, ROOT};
 use std::path::Path;
 use std::sync::Arc;
@@ -37,8 +39,9 @@ fn mount(vfs: &SimVfs) -> metafs::Result<Fs> {
     Fs::mount_with(Arc::new(vfs.clone()), IMG, o)
 }
 
-/// An unmounted image: nested directories, small files, and one file
-/// large enough to need its indirect block.
+/// An unmounted image: nested directories, small files, one file large
+/// enough to need its single-indirect tree, a sparse one that reaches the
+/// double-indirect tree, a symlink, a hard link and a FIFO.
 fn base() -> SimVfs {
     let vfs = SimVfs::new();
     vfs.create_dir_all(Path::new("/")).unwrap();
@@ -62,6 +65,13 @@ fn base() -> SimVfs {
     }
     let big = fs.create_path("/big").unwrap();
     fs.write(big, 0, &vec![0x5a; 20 * BLOCK]).unwrap();
+    let sparse = fs.create_path("/sparse").unwrap();
+    let far = ((DIRECT + PER_INDIRECT + 5) * BLOCK) as u64;
+    fs.write(sparse, far, b"far out").unwrap();
+    fs.symlink(ROOT, b"link", b"d0/f1", 0, 0).unwrap();
+    fs.link(big, fs.resolve("/d1").unwrap(), b"big2").unwrap();
+    fs.make_node(ROOT, b"fifo", metafs::NewNode::new(Kind::Fifo, 0o600))
+        .unwrap();
     fs.unmount().unwrap();
     vfs
 }
@@ -84,55 +94,71 @@ fn pick_field(img: &[u8], sb: &Super, rng: &mut SplitMix64) -> (usize, usize) {
     };
     let in_use: Vec<u32> = (1..sb.inodes).filter(|&i| img[inode_at(i)] != 0).collect();
     let pick = |rng: &mut SplitMix64, v: &[usize]| v[rng.below(v.len() as u64) as usize];
-    // Blocks the inodes point at: directory blocks and indirect blocks.
+    // Blocks the inodes point at: directory blocks and tree roots.
     let mut dir_blocks = Vec::new();
-    let mut indirect = Vec::new();
+    let mut trees = Vec::new();
     for &i in &in_use {
         let at = inode_at(i);
-        let ptrs = (0..DIRECT).map(|k| u32_at(img, at + 24 + 4 * k));
+        let ptrs = (0..DIRECT).map(|k| u32_at(img, at + 68 + 4 * k));
         if img[at] == 2 {
             dir_blocks.extend(ptrs.filter(|&b| b != 0).map(|b| b as usize));
         }
-        let ind = u32_at(img, at + 72);
-        if ind != 0 {
-            indirect.push(ind as usize);
-        }
+        trees.extend(
+            (0..3)
+                .map(|t| u32_at(img, at + 116 + 4 * t) as usize)
+                .filter(|&b| b != 0),
+        );
     }
     match rng.below(10) {
-        0 => {
-            let f = [(4, 2), (8, 4), (12, 4), (16, 4), (20, 4), (24, 4), (28, 4)];
-            f[rng.below(f.len() as u64) as usize]
-        }
+        0 => (4 + 4 * rng.below(12) as usize, 4), // a superblock word
         1..=4 => {
             let at = inode_at(in_use[rng.below(in_use.len() as u64) as usize]);
-            let f = match rng.below(7) {
-                0 => (0, 1),                                          // kind
-                1 => (2, 2),                                          // link count
-                2 => (4, 4),                                          // parent
-                3 => (8, 8),                                          // size
-                4 => (16, 8),                                         // mtime
-                5 => (24 + 4 * rng.below(DIRECT as u64) as usize, 4), // a direct pointer
-                _ => (72, 4),                                         // the indirect block
+            let f = [
+                (0, 1),   // kind
+                (2, 2),   // mode
+                (4, 4),   // link count
+                (8, 4),   // uid
+                (16, 8),  // size
+                (24, 8),  // atime seconds
+                (44, 4),  // mtime nanoseconds
+                (60, 4),  // parent
+                (64, 4),  // device
+                (116, 4), // single-indirect root
+                (120, 4), // double-indirect root
+                (124, 4), // triple-indirect root
+                (128, 8), // block count
+            ];
+            let f = match rng.below(f.len() as u64 + 2) as usize {
+                k if k < f.len() => f[k],
+                _ => (68 + 4 * rng.below(DIRECT as u64) as usize, 4), // a direct pointer
             };
             (at + f.0, f.1)
         }
         5..=7 => {
             let blk = pick(rng, &dir_blocks);
-            let slot = rng.below(DIRENTS_PER_BLOCK as u64) as usize;
-            let at = blk * BLOCK + slot * DIRENT_SIZE;
-            if rng.chance(1, 2) {
-                (at, 4) // the entry's inode
-            } else {
-                (at + 4, 2) // its name length
-            }
+            let entries = dir::entries(&img[blk * BLOCK..(blk + 1) * BLOCK]).unwrap();
+            let at = match entries.len() {
+                0 => blk * BLOCK,
+                n => blk * BLOCK + entries[rng.below(n as u64) as usize].offset,
+            };
+            let f = [(0, 4), (4, 2), (6, 1), (7, 1)]; // inode, rec_len, name length, kind
+            let (o, w) = f[rng.below(4) as usize];
+            (at + o, w)
         }
-        8 if !indirect.is_empty() => {
-            let blk = pick(rng, &indirect);
+        8 if !trees.is_empty() => {
+            let blk = pick(rng, &trees);
             (blk * BLOCK + 4 * rng.below((BLOCK / 4) as u64) as usize, 4)
         }
         _ => {
-            let at = sb.bitmap_start as usize * BLOCK + 8 * rng.below((BLOCK / 8) as u64) as usize;
-            (at, 8)
+            let start = if rng.chance(1, 2) {
+                sb.bitmap_start
+            } else {
+                sb.ibitmap_start
+            };
+            (
+                start as usize * BLOCK + 8 * rng.below((BLOCK / 8) as u64) as usize,
+                8,
+            )
         }
     }
 }
@@ -149,8 +175,8 @@ fn mutate(base: &SimVfs, rng: &mut SplitMix64) -> SimVfs {
         let v = rng.hostile(field(&img, off, width), width);
         img[off..off + width].copy_from_slice(&v.to_le_bytes()[..width]);
     }
-    let crc = crc32c::crc32c(&img[..48]);
-    img[48..52].copy_from_slice(&crc.to_le_bytes());
+    let crc = crc32c::crc32c(&img[..52]);
+    img[52..56].copy_from_slice(&crc.to_le_bytes());
     let f = image.open(Path::new(IMG), OpenOptions::write()).unwrap();
     f.write_at(&img, 0).unwrap();
     f.sync_all().unwrap();

@@ -52,8 +52,8 @@
 //! checkpoints.
 
 use crate::layout::{
-    check_name, dirent_at, dirent_is, ptr_at, set_dirent, set_ptr, Inode, Kind, Super, BLOCK,
-    DIRECT, DIRENTS_PER_BLOCK, MAX_FILE_SIZE, PER_INDIRECT, ROOT,
+    check_name, ptr_at, set_ptr, Inode, Kind, Super, Time, BLOCK, DIRECT, MAX_FILE_SIZE,
+    PER_INDIRECT, ROOT,
 };
 use crate::{txn, Error, Result};
 use journal_core::sync::{Condvar, Mutex};
@@ -63,8 +63,14 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod bmap;
+mod commit;
+mod data;
+mod dirs;
 mod ops;
 mod state;
+
+pub use ops::{NewNode, RenameMode, SetAttr, LINK_MAX};
 
 /// An inode number.
 pub type Ino = u32;
@@ -121,19 +127,39 @@ pub struct MountReport {
     pub blocks_revoked: u64,
 }
 
+/// One entry of a listing ([`Fs::readdir_from`]): its position, name,
+/// inode and kind.
+pub type EntryAt = (u64, Vec<u8>, Ino, Kind);
+
+/// Every block an inode's map reaches: (index, data block) pairs in index
+/// order, and the tree blocks.
+pub(crate) type BlockMap = (Vec<(u64, u32)>, Vec<u32>);
+
 /// What [`Fs::stat`] returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stat {
     /// The inode number.
     pub ino: Ino,
-    /// File or directory.
+    /// What it is.
     pub kind: Kind,
-    /// Size in bytes (a directory: its blocks).
-    pub size: u64,
+    /// Permission bits (`0o7777`).
+    pub mode: u16,
     /// Links.
-    pub nlink: u16,
-    /// Modification time, ns since the epoch.
-    pub mtime_ns: u64,
+    pub nlink: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Size in bytes (a directory: its blocks; a symlink: its target).
+    pub size: u64,
+    /// Last access.
+    pub atime: Time,
+    /// Last change of the data.
+    pub mtime: Time,
+    /// Last change of the inode.
+    pub ctime: Time,
+    /// Device number (devices).
+    pub rdev: u32,
     /// Blocks allocated to it (data, directory and indirect blocks).
     pub blocks: u64,
 }
@@ -143,13 +169,6 @@ pub fn journal_dir(image: &Path) -> PathBuf {
     let mut s = image.as_os_str().to_owned();
     s.push(".journal");
     PathBuf::from(s)
-}
-
-fn now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
 }
 
 /// The in-memory state, under one lock: the metadata block cache and the
@@ -177,6 +196,13 @@ struct State {
     /// Free bits in the bitmap (unavailable blocks included).
     free_blocks: u64,
     free_inodes: u64,
+    /// Clear bits in each block-bitmap block (unavailable ones included),
+    /// so allocation skips full stretches of the bitmap.
+    group_free: Vec<u32>,
+    /// Clear bits in each inode-bitmap block.
+    igroup_free: Vec<u32>,
+    /// The directories' indexes (`dirs.rs`).
+    dirs: HashMap<Ino, dirs::DirIndex>,
     block_hint: u32,
     inode_hint: u32,
     /// Changes made so far (every metadata block or data write counts
@@ -272,7 +298,11 @@ impl Fs {
         };
         let f = vfs.open(image, OpenOptions::create_new())?;
         f.set_len(blocks as u64 * BLOCK as u64)?;
-        // Bitmap: the superblock, inode table and bitmap are in use.
+        // Inode bitmap: inode 0 (never used) and the root.
+        let mut ibitmap = vec![0u8; BLOCK];
+        ibitmap[0] = 0b11;
+        f.write_at(&ibitmap, sb.ibitmap_start as u64 * BLOCK as u64)?;
+        // Block bitmap: the superblock, bitmaps and inode table are in use.
         let bitmap_blocks = sb.data_start - sb.bitmap_start;
         let mut bitmap = vec![0u8; bitmap_blocks as usize * BLOCK];
         for b in 0..sb.data_start as usize {
@@ -282,7 +312,7 @@ impl Fs {
         // The root directory.
         let (rb, ro) = sb.inode_place(ROOT);
         let mut blk = vec![0u8; BLOCK];
-        Inode::new(Kind::Dir, ROOT, now_ns()).encode(&mut blk[ro..]);
+        Inode::new(Kind::Dir, 0o755, 0, 0, ROOT, Time::now()).encode(&mut blk[ro..]);
         f.write_at(&blk, rb as u64 * BLOCK as u64)?;
         // The superblock last: an image without one is not a filesystem.
         f.sync_data()?;
@@ -359,19 +389,22 @@ impl Fs {
             data_dirty: false,
             free_blocks: 0,
             free_inodes: 0,
+            group_free: Vec::new(),
+            igroup_free: Vec::new(),
+            dirs: HashMap::new(),
             block_hint: sb.data_start,
             inode_hint: ROOT + 1,
             ops: 0,
         };
-        for b in sb.data_start..sb.blocks {
-            if !state.bit(&*image, b)? {
-                state.free_blocks += 1;
-            }
-        }
-        for ino in ROOT + 1..sb.inodes {
-            if state.inode(&*image, ino)?.kind == Kind::Free {
-                state.free_inodes += 1;
-            }
+        // Free counts from the bitmaps (popcounts; no inode is read).
+        state.group_free = state.count_clear(&*image, sb.bitmap_start, sb.blocks)?;
+        state.igroup_free = state.count_clear(&*image, sb.ibitmap_start, sb.inodes)?;
+        state.free_blocks = state.group_free.iter().map(|&n| n as u64).sum();
+        state.free_inodes = state.igroup_free.iter().map(|&n| n as u64).sum();
+        if !state.bit(&*image, 0)? || !state.ibit(&*image, ROOT)? {
+            return Err(Error::Corrupt(
+                "the bitmaps do not mark the fixed blocks and the root".into(),
+            ));
         }
         if state.live(&*image, ROOT)?.kind != Kind::Dir {
             return Err(Error::Corrupt("the root is not a directory".into()));
@@ -533,11 +566,21 @@ impl Inspector<'_> {
     pub(crate) fn bit(&mut self, b: u32) -> Result<bool> {
         self.st.bit(self.img, b)
     }
-    pub(crate) fn bmap(&mut self, i: &Inode, idx: usize) -> Result<u32> {
-        self.st.bmap(self.img, i, idx)
+    pub(crate) fn ibit(&mut self, ino: Ino) -> Result<bool> {
+        self.st.ibit(self.img, ino)
     }
-    pub(crate) fn entries(&mut self, dir: Ino) -> Result<Vec<(Vec<u8>, Ino)>> {
+    /// Every block an inode's map reaches: (index, data block) pairs and
+    /// the tree blocks.
+    pub(crate) fn walk(&mut self, i: &Inode) -> Result<BlockMap> {
+        self.st.walk(self.img, i)
+    }
+    /// The entries of a directory as its blocks hold them.
+    pub(crate) fn entries(&mut self, dir: Ino) -> Result<Vec<(Vec<u8>, Ino, Kind)>> {
         self.st.entries(self.img, dir)
+    }
+    /// What a symlink points to.
+    pub(crate) fn data(&mut self, i: &Inode) -> Result<Vec<u8>> {
+        self.st.read_data(self.img, i, 0, i.size as usize)
     }
 }
 

@@ -1,47 +1,111 @@
-//! The operations: the namespace (lookup, create, mkdir, unlink, rmdir,
-//! rename), file data (write, read, truncate) and durability (fsync, sync,
-//! commits, checkpoints, unmount).
+//! The namespace operations by inode: lookup, stat, readdir, create and
+//! mknod, mkdir, symlink, link, unlink, rmdir, rename (with its flags),
+//! and setattr (mode, owner, times, size).
 
 use super::*;
 
-impl Fs {
-    // ---- namespace -------------------------------------------------------
+/// What a new inode is made with ([`Fs::make_node`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewNode {
+    /// Its kind (not [`Kind::Free`]).
+    pub kind: Kind,
+    /// Permission bits (`0o7777`).
+    pub mode: u16,
+    /// Owner.
+    pub uid: u32,
+    /// Group (replaced by the directory's own if it is set-group-ID).
+    pub gid: u32,
+    /// Device number (devices only).
+    pub rdev: u32,
+}
 
+impl NewNode {
+    /// A node of `kind` with `mode`, owned by root, device 0.
+    pub fn new(kind: Kind, mode: u16) -> Self {
+        NewNode {
+            kind,
+            mode,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+        }
+    }
+}
+
+/// What [`Fs::rename_with`] does when the target name exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RenameMode {
+    /// Replace it (plain `rename(2)`).
+    #[default]
+    Replace,
+    /// Fail with [`Error::Exists`] (`RENAME_NOREPLACE`).
+    NoReplace,
+    /// Swap the two names, both of which must exist (`RENAME_EXCHANGE`).
+    Exchange,
+}
+
+/// The attributes [`Fs::setattr`] changes: `None` leaves one as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SetAttr {
+    /// Permission bits.
+    pub mode: Option<u16>,
+    /// Owner.
+    pub uid: Option<u32>,
+    /// Group.
+    pub gid: Option<u32>,
+    /// Size (files only): truncates or extends with zeros.
+    pub size: Option<u64>,
+    /// Access time.
+    pub atime: Option<Time>,
+    /// Modification time.
+    pub mtime: Option<Time>,
+    /// Status-change time (default: now, as every change of attributes
+    /// moves it).
+    pub ctime: Option<Time>,
+}
+
+/// Most links one inode may have (ext4's limit).
+pub const LINK_MAX: u32 = 65_000;
+
+pub(super) fn stat_of(ino: Ino, i: &Inode) -> Stat {
+    Stat {
+        ino,
+        kind: i.kind,
+        mode: i.mode,
+        nlink: i.nlink,
+        uid: i.uid,
+        gid: i.gid,
+        size: i.size,
+        atime: i.atime,
+        mtime: i.mtime,
+        ctime: i.ctime,
+        rdev: i.rdev,
+        blocks: i.blocks,
+    }
+}
+
+impl Fs {
     /// The inode `name` names in directory `dir`.
     pub fn lookup(&self, dir: Ino, name: &[u8]) -> Result<Ino> {
+        check_name(name)?;
         self.with(|st, img| st.find(img, dir, name)?.map(|f| f.2).ok_or(Error::NotFound))
     }
 
     /// Attributes of an inode.
     pub fn stat(&self, ino: Ino) -> Result<Stat> {
-        self.with(|st, img| {
-            let i = st.live(img, ino)?;
-            let mut blocks = 0;
-            let n = i.size.div_ceil(BLOCK as u64) as usize;
-            for idx in 0..n.min(DIRECT + PER_INDIRECT) {
-                blocks += (st.bmap(img, &i, idx)? != 0) as u64;
-            }
-            blocks += (i.indirect != 0) as u64;
-            Ok(Stat {
-                ino,
-                kind: i.kind,
-                size: i.size,
-                nlink: i.nlink,
-                mtime_ns: i.mtime_ns,
-                blocks,
-            })
-        })
+        self.with(|st, img| Ok(stat_of(ino, &st.live(img, ino)?)))
     }
 
     /// The entries of a directory: (name, inode, kind).
     pub fn readdir(&self, dir: Ino) -> Result<Vec<(Vec<u8>, Ino, Kind)>> {
-        self.with(|st, img| {
-            let entries = st.entries(img, dir)?;
-            entries
-                .into_iter()
-                .map(|(n, ino)| Ok((n, ino, st.live(img, ino)?.kind)))
-                .collect()
-        })
+        self.with(|st, img| st.entries(img, dir))
+    }
+
+    /// Up to `limit` entries of `dir` from position `pos` (0: the start):
+    /// (position, name, inode, kind). Resume from the last position + 1;
+    /// a position stays valid while its entry lives.
+    pub fn readdir_from(&self, dir: Ino, pos: u64, limit: usize) -> Result<Vec<EntryAt>> {
+        self.with(|st, img| st.entries_from(img, dir, pos, limit))
     }
 
     /// The parent of a directory (the root is its own).
@@ -49,48 +113,96 @@ impl Fs {
         self.with(|st, img| Ok(st.dir(img, dir)?.parent))
     }
 
-    pub(super) fn make(&self, dir: Ino, name: &[u8], kind: Kind) -> Result<Ino> {
+    /// Creates `name` in `dir` as `node` describes: a file, directory,
+    /// symlink (empty: use [`Fs::symlink`]), FIFO, socket or device. In a
+    /// set-group-ID directory the new inode takes the directory's group,
+    /// and a new directory the set-group-ID bit.
+    pub fn make_node(&self, dir: Ino, name: &[u8], node: NewNode) -> Result<Ino> {
         check_name(name)?;
+        if node.kind == Kind::Free {
+            return Err(Error::InvalidArgument("a new inode needs a kind"));
+        }
+        self.with(|st, img| st.make(img, dir, name, node))
+    }
+
+    /// Creates an empty file `name` in `dir` (mode 0644, owner root).
+    pub fn create(&self, dir: Ino, name: &[u8]) -> Result<Ino> {
+        self.make_node(dir, name, NewNode::new(Kind::File, 0o644))
+    }
+
+    /// Creates a directory `name` in `dir` (mode 0755, owner root).
+    pub fn mkdir(&self, dir: Ino, name: &[u8]) -> Result<Ino> {
+        self.make_node(dir, name, NewNode::new(Kind::Dir, 0o755))
+    }
+
+    /// Creates a symlink `name` in `dir` to `target` (1..=4095 bytes),
+    /// owned by `uid`:`gid`.
+    pub fn symlink(&self, dir: Ino, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Ino> {
+        check_name(name)?;
+        if target.is_empty() || target.contains(&0) {
+            return Err(Error::InvalidName);
+        }
+        if target.len() > crate::layout::SYMLINK_MAX {
+            return Err(Error::NameTooLong);
+        }
         self.with(|st, img| {
-            st.dir(img, dir)?;
-            if st.find(img, dir, name)?.is_some() {
-                return Err(Error::Exists);
-            }
-            if st.free_inodes == 0 || st.available() < st.add_needs(img, dir)? {
+            // Its block is allocated with the inode, so the space check
+            // covers both before anything changes.
+            if st.available() < 1 + st.add_needs(img, dir, name)? {
                 return Err(Error::NoSpace);
             }
-            let ino = st.alloc_inode(img, kind, dir)?;
-            st.add_entry(img, dir, name, ino)?;
-            let mut d = st.dir(img, dir)?;
-            if kind == Kind::Dir {
-                d.nlink += 1;
-            }
-            d.mtime_ns = now_ns();
-            st.set_inode(img, dir, &d)?;
+            let node = NewNode {
+                uid,
+                gid,
+                ..NewNode::new(Kind::Symlink, 0o777)
+            };
+            let ino = st.make(img, dir, name, node)?;
+            let mut i = st.live(img, ino)?;
+            st.write_data(img, &mut i, 0, target)?;
+            st.set_inode(img, ino, &i)?;
             Ok(ino)
         })
     }
 
-    /// Creates an empty file `name` in `dir`.
-    pub fn create(&self, dir: Ino, name: &[u8]) -> Result<Ino> {
-        self.make(dir, name, Kind::File)
+    /// Adds the name `dir/name` for the existing inode `ino` (a hard link;
+    /// not to a directory).
+    pub fn link(&self, ino: Ino, dir: Ino, name: &[u8]) -> Result<()> {
+        check_name(name)?;
+        self.with(|st, img| {
+            let mut i = st.live(img, ino)?;
+            if i.kind == Kind::Dir {
+                return Err(Error::NotPermitted);
+            }
+            if i.nlink >= LINK_MAX {
+                return Err(Error::TooManyLinks);
+            }
+            st.dir(img, dir)?;
+            if st.find(img, dir, name)?.is_some() {
+                return Err(Error::Exists);
+            }
+            if st.available() < st.add_needs(img, dir, name)? {
+                return Err(Error::NoSpace);
+            }
+            st.add_entry(img, dir, name, ino, i.kind)?;
+            i.nlink += 1;
+            i.ctime = Time::now();
+            st.set_inode(img, ino, &i)?;
+            st.touch(img, dir)
+        })
     }
 
-    /// Creates a directory `name` in `dir`.
-    pub fn mkdir(&self, dir: Ino, name: &[u8]) -> Result<Ino> {
-        self.make(dir, name, Kind::Dir)
-    }
-
-    /// Removes the file `name` from `dir` (its inode and blocks are freed).
+    /// Removes the name `name` from `dir` (not a directory); the inode and
+    /// its blocks are freed with its last link.
     pub fn unlink(&self, dir: Ino, name: &[u8]) -> Result<()> {
         check_name(name)?;
         self.with(|st, img| {
-            let (b, slot, ino) = st.find(img, dir, name)?.ok_or(Error::NotFound)?;
+            st.dir(img, dir)?;
+            let (_, _, ino) = st.find(img, dir, name)?.ok_or(Error::NotFound)?;
             if st.live(img, ino)?.kind == Kind::Dir {
                 return Err(Error::IsADirectory);
             }
-            set_dirent(st.get_mut(img, b)?, slot, 0, b"");
-            st.free_inode(img, ino)?;
+            st.remove_entry(img, dir, name)?;
+            st.drop_link(img, ino)?;
             st.touch(img, dir)
         })
     }
@@ -99,351 +211,229 @@ impl Fs {
     pub fn rmdir(&self, dir: Ino, name: &[u8]) -> Result<()> {
         check_name(name)?;
         self.with(|st, img| {
-            let (b, slot, ino) = st.find(img, dir, name)?.ok_or(Error::NotFound)?;
+            st.dir(img, dir)?;
+            let (_, _, ino) = st.find(img, dir, name)?.ok_or(Error::NotFound)?;
             if st.live(img, ino)?.kind != Kind::Dir {
                 return Err(Error::NotADirectory);
             }
             if !st.is_empty_dir(img, ino)? {
                 return Err(Error::NotEmpty);
             }
-            set_dirent(st.get_mut(img, b)?, slot, 0, b"");
+            st.remove_entry(img, dir, name)?;
             st.free_inode(img, ino)?;
-            let mut d = st.dir(img, dir)?;
-            d.nlink -= 1;
-            d.mtime_ns = now_ns();
-            st.set_inode(img, dir, &d)
+            st.add_links(img, dir, -1)?;
+            st.touch(img, dir)
         })
     }
 
     /// Renames `dir/name` to `to_dir/to_name`, atomically, replacing a
     /// file there, or an empty directory when moving a directory.
     pub fn rename(&self, dir: Ino, name: &[u8], to_dir: Ino, to_name: &[u8]) -> Result<()> {
+        self.rename_with(dir, name, to_dir, to_name, RenameMode::Replace)
+    }
+
+    /// [`Fs::rename`] with `renameat2`'s choices for an existing target.
+    pub fn rename_with(
+        &self,
+        dir: Ino,
+        name: &[u8],
+        to_dir: Ino,
+        to_name: &[u8],
+        mode: RenameMode,
+    ) -> Result<()> {
         check_name(name)?;
         check_name(to_name)?;
-        self.with(|st, img| {
-            let (sb_, sslot, ino) = st.find(img, dir, name)?.ok_or(Error::NotFound)?;
-            st.dir(img, to_dir)?;
-            let src = st.live(img, ino)?;
-            if src.kind == Kind::Dir {
-                // Not into itself or below itself.
-                let mut p = to_dir;
-                loop {
-                    if p == ino {
-                        return Err(Error::InvalidArgument(
-                            "a directory cannot move below itself",
-                        ));
-                    }
-                    if p == ROOT {
-                        break;
-                    }
-                    p = st.dir(img, p)?.parent;
-                }
-            }
-            let target = st.find(img, to_dir, to_name)?;
-            if let Some((_, _, t)) = target {
-                if t == ino {
-                    return Ok(()); // the same file: nothing to do
-                }
-                let tk = st.live(img, t)?.kind;
-                let empty = tk == Kind::Dir && st.is_empty_dir(img, t)?;
-                match (src.kind, tk) {
-                    (Kind::Dir, Kind::Dir) if !empty => return Err(Error::NotEmpty),
-                    (Kind::Dir, Kind::Dir) => {}
-                    (Kind::Dir, _) => return Err(Error::NotADirectory),
-                    (_, Kind::Dir) => return Err(Error::IsADirectory),
-                    _ => {}
-                }
-            } else if st.available() < st.add_needs(img, to_dir)? {
-                return Err(Error::NoSpace);
-            }
-            // Checks done: from here nothing fails for want of space.
-            set_dirent(st.get_mut(img, sb_)?, sslot, 0, b"");
-            match target {
-                Some((tb, tslot, t)) => {
-                    let t_dir = st.live(img, t)?.kind == Kind::Dir;
-                    set_dirent(st.get_mut(img, tb)?, tslot, ino, to_name);
-                    st.free_inode(img, t)?;
-                    if t_dir {
-                        let mut d = st.dir(img, to_dir)?;
-                        d.nlink -= 1;
-                        st.set_inode(img, to_dir, &d)?;
-                    }
-                }
-                None => st.add_entry(img, to_dir, to_name, ino)?,
-            }
-            if src.kind == Kind::Dir && dir != to_dir {
-                let mut s = st.live(img, ino)?;
-                s.parent = to_dir;
-                st.set_inode(img, ino, &s)?;
-                let mut from = st.dir(img, dir)?;
-                from.nlink -= 1;
-                st.set_inode(img, dir, &from)?;
-                let mut to = st.dir(img, to_dir)?;
-                to.nlink += 1;
-                st.set_inode(img, to_dir, &to)?;
-            }
-            st.touch(img, dir)?;
-            st.touch(img, to_dir)
-        })
+        self.with(|st, img| st.rename(img, (dir, name), (to_dir, to_name), mode))
     }
 
-    // ---- file data -------------------------------------------------------
-
-    /// Writes `data` at `offset` of file `ino`; returns the bytes written
-    /// (all, or an error with nothing changed).
-    pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<usize> {
-        let end = offset
-            .checked_add(data.len() as u64)
-            .ok_or(Error::FileTooLarge)?;
-        if end > MAX_FILE_SIZE {
-            return Err(Error::FileTooLarge);
+    /// Changes the attributes `a` names; returns them all after.
+    pub fn setattr(&self, ino: Ino, a: &SetAttr) -> Result<Stat> {
+        if let Some(size) = a.size {
+            self.truncate(ino, size)?;
         }
         self.with(|st, img| {
             let mut i = st.live(img, ino)?;
-            if i.kind == Kind::Dir {
-                return Err(Error::IsADirectory);
+            if let Some(m) = a.mode {
+                i.mode = m & 0o7777;
             }
-            if data.is_empty() {
-                return Ok(0);
-            }
-            let bs = BLOCK as u64;
-            let (first, last) = ((offset / bs) as usize, ((end - 1) / bs) as usize);
-            if st.available() < st.blocks_needed(img, &i, first, last)? {
-                return Err(Error::NoSpace);
-            }
-            if offset > i.size {
-                st.zero_tail(img, &i, offset)?;
-            }
-            for idx in first..=last {
-                let blk_start = idx as u64 * bs;
-                let lo = offset.max(blk_start);
-                let hi = end.min(blk_start + bs);
-                let part = &data[(lo - offset) as usize..(hi - offset) as usize];
-                let mut b = st.bmap(img, &i, idx)?;
-                if b == 0 {
-                    b = st.alloc_block(img)?;
-                    st.bmap_set(img, &mut i, idx, b)?;
-                    // A new block: written whole, zeros around the data.
-                    let mut whole = vec![0u8; BLOCK];
-                    whole[(lo - blk_start) as usize..(hi - blk_start) as usize]
-                        .copy_from_slice(part);
-                    img.write_at(&whole, b as u64 * bs)?;
-                } else {
-                    img.write_at(part, b as u64 * bs + (lo - blk_start))?;
-                }
-            }
-            st.data_dirty = true;
-            st.ops += 1;
-            i.size = i.size.max(end);
-            i.mtime_ns = now_ns();
+            i.uid = a.uid.unwrap_or(i.uid);
+            i.gid = a.gid.unwrap_or(i.gid);
+            i.atime = a.atime.unwrap_or(i.atime);
+            i.mtime = a.mtime.unwrap_or(i.mtime);
+            i.ctime = a.ctime.unwrap_or_else(Time::now);
             st.set_inode(img, ino, &i)?;
-            Ok(data.len())
+            Ok(stat_of(ino, &i))
         })
     }
+}
 
-    /// Reads up to `len` bytes at `offset` of file `ino` (fewer at the end).
-    pub fn read(&self, ino: Ino, offset: u64, len: usize) -> Result<Vec<u8>> {
-        self.with(|st, img| {
-            let i = st.live(img, ino)?;
-            if i.kind == Kind::Dir {
-                return Err(Error::IsADirectory);
+impl State {
+    /// Makes `dir/name` (checked by the caller) as `node` describes.
+    fn make(&mut self, img: &dyn VfsFile, dir: Ino, name: &[u8], node: NewNode) -> Result<Ino> {
+        let d = self.dir(img, dir)?;
+        if self.find(img, dir, name)?.is_some() {
+            return Err(Error::Exists);
+        }
+        if self.free_inodes == 0 || self.available() < self.add_needs(img, dir, name)? {
+            return Err(Error::NoSpace);
+        }
+        if d.kind == Kind::Dir && node.kind == Kind::Dir && d.nlink >= LINK_MAX {
+            return Err(Error::TooManyLinks);
+        }
+        let mut new = Inode::new(node.kind, node.mode, node.uid, node.gid, dir, Time::now());
+        new.rdev = node.rdev;
+        if d.mode & 0o2000 != 0 {
+            new.gid = d.gid;
+            if node.kind == Kind::Dir {
+                new.mode |= 0o2000;
             }
-            if offset >= i.size {
-                return Ok(Vec::new());
+        }
+        let ino = self.alloc_inode(img, &new)?;
+        self.add_entry(img, dir, name, ino, node.kind)?;
+        if node.kind == Kind::Dir {
+            self.add_links(img, dir, 1)?;
+        }
+        self.touch(img, dir)?;
+        Ok(ino)
+    }
+
+    /// Changes the link count of `ino` by `by`.
+    fn add_links(&mut self, img: &dyn VfsFile, ino: Ino, by: i64) -> Result<()> {
+        let mut i = self.live(img, ino)?;
+        i.nlink = u32::try_from(i.nlink as i64 + by)
+            .map_err(|_| Error::Corrupt(format!("inode {ino}'s link count underflows")))?;
+        self.set_inode(img, ino, &i)
+    }
+
+    /// One name of non-directory `ino` is gone: its link count drops, and
+    /// with the last link the inode is freed.
+    fn drop_link(&mut self, img: &dyn VfsFile, ino: Ino) -> Result<()> {
+        let mut i = self.live(img, ino)?;
+        if i.nlink <= 1 {
+            return self.free_inode(img, ino);
+        }
+        i.nlink -= 1;
+        i.ctime = Time::now();
+        self.set_inode(img, ino, &i)
+    }
+
+    /// Fails if directory `ino` is `below` or one of its ancestors (a
+    /// directory cannot move below itself).
+    fn not_above(&mut self, img: &dyn VfsFile, ino: Ino, below: Ino) -> Result<()> {
+        let mut p = below;
+        // Bounded by the inode count: a parent cycle on disk cannot hang.
+        for _ in 0..self.sb.inodes {
+            if p == ino {
+                return Err(Error::InvalidArgument(
+                    "a directory cannot move below itself",
+                ));
             }
-            let end = i.size.min(offset + len as u64);
-            let bs = BLOCK as u64;
-            let mut out = vec![0u8; (end - offset) as usize];
-            let mut at = offset;
-            while at < end {
-                let idx = (at / bs) as usize;
-                let hi = end.min((idx as u64 + 1) * bs);
-                let b = st.bmap(img, &i, idx)?;
-                let dst = &mut out[(at - offset) as usize..(hi - offset) as usize];
-                if b != 0 {
-                    img.read_exact_at(dst, b as u64 * bs + at % bs)?;
+            if p == ROOT {
+                return Ok(());
+            }
+            p = self.dir(img, p)?.parent;
+        }
+        Err(Error::Corrupt(format!("directory {below}'s parents loop")))
+    }
+
+    fn rename(
+        &mut self,
+        img: &dyn VfsFile,
+        (dir, name): (Ino, &[u8]),
+        (to_dir, to_name): (Ino, &[u8]),
+        mode: RenameMode,
+    ) -> Result<()> {
+        self.dir(img, dir)?;
+        self.dir(img, to_dir)?;
+        let (_, _, ino) = self.find(img, dir, name)?.ok_or(Error::NotFound)?;
+        let src = self.live(img, ino)?;
+        let target = self.find(img, to_dir, to_name)?.map(|p| p.2);
+        match (mode, target) {
+            (RenameMode::NoReplace, Some(_)) => return Err(Error::Exists),
+            (RenameMode::Exchange, None) => return Err(Error::NotFound),
+            _ => {}
+        }
+        if target == Some(ino) {
+            return Ok(()); // two names of one inode: nothing to do
+        }
+        if src.kind == Kind::Dir {
+            self.not_above(img, ino, to_dir)?;
+        }
+        if let (RenameMode::Exchange, Some(t)) = (mode, target) {
+            return self.exchange(img, (dir, name, ino), (to_dir, to_name, t));
+        }
+        if let Some(t) = target {
+            let tk = self.live(img, t)?.kind;
+            match (src.kind == Kind::Dir, tk == Kind::Dir) {
+                (true, true) if !self.is_empty_dir(img, t)? => return Err(Error::NotEmpty),
+                (true, false) => return Err(Error::NotADirectory),
+                (false, true) => return Err(Error::IsADirectory),
+                _ => {}
+            }
+        } else if self.available() < self.add_needs(img, to_dir, to_name)? {
+            return Err(Error::NoSpace);
+        }
+        // Checks done: from here nothing fails for want of space.
+        self.remove_entry(img, dir, name)?;
+        match target {
+            Some(t) => {
+                self.retarget_entry(img, to_dir, to_name, ino, src.kind)?;
+                if self.live(img, t)?.kind == Kind::Dir {
+                    self.free_inode(img, t)?;
+                    self.add_links(img, to_dir, -1)?;
+                } else {
+                    self.drop_link(img, t)?;
                 }
-                at = hi;
             }
-            Ok(out)
-        })
+            None => self.add_entry(img, to_dir, to_name, ino, src.kind)?,
+        }
+        if src.kind == Kind::Dir && dir != to_dir {
+            self.reparent(img, ino, dir, to_dir)?;
+        }
+        self.moved(img, ino, dir, to_dir)
     }
 
-    /// Sets the size of file `ino`: blocks past a smaller size are freed;
-    /// a larger size reads as zeros.
-    pub fn truncate(&self, ino: Ino, size: u64) -> Result<()> {
-        if size > MAX_FILE_SIZE {
-            return Err(Error::FileTooLarge);
+    /// `RENAME_EXCHANGE`: the two names swap inodes.
+    fn exchange(
+        &mut self,
+        img: &dyn VfsFile,
+        (dir, name, a): (Ino, &[u8], Ino),
+        (to_dir, to_name, b): (Ino, &[u8], Ino),
+    ) -> Result<()> {
+        let (ak, bk) = (self.live(img, a)?.kind, self.live(img, b)?.kind);
+        if bk == Kind::Dir {
+            self.not_above(img, b, dir)?;
         }
-        self.with(|st, img| {
-            let mut i = st.live(img, ino)?;
-            if i.kind == Kind::Dir {
-                return Err(Error::IsADirectory);
+        self.retarget_entry(img, dir, name, b, bk)?;
+        self.retarget_entry(img, to_dir, to_name, a, ak)?;
+        if dir != to_dir {
+            if ak == Kind::Dir {
+                self.reparent(img, a, dir, to_dir)?;
             }
-            let bs = BLOCK as u64;
-            if size < i.size {
-                let keep = size.div_ceil(bs) as usize;
-                st.free_blocks_from(img, &mut i, keep, false)?;
-            } else if size > i.size {
-                st.zero_tail(img, &i, size)?;
-            }
-            i.size = size;
-            i.mtime_ns = now_ns();
-            st.set_inode(img, ino, &i)
-        })
-    }
-
-    // ---- durability ------------------------------------------------------
-
-    /// Makes every operation that returned before this call durable (jbd2
-    /// commits the whole running transaction for any fsync).
-    pub fn fsync(&self, ino: Ino) -> Result<()> {
-        self.with(|st, img| st.live(img, ino).map(|_| ()))?;
-        self.sync()
-    }
-
-    /// Commits the running transaction: returns once every operation that
-    /// returned before the call is durable. One commit runs at a time,
-    /// as jbd2's commit thread does: callers that arrive meanwhile wait
-    /// for it, and the first of them not covered leads the next commit,
-    /// whose snapshot takes every change made by then — so concurrent
-    /// fsyncs share commits.
-    pub fn sync(&self) -> Result<()> {
-        self.check()?;
-        let want = self.state.lock().ops;
-        let mut c = self.committer.lock();
-        loop {
-            self.check()?;
-            if c.durable >= want {
-                break;
-            }
-            if c.committing {
-                c = self.commit_done.wait(c);
-                continue;
-            }
-            c.committing = true;
-            let tid = c.next_tid;
-            c.next_tid += 1;
-            drop(c);
-            let r = self.commit_running(tid);
-            c = self.committer.lock();
-            c.committing = false;
-            self.commit_done.notify_all();
-            let (ops, bytes) = r?;
-            c.durable = c.durable.max(ops);
-            c.since_checkpoint += bytes;
-        }
-        let due = c.since_checkpoint >= self.options.checkpoint_log_bytes;
-        drop(c);
-        self.release_frees();
-        if due {
-            self.checkpoint()?;
-        }
-        Ok(())
-    }
-
-    /// One commit of the running transaction (the caller leads it): data
-    /// first (ordered mode), then the record, then the journal's commit.
-    /// Returns the change count it made durable and the log bytes written.
-    pub(super) fn commit_running(&self, tid: u64) -> Result<(u64, u64)> {
-        let snap = self.state.lock().take(tid);
-        let bytes = snap.record.as_ref().map_or(0, |r| r.len() as u64);
-        if let Some(lsn) = self.make_durable(&snap)? {
-            self.state.lock().awaiting.push((lsn, snap.frees));
-        }
-        Ok((snap.ops, bytes))
-    }
-
-    /// A taken transaction made durable: the image's data synced first
-    /// (ordered mode), then its record appended and committed. Returns the
-    /// record's LSN (none when no metadata changed; frees always change the
-    /// bitmap, so then there are none).
-    pub(super) fn make_durable(&self, snap: &Snapshot) -> Result<Option<Lsn>> {
-        if snap.data_dirty {
-            self.image.sync_data().map_err(|e| self.poison(e.into()))?;
-        }
-        let Some(rec) = &snap.record else {
-            return Ok(None);
-        };
-        let lsn = self
-            .journal
-            .append(rec)
-            .map_err(|e| self.poison(e.into()))?;
-        self.journal
-            .commit(lsn)
-            .map_err(|e| self.poison(e.into()))?;
-        Ok(Some(lsn))
-    }
-
-    /// Blocks freed by transactions that are now durable become reusable.
-    pub(super) fn release_frees(&self) {
-        let durable = self.journal.durable_lsn();
-        let mut st = self.state.lock();
-        let mut keep = Vec::new();
-        for (lsn, blocks) in std::mem::take(&mut st.awaiting) {
-            if lsn < durable {
-                for b in blocks {
-                    st.unavailable.remove(&b);
-                }
-            } else {
-                keep.push((lsn, blocks));
+            if bk == Kind::Dir {
+                self.reparent(img, b, to_dir, dir)?;
             }
         }
-        st.awaiting = keep;
+        self.moved(img, b, to_dir, dir)?;
+        self.moved(img, a, dir, to_dir)
     }
 
-    /// Commits, writes every metadata block changed since the last
-    /// checkpoint home, and moves the journal's tail past it all (the
-    /// journal flushes the image first). Holds the state lock from its
-    /// commit through the home writes, so what goes home is exactly the
-    /// committed state.
-    pub fn checkpoint(&self) -> Result<()> {
-        self.check()?;
-        let mut c = self.committer.lock();
-        while c.committing {
-            c = self.commit_done.wait(c);
-        }
-        // Holding the committer lock: no commit starts until we are done.
-        let mut st = self.state.lock();
-        let snap = st.take(c.next_tid);
-        c.next_tid += 1;
-        self.make_durable(&snap)?;
-        c.durable = c.durable.max(snap.ops);
-        // Everything appended is durable now: every free may be reused.
-        for (_, blocks) in std::mem::take(&mut st.awaiting) {
-            for b in blocks {
-                st.unavailable.remove(&b);
-            }
-        }
-        for b in snap.frees {
-            st.unavailable.remove(&b);
-        }
-        for b in std::mem::take(&mut st.checkpoint_set) {
-            let img = &st.cache[&b];
-            self.image
-                .write_at(img, b as u64 * BLOCK as u64)
-                .map_err(|e| self.poison(e.into()))?;
-        }
-        let redo = self.journal.appended_lsn();
-        drop(st);
-        self.journal
-            .checkpoint(redo)
-            .map_err(|e| self.poison(e.into()))?;
-        c.since_checkpoint = 0;
-        self.commit_done.notify_all();
-        Ok(())
+    /// Directory `ino` moved from `from` to `to`: its parent and both link
+    /// counts follow.
+    fn reparent(&mut self, img: &dyn VfsFile, ino: Ino, from: Ino, to: Ino) -> Result<()> {
+        let mut s = self.live(img, ino)?;
+        s.parent = to;
+        self.set_inode(img, ino, &s)?;
+        self.add_links(img, from, -1)?;
+        self.add_links(img, to, 1)
     }
 
-    /// Checkpoints and closes the journal.
-    pub fn unmount(self) -> Result<()> {
-        self.close()
-    }
-
-    /// [`Fs::unmount`] through a shared reference: checkpoints and closes
-    /// the journal; later operations fail.
-    pub fn close(&self) -> Result<()> {
-        self.checkpoint()?;
-        self.journal.close()?;
-        Ok(())
+    /// The times a move changes: the inode's ctime, both directories'.
+    fn moved(&mut self, img: &dyn VfsFile, ino: Ino, from: Ino, to: Ino) -> Result<()> {
+        let mut i = self.live(img, ino)?;
+        i.ctime = Time::now();
+        self.set_inode(img, ino, &i)?;
+        self.touch(img, from)?;
+        self.touch(img, to)
     }
 }

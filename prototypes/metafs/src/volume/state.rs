@@ -1,8 +1,9 @@
 //! The running transaction's view of the image: cached blocks, inodes,
-//! the block and inode bitmaps, block maps, directory entries, and the
-//! snapshot a commit takes.
+//! the inode and block bitmaps and their allocators, and the snapshot a
+//! commit takes. Block maps are in `bmap.rs`, directories in `dirs.rs`.
 
 use super::*;
+use crate::layout::BITS_PER_BLOCK;
 use std::collections::hash_map::Entry;
 
 impl State {
@@ -21,17 +22,13 @@ impl State {
         }
     }
 
-    pub(super) fn load(&mut self, img: &dyn VfsFile, b: u32) -> Result<()> {
-        self.block(img, b).map(|_| ())
-    }
-
     pub(super) fn get(&mut self, img: &dyn VfsFile, b: u32) -> Result<&[u8]> {
         Ok(self.block(img, b)?)
     }
 
     pub(super) fn get_mut(&mut self, img: &dyn VfsFile, b: u32) -> Result<&mut [u8]> {
         // Loaded first: a block is marked running only once it is cached.
-        self.load(img, b)?;
+        self.block(img, b)?;
         self.ops += 1;
         self.running.insert(b);
         self.checkpoint_set.insert(b);
@@ -79,13 +76,21 @@ impl State {
         Ok(())
     }
 
-    pub(super) fn bit(&mut self, img: &dyn VfsFile, b: u32) -> Result<bool> {
-        let (blk, bit) = self.sb.bit_place(b);
+    /// Sets the modification and change times of `ino` to now.
+    pub(super) fn touch(&mut self, img: &dyn VfsFile, ino: Ino) -> Result<()> {
+        let mut i = self.live(img, ino)?;
+        let now = Time::now();
+        (i.mtime, i.ctime) = (now, now);
+        self.set_inode(img, ino, &i)
+    }
+
+    // ---- bitmaps ---------------------------------------------------------
+
+    fn bit_in(&mut self, img: &dyn VfsFile, (blk, bit): (u32, usize)) -> Result<bool> {
         Ok(self.get(img, blk)?[bit / 8] & (1 << (bit % 8)) != 0)
     }
 
-    pub(super) fn set_bit(&mut self, img: &dyn VfsFile, b: u32, on: bool) -> Result<()> {
-        let (blk, bit) = self.sb.bit_place(b);
+    fn set_bit_in(&mut self, img: &dyn VfsFile, (blk, bit): (u32, usize), on: bool) -> Result<()> {
         let byte = &mut self.get_mut(img, blk)?[bit / 8];
         if on {
             *byte |= 1 << (bit % 8);
@@ -93,6 +98,81 @@ impl State {
             *byte &= !(1 << (bit % 8));
         }
         Ok(())
+    }
+
+    /// Whether block `b` is marked in use.
+    pub(super) fn bit(&mut self, img: &dyn VfsFile, b: u32) -> Result<bool> {
+        let place = self.sb.bit_place(b);
+        self.bit_in(img, place)
+    }
+
+    /// Whether inode `ino` is marked in use.
+    pub(super) fn ibit(&mut self, img: &dyn VfsFile, ino: u32) -> Result<bool> {
+        let place = self.sb.ibit_place(ino);
+        self.bit_in(img, place)
+    }
+
+    /// Counts the clear bits of a bitmap (the first `bits` bits from
+    /// block `start`), per bitmap block.
+    pub(super) fn count_clear(
+        &mut self,
+        img: &dyn VfsFile,
+        start: u32,
+        bits: u32,
+    ) -> Result<Vec<u32>> {
+        let mut out = Vec::new();
+        let mut left = bits;
+        let mut blk = start;
+        while left > 0 {
+            let here = left.min(BITS_PER_BLOCK);
+            let data = self.get(img, blk)?;
+            let full = (here / 8) as usize;
+            let mut used: u32 = data[..full].iter().map(|b| b.count_ones()).sum();
+            if !here.is_multiple_of(8) {
+                used += (data[full] & ((1u8 << (here % 8)) - 1)).count_ones();
+            }
+            out.push(here - used);
+            left -= here;
+            blk += 1;
+        }
+        Ok(out)
+    }
+
+    /// The first clear bit at or after `from` (below `limit`) of the bitmap
+    /// at block `start`, skipping bitmap blocks `counts` says are full and
+    /// bits `skip` refuses; scans whole bytes, so full stretches cost one
+    /// comparison per eight bits.
+    fn find_clear(
+        &mut self,
+        img: &dyn VfsFile,
+        start: u32,
+        (from, limit): (u32, u32),
+        counts: &[u32],
+        skip: &dyn Fn(u32) -> bool,
+    ) -> Result<Option<u32>> {
+        let mut bit = from;
+        while bit < limit {
+            let group = (bit / BITS_PER_BLOCK) as usize;
+            let group_end = ((group as u32 + 1) * BITS_PER_BLOCK).min(limit);
+            if counts.get(group).copied().unwrap_or(0) == 0 {
+                bit = group_end;
+                continue;
+            }
+            let data = self.get(img, start + group as u32)?;
+            while bit < group_end {
+                let off = bit % BITS_PER_BLOCK;
+                let byte = data[(off / 8) as usize];
+                if byte == 0xFF {
+                    bit = (bit | 7) + 1;
+                    continue;
+                }
+                if byte & (1 << (off % 8)) == 0 && !skip(bit) {
+                    return Ok(Some(bit));
+                }
+                bit += 1;
+            }
+        }
+        Ok(None)
     }
 
     /// Blocks that can be allocated now.
@@ -103,26 +183,32 @@ impl State {
     /// Allocates a block (the caller checked [`State::available`]).
     pub(super) fn alloc_block(&mut self, img: &dyn VfsFile) -> Result<u32> {
         let (lo, hi) = (self.sb.data_start, self.sb.blocks);
-        let span = hi - lo;
-        for k in 0..span {
-            let b = lo + (self.block_hint - lo + k) % span;
-            if !self.unavailable.contains(&b) && !self.bit(img, b)? {
-                self.set_bit(img, b, true)?;
-                self.free_blocks -= 1;
-                self.block_hint = b + 1;
-                if self.block_hint >= hi {
-                    self.block_hint = lo;
-                }
-                return Ok(b);
-            }
-        }
-        Err(Error::NoSpace)
+        let hint = self.block_hint.clamp(lo, hi - 1);
+        let counts = std::mem::take(&mut self.group_free);
+        let unavailable = std::mem::take(&mut self.unavailable);
+        let skip = |b: u32| unavailable.contains(&b);
+        let start = self.sb.bitmap_start;
+        let found = match self.find_clear(img, start, (hint, hi), &counts, &skip) {
+            Ok(None) => self.find_clear(img, start, (lo, hint), &counts, &skip),
+            r => r,
+        };
+        self.group_free = counts;
+        self.unavailable = unavailable;
+        let b = found?.ok_or(Error::NoSpace)?;
+        let place = self.sb.bit_place(b);
+        self.set_bit_in(img, place, true)?;
+        self.group_free[(b / BITS_PER_BLOCK) as usize] -= 1;
+        self.free_blocks -= 1;
+        self.block_hint = if b + 1 >= hi { lo } else { b + 1 };
+        Ok(b)
     }
 
     /// Frees a block; `meta`: it held metadata (it leaves the cache and is
     /// revoked).
     pub(super) fn free_block(&mut self, img: &dyn VfsFile, b: u32, meta: bool) -> Result<()> {
-        self.set_bit(img, b, false)?;
+        let place = self.sb.bit_place(b);
+        self.set_bit_in(img, place, false)?;
+        self.group_free[(b / BITS_PER_BLOCK) as usize] += 1;
         self.free_blocks += 1;
         self.pending_free.push(b);
         self.unavailable.insert(b);
@@ -135,127 +221,44 @@ impl State {
         Ok(())
     }
 
-    pub(super) fn alloc_inode(
-        &mut self,
-        img: &dyn VfsFile,
-        kind: Kind,
-        parent: Ino,
-    ) -> Result<Ino> {
+    /// Allocates an inode and writes `new` into it.
+    pub(super) fn alloc_inode(&mut self, img: &dyn VfsFile, new: &Inode) -> Result<Ino> {
         let n = self.sb.inodes;
-        for k in 0..n {
-            let ino = (self.inode_hint + k) % n;
-            if ino <= ROOT {
-                continue;
-            }
-            if self.inode(img, ino)?.kind == Kind::Free {
-                self.set_inode(img, ino, &Inode::new(kind, parent, now_ns()))?;
-                self.free_inodes -= 1;
-                self.inode_hint = ino + 1;
-                return Ok(ino);
-            }
+        let hint = self.inode_hint.clamp(ROOT + 1, n - 1);
+        let counts = std::mem::take(&mut self.igroup_free);
+        let start = self.sb.ibitmap_start;
+        let none = |_: u32| false;
+        let found = match self.find_clear(img, start, (hint, n), &counts, &none) {
+            Ok(None) => self.find_clear(img, start, (ROOT + 1, hint), &counts, &none),
+            r => r,
+        };
+        self.igroup_free = counts;
+        let ino = found?.ok_or(Error::NoSpace)?;
+        if self.inode(img, ino)?.kind != Kind::Free {
+            return Err(Error::Corrupt(format!(
+                "inode {ino} is marked free but in use"
+            )));
         }
-        Err(Error::NoSpace)
+        let place = self.sb.ibit_place(ino);
+        self.set_bit_in(img, place, true)?;
+        self.igroup_free[(ino / BITS_PER_BLOCK) as usize] -= 1;
+        self.set_inode(img, ino, new)?;
+        self.free_inodes -= 1;
+        self.inode_hint = ino + 1;
+        Ok(ino)
     }
 
+    /// Frees inode `ino`: its blocks, its bitmap bit, its directory index.
     pub(super) fn free_inode(&mut self, img: &dyn VfsFile, ino: Ino) -> Result<()> {
         let mut i = self.inode(img, ino)?;
         let meta = i.kind == Kind::Dir;
         self.free_blocks_from(img, &mut i, 0, meta)?;
         self.set_inode(img, ino, &Inode::free())?;
+        let place = self.sb.ibit_place(ino);
+        self.set_bit_in(img, place, false)?;
+        self.igroup_free[(ino / BITS_PER_BLOCK) as usize] += 1;
         self.free_inodes += 1;
-        Ok(())
-    }
-
-    /// The block at index `idx` of an inode (0: a hole).
-    pub(super) fn bmap(&mut self, img: &dyn VfsFile, i: &Inode, idx: usize) -> Result<u32> {
-        if idx < DIRECT {
-            return Ok(i.direct[idx]);
-        }
-        if i.indirect == 0 {
-            return Ok(0);
-        }
-        Ok(ptr_at(self.get(img, i.indirect)?, idx - DIRECT))
-    }
-
-    /// Blocks a write of indices `[first, last]` must allocate.
-    pub(super) fn blocks_needed(
-        &mut self,
-        img: &dyn VfsFile,
-        i: &Inode,
-        first: usize,
-        last: usize,
-    ) -> Result<u64> {
-        let mut n = 0;
-        for idx in first..=last {
-            if self.bmap(img, i, idx)? == 0 {
-                n += 1;
-            }
-        }
-        if last >= DIRECT && i.indirect == 0 {
-            n += 1;
-        }
-        Ok(n)
-    }
-
-    /// Maps index `idx` of inode `i` to a newly allocated block `b`.
-    pub(super) fn bmap_set(
-        &mut self,
-        img: &dyn VfsFile,
-        i: &mut Inode,
-        idx: usize,
-        b: u32,
-    ) -> Result<()> {
-        if idx < DIRECT {
-            i.direct[idx] = b;
-            return Ok(());
-        }
-        if i.indirect == 0 {
-            let ind = self.alloc_block(img)?;
-            self.fresh(ind);
-            i.indirect = ind;
-        }
-        set_ptr(self.get_mut(img, i.indirect)?, idx - DIRECT, b);
-        Ok(())
-    }
-
-    /// Frees every block at index `from` and above (`meta`: they are
-    /// directory blocks), and the indirect block if no longer needed.
-    pub(super) fn free_blocks_from(
-        &mut self,
-        img: &dyn VfsFile,
-        i: &mut Inode,
-        from: usize,
-        meta: bool,
-    ) -> Result<()> {
-        for idx in from..DIRECT {
-            if i.direct[idx] != 0 {
-                self.free_block(img, i.direct[idx], meta)?;
-                i.direct[idx] = 0;
-            }
-        }
-        if i.indirect != 0 {
-            let start = from.saturating_sub(DIRECT);
-            let ptrs: Vec<(usize, u32)> = {
-                let blk = self.get(img, i.indirect)?;
-                (start..PER_INDIRECT)
-                    .map(|k| (k, ptr_at(blk, k)))
-                    .filter(|&(_, p)| p != 0)
-                    .collect()
-            };
-            for &(_, p) in &ptrs {
-                self.free_block(img, p, meta)?;
-            }
-            if start == 0 {
-                let ind = i.indirect;
-                self.free_block(img, ind, true)?;
-                i.indirect = 0;
-            } else if !ptrs.is_empty() {
-                let blk = self.get_mut(img, i.indirect)?;
-                for (k, _) in ptrs {
-                    set_ptr(blk, k, 0);
-                }
-            }
-        }
+        self.dirs.remove(&ino);
         Ok(())
     }
 
@@ -269,7 +272,7 @@ impl State {
             return Ok(());
         }
         let idx = i.size / bs;
-        let b = self.bmap(img, i, idx as usize)?;
+        let b = self.bmap(img, i, idx)?;
         if b == 0 {
             return Ok(());
         }
@@ -281,112 +284,6 @@ impl State {
         Ok(())
     }
 
-    // ---- directories ---------------------------------------------------
-
-    pub(super) fn dir_blocks(&mut self, img: &dyn VfsFile, d: &Inode) -> Result<Vec<u32>> {
-        let n = (d.size / BLOCK as u64) as usize;
-        (0..n).map(|idx| self.bmap(img, d, idx)).collect()
-    }
-
-    /// The (block, slot, inode) of `name` in directory `dir`.
-    pub(super) fn find(
-        &mut self,
-        img: &dyn VfsFile,
-        dir: Ino,
-        name: &[u8],
-    ) -> Result<Option<(u32, usize, Ino)>> {
-        let d = self.dir(img, dir)?;
-        for b in self.dir_blocks(img, &d)? {
-            let blk = self.get(img, b)?;
-            for slot in 0..DIRENTS_PER_BLOCK {
-                if let Some(ino) = dirent_is(blk, slot, name) {
-                    return Ok(Some((b, slot, ino)));
-                }
-            }
-        }
-        Ok(None)
-    }
-
-    /// A free slot in `dir`, if one exists without growing it.
-    pub(super) fn free_slot(
-        &mut self,
-        img: &dyn VfsFile,
-        dir: Ino,
-    ) -> Result<Option<(u32, usize)>> {
-        let d = self.dir(img, dir)?;
-        for b in self.dir_blocks(img, &d)? {
-            let blk = self.get(img, b)?;
-            for slot in 0..DIRENTS_PER_BLOCK {
-                if blk[slot * crate::layout::DIRENT_SIZE..][..4] == [0; 4] {
-                    return Ok(Some((b, slot)));
-                }
-            }
-        }
-        Ok(None)
-    }
-
-    /// Blocks adding an entry to `dir` needs (0, 1, or 2 with an indirect).
-    pub(super) fn add_needs(&mut self, img: &dyn VfsFile, dir: Ino) -> Result<u64> {
-        if self.free_slot(img, dir)?.is_some() {
-            return Ok(0);
-        }
-        let d = self.dir(img, dir)?;
-        let idx = (d.size / BLOCK as u64) as usize;
-        if idx >= DIRECT + PER_INDIRECT {
-            return Err(Error::NoSpace);
-        }
-        Ok(1 + (idx >= DIRECT && d.indirect == 0) as u64)
-    }
-
-    /// Adds `name → ino` to `dir` (space checked by the caller).
-    pub(super) fn add_entry(
-        &mut self,
-        img: &dyn VfsFile,
-        dir: Ino,
-        name: &[u8],
-        ino: Ino,
-    ) -> Result<()> {
-        let (b, slot) = match self.free_slot(img, dir)? {
-            Some(s) => s,
-            None => {
-                let mut d = self.dir(img, dir)?;
-                let idx = (d.size / BLOCK as u64) as usize;
-                let b = self.alloc_block(img)?;
-                self.fresh(b);
-                self.bmap_set(img, &mut d, idx, b)?;
-                d.size += BLOCK as u64;
-                self.set_inode(img, dir, &d)?;
-                (b, 0)
-            }
-        };
-        set_dirent(self.get_mut(img, b)?, slot, ino, name);
-        Ok(())
-    }
-
-    pub(super) fn entries(&mut self, img: &dyn VfsFile, dir: Ino) -> Result<Vec<(Vec<u8>, Ino)>> {
-        let d = self.dir(img, dir)?;
-        let mut out = Vec::new();
-        for b in self.dir_blocks(img, &d)? {
-            let blk = self.get(img, b)?;
-            for slot in 0..DIRENTS_PER_BLOCK {
-                if let Some(e) = dirent_at(blk, slot)? {
-                    out.push((e.name, e.ino));
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    pub(super) fn is_empty_dir(&mut self, img: &dyn VfsFile, dir: Ino) -> Result<bool> {
-        Ok(self.entries(img, dir)?.is_empty())
-    }
-
-    pub(super) fn touch(&mut self, img: &dyn VfsFile, ino: Ino) -> Result<()> {
-        let mut i = self.live(img, ino)?;
-        i.mtime_ns = now_ns();
-        self.set_inode(img, ino, &i)
-    }
-
     // ---- transactions --------------------------------------------------
 
     /// Takes the running transaction: its record (if it changed metadata),
@@ -395,10 +292,11 @@ impl State {
     pub(super) fn take(&mut self, tid: u64) -> Snapshot {
         let data_dirty = std::mem::take(&mut self.data_dirty);
         let ops = self.ops;
+        let frees = std::mem::take(&mut self.pending_free);
         if self.running.is_empty() && self.revoked.is_empty() {
             return Snapshot {
                 record: None,
-                frees: std::mem::take(&mut self.pending_free),
+                frees,
                 data_dirty,
                 ops,
             };
@@ -407,10 +305,9 @@ impl State {
         let revoked = std::mem::take(&mut self.revoked);
         let cache = &self.cache;
         let blocks: Vec<(u32, &[u8])> = running.iter().map(|b| (*b, &cache[b][..])).collect();
-        let record = txn::encode(tid, blocks.into_iter(), &revoked);
         Snapshot {
-            record: Some(record),
-            frees: std::mem::take(&mut self.pending_free),
+            record: Some(txn::encode(tid, blocks.into_iter(), &revoked)),
+            frees,
             data_dirty,
             ops,
         }
