@@ -2,8 +2,9 @@
 //! wherever cargo does.
 //!
 //! - `cargo xtask ci`: format check, clippy with `-D warnings`, the docs with
-//!   `-D warnings`, the whole test suite, `cargo package` of the six library
-//!   crates, the loom suite, then the shuttle schedules. What `.ci/run` runs.
+//!   `-D warnings`, the whole test suite, pjdfstest on a metafs mount
+//!   (`fs-suite --quick`), `cargo package` of the six library crates, the
+//!   loom suite, then the shuttle schedules. What `.ci/run` runs.
 //! - `cargo xtask package`: `cargo package` of the library crates together
 //!   (each verified by building it from its package).
 //! - `cargo xtask test`: the whole test suite (all crates, all targets, doc
@@ -28,12 +29,18 @@
 //!   raftkv cluster beside a three-member etcd cluster (when `etcd` and
 //!   `protoc` are on `PATH`: Debian's etcd-server and protobuf-compiler),
 //!   interleaved rounds, medians; ARGS passed on (`--rounds`, `--dir`, ...).
+//! - `cargo xtask fs-suite [--quick] [--bindfs]`: pjdfstest on a metafs
+//!   mount as root (every applicable test must pass), a 2 GiB file through
+//!   the mount and back byte-exact (not with `--quick`), fsck; `--bindfs`
+//!   runs the suite on ext4 through bindfs too. Installs what it needs.
 //! - `cargo xtask shuttle [--iterations N]`: the composed journal under
 //!   shuttle's random and PCT schedulers (release, `--cfg shuttle`, in
 //!   `target/shuttle`), N schedules in all (default 20,000; `ci` runs the
 //!   default). A failure saves its schedule and prints the command that
 //!   replays it: `JOURNAL_SHUTTLE_REPLAY=<run>:<file> cargo xtask shuttle`.
 #![forbid(unsafe_code)]
+
+mod fs_suite;
 
 use std::env;
 use std::io::{BufRead, BufReader};
@@ -401,7 +408,7 @@ fn bench_raft(args: &[String]) -> Result<(), String> {
 }
 
 fn usage() -> String {
-    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | bench-raft [ARGS...] | crash [--minutes N] | corrupt [--minutes N] | fuzz [--minutes N]>"
+    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | bench-raft [ARGS...] | fs-suite [--quick] [--bindfs] | crash [--minutes N] | corrupt [--minutes N] | fuzz [--minutes N]>"
         .into()
 }
 
@@ -412,6 +419,7 @@ fn main() -> ExitCode {
             .and_then(|_| clippy())
             .and_then(|_| docs())
             .and_then(|_| test())
+            .and_then(|_| fs_suite::run(&["--quick".into()]))
             .and_then(|_| package())
             .and_then(|_| loom(&[]))
             .and_then(|_| shuttle(&[])),
@@ -445,6 +453,7 @@ fn main() -> ExitCode {
                 .args(&args[1..]),
         ),
         Some("bench-raft") => bench_raft(&args[1..]),
+        Some("fs-suite") => fs_suite::run(&args[1..]),
         Some("corrupt") => minutes(&args[1..]).and_then(|m| {
             campaign(
                 "corruption campaign",

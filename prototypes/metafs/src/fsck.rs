@@ -9,8 +9,9 @@
 //! - any other inode's link count is the number of entries naming it;
 //! - a symlink's target is 1..=4095 bytes with no NUL; FIFOs, sockets and
 //!   devices own no blocks;
-//! - no live inode is unreachable, and the inode bitmap marks exactly the
-//!   live inodes;
+//! - no live inode is unreachable but the orphans (unlinked while open:
+//!   link count 0, on the orphan list), and the inode bitmap marks exactly
+//!   the live inodes;
 //! - no block is owned twice, lies outside the data area, or is mapped
 //!   past its inode's size; an inode's block count is what its map holds;
 //!   and the block bitmap equals exactly the blocks owned (plus the fixed
@@ -78,6 +79,23 @@ fn check(x: &mut Inspector<'_>) -> Result<Vec<String>> {
             _ => {}
         }
         inodes.insert(ino, i);
+    }
+    // Orphans (unlinked while open): unnamed, not directories, their
+    // blocks owned like any inode's.
+    match x.orphans() {
+        Ok(list) => {
+            for ino in list {
+                let i = x.inode(ino)?;
+                if i.kind == Kind::Dir || inodes.contains_key(&ino) {
+                    w.problems
+                        .push(format!("orphan inode {ino} is a directory or still named"));
+                    continue;
+                }
+                check_blocks(x, ino, &i, &mut w)?;
+                inodes.insert(ino, i);
+            }
+        }
+        Err(e) => w.problems.push(format!("the orphan list: {e}")),
     }
     for (&ino, i) in &inodes {
         let named = w.names.get(&ino).copied().unwrap_or(0);

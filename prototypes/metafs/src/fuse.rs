@@ -329,10 +329,23 @@ impl Filesystem for MetaFuse {
     }
 
     fn open(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs.stat(ino(i)) {
-            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+        match self.fs.open(ino(i)) {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
             Err(e) => reply.error(errno(&e)),
         }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(self.fs.release(ino(i)), reply);
     }
     fn read(
         &self,
@@ -473,7 +486,7 @@ impl Filesystem for MetaFuse {
     ) {
         match self
             .make(req, parent, name, Kind::File, mode & !umask, 0)
-            .and_then(|i| self.fs.stat(i))
+            .and_then(|i| self.fs.open(i).and_then(|()| self.fs.stat(i)))
         {
             Ok(s) => reply.created(
                 &TTL,
@@ -487,16 +500,40 @@ impl Filesystem for MetaFuse {
     }
 }
 
+/// How [`mount`] serves a filesystem.
+#[derive(Debug, Clone, Copy)]
+pub struct MountConfig {
+    /// Commit the running transaction this often (the kernel does not
+    /// forward `sync(2)`).
+    pub commit_every: Duration,
+    /// FUSE's `allow_other`: users other than the mounter reach the mount
+    /// (access still checked against each file's mode and owner).
+    pub allow_other: bool,
+}
+
+impl Default for MountConfig {
+    fn default() -> Self {
+        Self {
+            commit_every: Duration::from_secs(1),
+            allow_other: false,
+        }
+    }
+}
+
 /// Mounts `fs` on `dir` and serves it until the mount is unmounted
-/// (`umount DIR` or `fusermount3 -u DIR`); commits every `commit_every`
-/// meanwhile. `on_mounted` runs once the mount is live. Returns the
+/// (`umount DIR` or `fusermount3 -u DIR`); commits every
+/// `config.commit_every` meanwhile. `on_mounted` runs once the mount is live. Returns the
 /// filesystem for its caller to unmount (checkpoint) it.
 pub fn mount(
     fs: Arc<Fs>,
     dir: &Path,
-    commit_every: Duration,
+    config: MountConfig,
     on_mounted: impl FnOnce(),
 ) -> std::io::Result<Arc<Fs>> {
+    let MountConfig {
+        commit_every,
+        allow_other,
+    } = config;
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         fuser::MountOption::FSName("metafs".into()),
@@ -504,6 +541,9 @@ pub fn mount(
         fuser::MountOption::RW,
         fuser::MountOption::DefaultPermissions,
     ];
+    if allow_other {
+        config.acl = fuser::SessionACL::All;
+    }
     config.n_threads = Some(2);
     let session = fuser::spawn_mount(MetaFuse::new(fs.clone()), dir, &config)?;
     on_mounted();

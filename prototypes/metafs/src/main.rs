@@ -59,6 +59,12 @@ enum Command {
         /// kernel does not forward sync(2) to FUSE).
         #[arg(long, default_value_t = 1000)]
         commit_ms: u64,
+        /// Let every user reach the mount, not only its owner (FUSE's
+        /// `allow_other`; non-root mounters need `user_allow_other` in
+        /// /etc/fuse.conf). Access is still checked against each file's
+        /// mode and owner.
+        #[arg(long)]
+        allow_other: bool,
     },
     /// fs_mark-like creates/s: threads creating 0-4 KiB files in their own
     /// directories, with an fsync per file or one sync at the end.
@@ -119,12 +125,17 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             image,
             dir,
             commit_ms,
+            allow_other,
         } => {
             let fs = Arc::new(
                 Fs::mount(&image, MountOptions::default())
                     .map_err(|e| format!("{}: {e}", image.display()))?,
             );
-            let fs = metafs::fuse::mount(fs, &dir, Duration::from_millis(commit_ms.max(1)), || {
+            let opts = metafs::fuse::MountConfig {
+                commit_every: Duration::from_millis(commit_ms.max(1)),
+                allow_other,
+            };
+            let fs = metafs::fuse::mount(fs, &dir, opts, || {
                 // Scripts and tests wait for this line.
                 println!("mounted {} on {}", image.display(), dir.display());
             })

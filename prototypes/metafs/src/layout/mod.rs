@@ -319,7 +319,12 @@ impl Time {
 /// | 120 | 4 | double-indirect block |
 /// | 124 | 4 | triple-indirect block |
 /// | 128 | 8 | blocks allocated to it (data and indirect blocks) |
-/// | 136 | 120 | reserved |
+/// | 136 | 4 | the orphan list: in the root, its first inode; in an orphan, the next (0 ends it) |
+/// | 140 | 116 | reserved |
+///
+/// An *orphan* is an inode whose last name was removed while it was still
+/// open: its link count is 0, it keeps its blocks until the last close,
+/// and it is on the orphan list, so a mount after a crash frees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Inode {
     /// What it is.
@@ -350,6 +355,8 @@ pub struct Inode {
     pub trees: [u32; 3],
     /// Blocks allocated to it: data and tree blocks.
     pub blocks: u64,
+    /// The orphan list's next inode (the root: its first).
+    pub next_orphan: u32,
 }
 
 impl Inode {
@@ -370,6 +377,7 @@ impl Inode {
             direct: [0; DIRECT],
             trees: [0; 3],
             blocks: 0,
+            next_orphan: 0,
         }
     }
 
@@ -418,6 +426,7 @@ impl Inode {
             direct,
             trees: [u32_at(b, 116), u32_at(b, 120), u32_at(b, 124)],
             blocks,
+            next_orphan: u32_at(b, 136),
         })
     }
 
@@ -442,6 +451,7 @@ impl Inode {
             put(b, 116 + 4 * i, &t.to_le_bytes());
         }
         put(b, 128, &self.blocks.to_le_bytes());
+        put(b, 136, &self.next_orphan.to_le_bytes());
     }
 }
 
@@ -553,6 +563,7 @@ mod tests {
         i.trees = [88, 89, 90];
         i.rdev = 3;
         i.blocks = 4;
+        i.next_orphan = 12;
         let mut b = vec![0u8; INODE_SIZE];
         i.encode(&mut b);
         assert_eq!(Inode::decode(&b).unwrap(), i);

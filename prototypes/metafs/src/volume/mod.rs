@@ -68,6 +68,7 @@ mod commit;
 mod data;
 mod dirs;
 mod ops;
+mod orphans;
 mod state;
 
 pub use ops::{NewNode, RenameMode, SetAttr, LINK_MAX};
@@ -203,6 +204,9 @@ struct State {
     igroup_free: Vec<u32>,
     /// The directories' indexes (`dirs.rs`).
     dirs: HashMap<Ino, dirs::DirIndex>,
+    /// Open handles per inode ([`Fs::open`]): an inode unlinked while
+    /// open lives on as an orphan until its count drops to 0.
+    open: HashMap<Ino, u32>,
     block_hint: u32,
     inode_hint: u32,
     /// Changes made so far (every metadata block or data write counts
@@ -392,6 +396,7 @@ impl Fs {
             group_free: Vec::new(),
             igroup_free: Vec::new(),
             dirs: HashMap::new(),
+            open: HashMap::new(),
             block_hint: sb.data_start,
             inode_hint: ROOT + 1,
             ops: 0,
@@ -409,7 +414,7 @@ impl Fs {
         if state.live(&*image, ROOT)?.kind != Kind::Dir {
             return Err(Error::Corrupt("the root is not a directory".into()));
         }
-        Ok(Fs {
+        let fs = Fs {
             image,
             journal,
             sb,
@@ -424,7 +429,12 @@ impl Fs {
             options,
             failed: Mutex::new(None),
             report,
-        })
+        };
+        // Inodes unlinked while open when the last mount ended: free them.
+        if fs.with(|st, img| st.reap_orphans(img))? {
+            fs.sync()?;
+        }
+        Ok(fs)
     }
 
     /// What mounting replayed.
@@ -577,6 +587,10 @@ impl Inspector<'_> {
     /// The entries of a directory as its blocks hold them.
     pub(crate) fn entries(&mut self, dir: Ino) -> Result<Vec<(Vec<u8>, Ino, Kind)>> {
         self.st.entries(self.img, dir)
+    }
+    /// The orphan list.
+    pub(crate) fn orphans(&mut self) -> Result<Vec<Ino>> {
+        self.st.orphans(self.img)
     }
     /// What a symlink points to.
     pub(crate) fn data(&mut self, i: &Inode) -> Result<Vec<u8>> {

@@ -306,11 +306,11 @@ impl State {
     }
 
     /// One name of non-directory `ino` is gone: its link count drops, and
-    /// with the last link the inode is freed.
+    /// with the last link the inode is freed (or, while open, orphaned).
     fn drop_link(&mut self, img: &dyn VfsFile, ino: Ino) -> Result<()> {
         let mut i = self.live(img, ino)?;
         if i.nlink <= 1 {
-            return self.free_inode(img, ino);
+            return self.last_link_gone(img, ino);
         }
         i.nlink -= 1;
         i.ctime = Time::now();
