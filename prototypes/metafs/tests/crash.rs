@@ -1,8 +1,9 @@
 //! The filesystem's crash campaign, on SimVfs.
 //!
 //! Several threads run random operations — create, append, truncate to
-//! zero, unlink, rename across directories (replacing files), mkdir,
-//! rmdir, fsync, sync — each in its own two directories, while the main
+//! zero, unlink, rename across directories (replacing files), hard link,
+//! symlink, chmod, mkdir, rmdir, fsync, sync — each in its own two
+//! directories, while the main
 //! thread crashes the machine at a random moment (under both crash
 //! policies: drop every unsynced write, or keep a random subset of
 //! sectors). Checkpoints run on their own as the log grows, so crashes
@@ -10,7 +11,8 @@
 //! the middle of mounting (replay, its checkpoint) and mounted once more.
 //!
 //! After each recovery: `fsck` is clean, and each thread's directories
-//! hold exactly the state after some prefix of its operations — at least
+//! hold exactly the state after some prefix of its operations (names,
+//! bytes, modes, symlink targets, and which names share an inode) — at least
 //! every operation before its last `fsync`/`sync` that returned. Exact
 //! states make every rename all or nothing and show any block of one file
 //! holding another's bytes. (Overwrites in place are left out on purpose:
@@ -25,7 +27,7 @@
 
 use journal_core::vfs::{CrashPolicy, SimVfs, SplitMix64, Vfs};
 use metafs::{fsck, Error, Fs, Kind, MkfsOptions, MountOptions};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -49,9 +51,76 @@ fn journal_options(rng: &mut SplitMix64) -> journal_core::Options {
     }
 }
 
-/// One thread's view: relative path → `None` for a directory, the bytes
-/// for a file.
-type Model = BTreeMap<String, Option<Vec<u8>>>;
+/// What a name holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Node {
+    Dir,
+    /// A file: `id` is the same for every name of one inode (the model's
+    /// own number; the filesystem's inode number when observed).
+    File {
+        id: u64,
+        data: Vec<u8>,
+        mode: u16,
+    },
+    /// A symlink and its target.
+    Link(Vec<u8>),
+}
+
+/// One thread's view: relative path → what it holds.
+type Model = BTreeMap<String, Node>;
+
+/// A model with each file's id replaced by the first of its names, so a
+/// model and an observation compare equal when the same names share the
+/// same inodes.
+fn canon(m: &Model) -> BTreeMap<&str, (&Node, &str)> {
+    let mut first: HashMap<u64, &str> = HashMap::new();
+    for (k, n) in m {
+        if let Node::File { id, .. } = n {
+            first.entry(*id).or_insert(k);
+        }
+    }
+    m.iter()
+        .map(|(k, n)| {
+            let group = match n {
+                Node::File { id, .. } => first[id],
+                _ => "",
+            };
+            (k.as_str(), (n, group))
+        })
+        .collect()
+}
+
+/// Two models say the same, file ids aside.
+fn same(a: &Model, b: &Model) -> bool {
+    let strip = |m: &Model| -> Vec<(String, Node, String)> {
+        canon(m)
+            .into_iter()
+            .map(|(k, (n, g))| {
+                let n = match n {
+                    Node::File { data, mode, .. } => Node::File {
+                        id: 0,
+                        data: data.clone(),
+                        mode: *mode,
+                    },
+                    n => n.clone(),
+                };
+                (k.to_string(), n, g.to_string())
+            })
+            .collect()
+    };
+    a.len() == b.len() && strip(a) == strip(b)
+}
+
+/// Applies `f` to the data of every name of inode `id`.
+fn each_name(m: &mut Model, id: u64, mut f: impl FnMut(&mut Vec<u8>, &mut u16)) {
+    for n in m.values_mut() {
+        if let Node::File { id: i, data, mode } = n {
+            if *i == id {
+                f(data, mode);
+            }
+        }
+    }
+}
 
 /// What one thread did: the state after each of its operations, and how
 /// many of them an fsync that returned covers.
@@ -81,83 +150,134 @@ enum Did {
 /// One random operation valid in `m`, applied to both the filesystem and
 /// the model.
 fn step(fs: &Fs, root: &str, m: &mut Model, rng: &mut SplitMix64, n: u64) -> metafs::Result<Did> {
-    let files: Vec<String> = m
-        .iter()
-        .filter(|(_, v)| v.is_some())
-        .map(|(k, _)| k.clone())
-        .collect();
+    let of = |want: fn(&Node) -> bool| -> Vec<String> {
+        m.iter()
+            .filter(|(_, v)| want(v))
+            .map(|(k, _)| k.clone())
+            .collect()
+    };
+    let files = of(|v| matches!(v, Node::File { .. }));
+    let names = of(|v| !matches!(v, Node::Dir));
     // Files live in `a`, `b`, and the subdirectories made in them, so
     // directories get blocks and an rmdir frees (revokes) them.
     let mut dirs: Vec<String> = vec!["a".into(), "b".into()];
-    dirs.extend(
-        m.iter()
-            .filter(|(_, v)| v.is_none())
-            .map(|(k, _)| k.clone()),
-    );
+    dirs.extend(of(|v| matches!(v, Node::Dir)));
     let pick =
         |rng: &mut SplitMix64, xs: &[String]| xs[rng.below(xs.len() as u64) as usize].clone();
-    match rng.below(12) {
+    let path = |name: &str| format!("{root}/{name}");
+    let new_name = |rng: &mut SplitMix64| format!("{}/f{}", pick(rng, &dirs), rng.below(8));
+    let id_of = |m: &Model, name: &str| match m.get(name) {
+        Some(Node::File { id, .. }) => *id,
+        _ => unreachable!("a file"),
+    };
+    match rng.below(15) {
         0..=2 => {
-            let name = format!("{}/f{}", pick(rng, &dirs), rng.below(8));
+            let name = new_name(rng);
             if m.contains_key(&name) {
                 return Ok(Did::Nothing);
             }
-            fs.create_path(&format!("{root}/{name}"))?;
-            m.insert(name, Some(Vec::new()));
+            fs.create_path(&path(&name))?;
+            m.insert(
+                name,
+                Node::File {
+                    id: n,
+                    data: Vec::new(),
+                    mode: 0o644,
+                },
+            );
         }
         3..=5 if !files.is_empty() => {
             let name = pick(rng, &files);
             let add = bytes(n, rng.range(1, 9000) as usize);
-            let ino = fs.resolve(&format!("{root}/{name}"))?;
-            let f = m.get_mut(&name).unwrap().as_mut().unwrap();
-            if f.len() + add.len() > 60_000 {
+            let ino = fs.resolve(&path(&name))?;
+            let id = id_of(m, &name);
+            let Some(Node::File { data, .. }) = m.get(&name) else {
+                unreachable!()
+            };
+            if data.len() + add.len() > 60_000 {
                 return Ok(Did::Nothing);
             }
-            fs.write(ino, f.len() as u64, &add)?;
-            f.extend_from_slice(&add);
+            fs.write(ino, data.len() as u64, &add)?;
+            each_name(m, id, |d, _| d.extend_from_slice(&add));
         }
         6 if !files.is_empty() => {
             let name = pick(rng, &files);
-            fs.truncate(fs.resolve(&format!("{root}/{name}"))?, 0)?;
-            m.insert(name, Some(Vec::new()));
+            fs.truncate(fs.resolve(&path(&name))?, 0)?;
+            each_name(m, id_of(m, &name), |d, _| d.clear());
         }
-        7 if !files.is_empty() => {
-            let name = pick(rng, &files);
-            fs.unlink_path(&format!("{root}/{name}"))?;
+        7 if !names.is_empty() => {
+            let name = pick(rng, &names);
+            fs.unlink_path(&path(&name))?;
             m.remove(&name);
         }
-        8 | 9 if !files.is_empty() => {
-            let from = pick(rng, &files);
-            let to = format!("{}/f{}", pick(rng, &dirs), rng.below(8));
-            if from == to || matches!(m.get(&to), Some(None)) {
+        8 | 9 if !names.is_empty() => {
+            let from = pick(rng, &names);
+            let to = new_name(rng);
+            let same_inode = match (m.get(&from), m.get(&to)) {
+                (Some(Node::File { id: a, .. }), Some(Node::File { id: b, .. })) => a == b,
+                _ => false,
+            };
+            if from == to || same_inode || matches!(m.get(&to), Some(Node::Dir)) {
                 return Ok(Did::Nothing);
             }
-            fs.rename_path(&format!("{root}/{from}"), &format!("{root}/{to}"))?;
+            fs.rename_path(&path(&from), &path(&to))?;
             let v = m.remove(&from).unwrap();
             m.insert(to, v);
         }
-        10 => {
+        10 if !files.is_empty() => {
+            let (from, to) = (pick(rng, &files), new_name(rng));
+            if m.contains_key(&to) {
+                return Ok(Did::Nothing);
+            }
+            let full = path(&to);
+            let (dir, leaf) = fs.split(&full)?;
+            fs.link(fs.resolve(&path(&from))?, dir, leaf)?;
+            let v = m[&from].clone();
+            m.insert(to, v);
+        }
+        11 => {
+            let name = new_name(rng);
+            if m.contains_key(&name) {
+                return Ok(Did::Nothing);
+            }
+            let target = format!("../target-{n}").into_bytes();
+            let full = path(&name);
+            let (dir, leaf) = fs.split(&full)?;
+            fs.symlink(dir, leaf, &target, 0, 0)?;
+            m.insert(name, Node::Link(target));
+        }
+        12 if !files.is_empty() => {
+            let name = pick(rng, &files);
+            let mode = rng.below(0o1000) as u16;
+            let attr = metafs::SetAttr {
+                mode: Some(mode),
+                ..Default::default()
+            };
+            fs.setattr(fs.resolve(&path(&name))?, &attr)?;
+            each_name(m, id_of(m, &name), |_, md| *md = mode);
+        }
+        13 => {
             let name = format!("{}/d{}", ["a", "b"][rng.below(2) as usize], rng.below(3));
             match m.get(&name) {
                 None => {
-                    fs.mkdir_path(&format!("{root}/{name}"))?;
-                    m.insert(name, None);
+                    fs.mkdir_path(&path(&name))?;
+                    m.insert(name, Node::Dir);
                 }
-                Some(None) => {
+                Some(Node::Dir) => {
                     // Empty it first (one operation each), then remove it.
                     let inside = format!("{name}/");
                     match m.keys().find(|k| k.starts_with(&inside)).cloned() {
                         Some(f) => {
-                            fs.unlink_path(&format!("{root}/{f}"))?;
+                            fs.unlink_path(&path(&f))?;
                             m.remove(&f);
                         }
                         None => {
-                            fs.rmdir_path(&format!("{root}/{name}"))?;
+                            fs.rmdir_path(&path(&name))?;
                             m.remove(&name);
                         }
                     }
                 }
-                Some(Some(_)) => return Ok(Did::Nothing),
+                Some(_) => return Ok(Did::Nothing),
             }
         }
         _ => {
@@ -185,18 +305,39 @@ fn observe(fs: &Fs, root: &str) -> Model {
                 let name = format!("{prefix}/{}", String::from_utf8(name).unwrap());
                 match kind {
                     Kind::Dir => {
-                        m.insert(name.clone(), None);
+                        m.insert(name.clone(), Node::Dir);
                         stack.push((name, ino));
                     }
+                    Kind::Symlink => {
+                        m.insert(name, Node::Link(fs.readlink(ino).unwrap()));
+                    }
                     _ => {
-                        let size = fs.stat(ino).unwrap().size as usize;
-                        m.insert(name, Some(fs.read(ino, 0, size).unwrap()));
+                        let s = fs.stat(ino).unwrap();
+                        let data = fs.read(ino, 0, s.size as usize).unwrap();
+                        m.insert(
+                            name,
+                            Node::File {
+                                id: ino as u64,
+                                data,
+                                mode: s.mode,
+                            },
+                        );
                     }
                 }
             }
         }
     }
     m
+}
+
+/// A model in brief, for failure messages: names with sizes.
+fn shape(m: &Model) -> Vec<(&String, usize)> {
+    m.iter()
+        .map(|(k, v)| match v {
+            Node::File { data, .. } => (k, data.len()),
+            _ => (k, 0),
+        })
+        .collect()
 }
 
 fn mount(vfs: &SimVfs, opts: MountOptions, ctx: &str) -> Fs {
@@ -215,19 +356,19 @@ fn check(fs: &Fs, logs: &[Arc<Mutex<Log>>], ctx: &str) -> Vec<Model> {
             let got = observe(fs, &format!("/t{t}"));
             let log = log.lock().unwrap();
             let acked = log.acked.load(Ordering::SeqCst);
-            let k = log.states.iter().rposition(|s| *s == got);
+            let k = log.states.iter().rposition(|s| same(s, &got));
             match k {
                 Some(k) if k >= acked => got,
                 Some(k) => panic!(
                     "{ctx}: thread {t} recovered the state after {k} operations, but {acked} were acknowledged ({:?}; {:?})\n{}",
                     fs.mount_report(),
                     fs.journal().recovery_report(),
-                    log.states.iter().enumerate().map(|(i, s)| format!("  {i}: {:?}", s.iter().map(|(k, v)| (k, v.as_ref().map(Vec::len))).collect::<Vec<_>>())).collect::<Vec<_>>().join("\n")
+                    log.states.iter().enumerate().map(|(i, s)| format!("  {i}: {:?}", shape(s))).collect::<Vec<_>>().join("\n")
                 ),
                 None => panic!(
                     "{ctx}: thread {t} recovered a state after no prefix of its operations ({} states; acked {acked}): {:?}",
                     log.states.len(),
-                    got.iter().map(|(k, v)| (k, v.as_ref().map(Vec::len))).collect::<Vec<_>>()
+                    shape(&got)
                 ),
             }
         })

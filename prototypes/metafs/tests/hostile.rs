@@ -127,6 +127,7 @@ fn pick_field(img: &[u8], sb: &Super, rng: &mut SplitMix64) -> (usize, usize) {
                 (120, 4), // double-indirect root
                 (124, 4), // triple-indirect root
                 (128, 8), // block count
+                (136, 4), // next orphan (the root: the list's head)
             ];
             let f = match rng.below(f.len() as u64 + 2) as usize {
                 k if k < f.len() => f[k],

@@ -3,7 +3,10 @@
 //! directories is unpacked onto it with the system `tar` and compared with
 //! `diff -r`; `mkdir`, `cp -r`, `mv`, `ls -l`, `cat`, `rm -r` and `sync` do
 //! their work; after `umount`, `metafs fsck` finds it clean, and a second
-//! mount shows the same tree.
+//! mount shows the same tree. A second test runs the tools that need
+//! more than that: `ln`, `ln -s`, `chmod`, `touch -d`, `mkfifo`,
+//! `rsync -a` (which must then find nothing to change) and
+//! `git init && git add && git commit`.
 //!
 //! Needs `/dev/fuse` and root (these machines have both).
 
@@ -177,6 +180,113 @@ fn tar_x_onto_the_mount_then_diff_fsck_remount_diff() {
 
     let mounted = Mounted::new(&image, &mnt);
     sh("diff", &["-r", src.to_str().unwrap(), m]);
+    mounted.unmount();
+}
+
+fn mkfs_and_mount(tmp: &Path) -> (PathBuf, PathBuf) {
+    let image = tmp.join("fs.img");
+    let out = metafs(&["mkfs", image.to_str().unwrap(), "--size", "128M"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mnt = tmp.join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    (image, mnt)
+}
+
+#[test]
+fn links_modes_times_rsync_and_git_through_the_mount() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    make_tree(&src);
+    std::os::unix::fs::symlink("README", src.join("readme-link")).unwrap();
+    std::fs::hard_link(src.join("README"), src.join("README.hard")).unwrap();
+    std::fs::set_permissions(src.join("README"), std::fs::Permissions::from_mode(0o640)).unwrap();
+    let (image, mnt) = mkfs_and_mount(tmp.path());
+    let m = mnt.to_str().unwrap();
+    let mounted = Mounted::new(&image, &mnt);
+    // rsync -a keeps modes, times, symlinks and hard links (-H); a second
+    // run, checksumming, finds nothing to do.
+    let from = format!("{}/", src.display());
+    sh("rsync", &["-aH", &from, &format!("{m}/copy")]);
+    let again = sh(
+        "rsync",
+        &["-aHc", "--itemize-changes", &from, &format!("{m}/copy")],
+    );
+    assert!(again.trim().is_empty(), "rsync found differences: {again}");
+    let md = std::fs::metadata(format!("{m}/copy/README")).unwrap();
+    assert_eq!((md.mode() & 0o7777, md.nlink()), (0o640, 2));
+    assert_eq!(
+        std::fs::read_link(format!("{m}/copy/readme-link")).unwrap(),
+        Path::new("README")
+    );
+    // The small tools.
+    sh("cp", &[&format!("{m}/copy/README"), &format!("{m}/own")]);
+    sh("ln", &[&format!("{m}/own"), &format!("{m}/third")]);
+    sh("ln", &["-s", "copy/README", &format!("{m}/soft")]);
+    assert_eq!(sh("cat", &[&format!("{m}/soft")]), "top-level file\n");
+    sh("chmod", &["4711", &format!("{m}/third")]);
+    sh(
+        "touch",
+        &["-d", "2001-02-03 04:05:06", &format!("{m}/third")],
+    );
+    sh("mkfifo", &[&format!("{m}/pipe")]);
+    let md = std::fs::metadata(format!("{m}/third")).unwrap();
+    assert_eq!((md.mode() & 0o7777, md.nlink()), (0o4711, 2));
+    assert_eq!(
+        std::fs::metadata(format!("{m}/own")).unwrap().mtime(),
+        981_173_106
+    );
+    assert_eq!(md.mtime(), 981_173_106);
+    assert!(std::fs::metadata(format!("{m}/pipe"))
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    // git: a repository made, added to and committed on the mount.
+    let repo = format!("{m}/repo");
+    sh("mkdir", &[&repo]);
+    sh("cp", &["-r", &format!("{m}/copy/dir-01"), &repo]);
+    let git = |args: &[&str]| {
+        let mut all = vec![
+            "-C",
+            &repo,
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.org",
+        ];
+        all.extend_from_slice(args);
+        sh("git", &all)
+    };
+    git(&["init", "-q"]);
+    git(&["add", "."]);
+    git(&["commit", "-q", "-m", "on metafs"]);
+    assert!(git(&["log", "--oneline"]).contains("on metafs"));
+    assert!(git(&["status", "--porcelain"]).trim().is_empty());
+    git(&["fsck", "--strict"]);
+    mounted.unmount();
+    let out = metafs(&["fsck", image.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "fsck: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // After a remount, everything is as it was left.
+    let mounted = Mounted::new(&image, &mnt);
+    let again = sh(
+        "rsync",
+        &["-aHc", "--itemize-changes", &from, &format!("{m}/copy")],
+    );
+    assert!(again.trim().is_empty(), "after a remount: {again}");
+    assert_eq!(
+        std::fs::metadata(format!("{m}/third")).unwrap().mtime(),
+        981_173_106
+    );
+    git(&["fsck", "--strict"]);
     mounted.unmount();
 }
 
