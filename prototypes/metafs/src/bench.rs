@@ -4,9 +4,11 @@
 //! latency of one create (create + write + fsync), p50 and p99.
 //! `--scenario xfs` runs the seed's experiment in the filesystem's own
 //! unit: 32 KiB vs 256 KiB log buffers × NEED flags vs PREFLUSH|FUA on
-//! every write, side by side.
+//! every write, side by side. `--scenario dir-scale` creates 100,000
+//! empty files in one directory and compares the create rate near the
+//! end with the rate over the first 1,000 (interleaved rounds, medians).
 
-use bench_harness::{histogram, micros, table, write_json};
+use bench_harness::{histogram, median, micros, table, write_json};
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use journal_core::vfs::SplitMix64;
@@ -39,6 +41,12 @@ pub enum Scenario {
     /// 32 KiB vs 256 KiB log buffers × need-flags vs every-write, 16
     /// threads, an fsync per file.
     Xfs,
+    /// Empty files created in one directory up to `--files` (100,000 when
+    /// not given): creates/s over each 1,000, first against last.
+    DirScale,
+    /// The real fs_mark on a metafs mount, ext4 through bindfs and native
+    /// ext4 (`--files` per thread, default 1,000; root and FUSE needed).
+    FsMark,
 }
 
 /// The flush policy, as the command line names it.
@@ -67,10 +75,14 @@ pub struct BenchArgs {
     scenario: Scenario,
     /// Thread counts, comma-separated (creates scenario).
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 4, 16])]
-    threads: Vec<usize>,
-    /// Files per run, split over the threads.
-    #[arg(long, default_value_t = 4000)]
-    files: usize,
+    pub(crate) threads: Vec<usize>,
+    /// Files per run, split over the threads [default: 4,000; dir-scale:
+    /// 100,000].
+    #[arg(long)]
+    files: Option<usize>,
+    /// Rounds (dir-scale, fs-mark).
+    #[arg(long, default_value_t = 5)]
+    pub(crate) rounds: usize,
     /// Log buffer size (creates scenario): 32k, 256k, ...
     #[arg(long, default_value = "256k", value_parser = parse_size)]
     logbsize: u64,
@@ -83,7 +95,7 @@ pub struct BenchArgs {
     dir: Option<PathBuf>,
     /// Also write the results as JSON to FILE.
     #[arg(long)]
-    json: Option<PathBuf>,
+    pub(crate) json: Option<PathBuf>,
     /// Tiny runs that only prove every path works.
     #[arg(long)]
     smoke: bool,
@@ -202,11 +214,20 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         None => tempfile::Builder::new().prefix("metafs-bench").tempdir(),
     }
     .map_err(|e| format!("temporary directory: {e}"))?;
-    let files = if args.smoke { 64 } else { args.files };
+    let files = match (args.scenario, args.smoke) {
+        (Scenario::DirScale, true) => 3000,
+        (Scenario::DirScale, false) => args.files.unwrap_or(100_000),
+        (Scenario::FsMark, true) => 20,
+        (Scenario::FsMark, false) => args.files.unwrap_or(1000),
+        (_, true) => 64,
+        (_, false) => args.files.unwrap_or(4000),
+    };
     let mut n = 0;
     match args.scenario {
         Scenario::Creates => creates(args, tmp.path(), files, &mut n),
         Scenario::Xfs => xfs(args, tmp.path(), files, &mut n),
+        Scenario::DirScale => dir_scale(args, tmp.path(), files),
+        Scenario::FsMark => crate::fsmark::bench(args, tmp.path(), files),
     }
 }
 
@@ -332,6 +353,103 @@ fn xfs(
     finish(
         args,
         json!({"scenario": "xfs", "threads": threads, "files": files, "results": results, "ratios": ratios}),
+    )
+}
+
+/// Files per measured window of [`dir_scale`].
+const WINDOW: usize = 1000;
+
+/// One round of `dir-scale`: creates/s over each window of 1,000 creates
+/// into one directory, no data, no fsync (one sync at the end).
+fn dir_scale_round(root: &std::path::Path, round: usize, files: usize) -> Result<Vec<f64>, String> {
+    let image = root.join(format!("scale{round}.img"));
+    let journal = journal_core::Options {
+        segment_size: 16 << 20,
+        ..journal_core::Options::default()
+    };
+    let size = ((files as u64 * 4096) / 8).max(64 << 20);
+    let inodes = Some(files as u32 + 1024);
+    Fs::mkfs(
+        &image,
+        MkfsOptions {
+            size,
+            inodes,
+            journal,
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let fs = Fs::mount(
+        &image,
+        MountOptions {
+            journal,
+            ..MountOptions::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let dir = fs.mkdir_path("/one").map_err(|e| e.to_string())?;
+    let mut rates = Vec::new();
+    let mut t = Instant::now();
+    for i in 0..files {
+        fs.create(dir, format!("file-{i:07}").as_bytes())
+            .map_err(|e| e.to_string())?;
+        if (i + 1) % WINDOW == 0 {
+            rates.push(WINDOW as f64 / t.elapsed().as_secs_f64());
+            t = Instant::now();
+        }
+    }
+    fs.sync().map_err(|e| e.to_string())?;
+    fs.unmount().map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_file(&image);
+    let _ = std::fs::remove_dir_all(metafs::journal_dir(&image));
+    Ok(rates)
+}
+
+/// Creates/s as one directory fills: the first window against the last,
+/// per round, then medians.
+fn dir_scale(args: &BenchArgs, root: &std::path::Path, files: usize) -> Result<(), String> {
+    if files < 2 * WINDOW {
+        return Err(format!(
+            "dir-scale needs --files of at least {}",
+            2 * WINDOW
+        ));
+    }
+    let rounds = args.rounds.max(1);
+    let (mut first, mut last, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+    let mut results = Vec::new();
+    for r in 0..rounds {
+        let rates = dir_scale_round(root, r, files)?;
+        let (a, b) = (rates[0], rates[rates.len() - 1]);
+        eprintln!("round {r}: {a:.0} creates/s over the first {WINDOW}, {b:.0} at {files}");
+        first.push(a);
+        last.push(b);
+        ratio.push(b / a);
+        results.push(json!({"round": r, "window": WINDOW, "rates": rates}));
+    }
+    let range = |v: &[f64]| {
+        let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().cloned().fold(0.0, f64::max);
+        format!("{lo:.2}–{hi:.2}")
+    };
+    println!(
+        "metafs bench --scenario dir-scale: {files} empty files in one directory, {rounds} rounds"
+    );
+    let rows = vec![
+        vec![
+            format!("first {WINDOW}"),
+            format!("{:.0}", median(first.clone())),
+        ],
+        vec![
+            format!("{} to {files}", files - WINDOW),
+            format!("{:.0}", median(last.clone())),
+        ],
+    ];
+    table(&["files in the directory", "creates/s (median)"], &rows);
+    let m = median(ratio.clone());
+    println!("last / first: {m:.2} (per round {})", range(&ratio));
+    finish(
+        args,
+        json!({"scenario": "dir-scale", "files": files, "window": WINDOW, "rounds": results,
+            "first_median": median(first), "last_median": median(last), "ratio_median": m}),
     )
 }
 

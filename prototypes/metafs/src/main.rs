@@ -10,6 +10,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod bench;
+mod fsmark;
 
 use clap::{Parser, Subcommand};
 use metafs::{fsck, Fs, MkfsOptions, MountOptions};
