@@ -428,3 +428,32 @@ fn compare_bindfs(
     }
     Ok(())
 }
+
+/// `cargo xtask bench-fs [ARGS...]`: fsmark and bindfs installed if
+/// missing, then `metafs bench --scenario fs-mark ARGS`.
+pub fn bench_fs(args: &[String]) -> Result<(), String> {
+    for (tool, pkg) in [
+        ("fs_mark", "fsmark"),
+        ("bindfs", "bindfs"),
+        ("fusermount3", "fuse3"),
+    ] {
+        if !have(tool) {
+            apt(pkg)?;
+        }
+    }
+    sh(
+        "bench-fs",
+        crate::cargo()
+            .args([
+                "run",
+                "--release",
+                "-p",
+                "metafs",
+                "--",
+                "bench",
+                "--scenario",
+                "fs-mark",
+            ])
+            .args(args),
+    )
+}

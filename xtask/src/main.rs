@@ -33,6 +33,10 @@
 //!   mount as root (every applicable test must pass), a 2 GiB file through
 //!   the mount and back byte-exact (not with `--quick`), fsck; `--bindfs`
 //!   runs the suite on ext4 through bindfs too. Installs what it needs.
+//! - `cargo xtask bench-fs [ARGS...]`: `metafs bench --scenario fs-mark`
+//!   (the real fs_mark on a metafs mount beside ext4 through bindfs and
+//!   native ext4), after installing Debian's fsmark and bindfs if missing;
+//!   ARGS passed on (`--rounds`, `--threads`, `--files`, `--json`).
 //! - `cargo xtask shuttle [--iterations N]`: the composed journal under
 //!   shuttle's random and PCT schedulers (release, `--cfg shuttle`, in
 //!   `target/shuttle`), N schedules in all (default 20,000; `ci` runs the
@@ -408,7 +412,7 @@ fn bench_raft(args: &[String]) -> Result<(), String> {
 }
 
 fn usage() -> String {
-    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | bench-raft [ARGS...] | fs-suite [--quick] [--bindfs] | crash [--minutes N] | corrupt [--minutes N] | fuzz [--minutes N]>"
+    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | bench-raft [ARGS...] | fs-suite [--quick] [--bindfs] | bench-fs [ARGS...] | crash [--minutes N] | corrupt [--minutes N] | fuzz [--minutes N]>"
         .into()
 }
 
@@ -454,6 +458,7 @@ fn main() -> ExitCode {
         ),
         Some("bench-raft") => bench_raft(&args[1..]),
         Some("fs-suite") => fs_suite::run(&args[1..]),
+        Some("bench-fs") => fs_suite::bench_fs(&args[1..]),
         Some("corrupt") => minutes(&args[1..]).and_then(|m| {
             campaign(
                 "corruption campaign",

@@ -28,6 +28,13 @@ fn run(cmd: &mut Command) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+fn mkdir(d: &Path) -> Result<(), String> {
+    use journal_core::vfs::Vfs;
+    journal_core::vfs::OsVfs::new()
+        .create_dir_all(d)
+        .map_err(|e| format!("{}: {e}", d.display()))
+}
+
 /// A FUSE server (metafs or bindfs) mounted on `dir`; unmounted on drop.
 struct Served {
     child: Option<Child>,
@@ -87,7 +94,7 @@ fn fs_mark(root: &Path, sub: &str, tag: &str, threads: usize, files: usize) -> R
     cmd.current_dir(root);
     for t in 0..threads {
         let d = format!("{sub}/{tag}-t{t}");
-        std::fs::create_dir_all(root.join(&d)).map_err(|e| format!("{d}: {e}"))?;
+        mkdir(&root.join(&d))?;
         cmd.arg("-d").arg(d);
     }
     run(&mut Command::new("sync"))?;
@@ -133,7 +140,7 @@ pub fn bench(args: &BenchArgs, root: &Path, files: usize) -> Result<(), String> 
         .map(|d| root.join(d))
         .collect();
     for d in &dirs {
-        std::fs::create_dir_all(d).map_err(|e| e.to_string())?;
+        mkdir(d)?;
     }
     let _meta = Served::metafs(&image, &dirs[0])?;
     let _bind = Served::bindfs(&dirs[2], &dirs[1])?;

@@ -3,10 +3,17 @@
 //! ordered mode.
 //!
 //! - [`Fs`]: `mkfs`, mount (replaying the journal), the operations —
-//!   [`Fs::mkdir`], [`Fs::create`], [`Fs::write`], [`Fs::read`],
-//!   [`Fs::truncate`], [`Fs::rename`], [`Fs::unlink`], [`Fs::rmdir`],
-//!   [`Fs::readdir`], [`Fs::stat`], [`Fs::fsync`], [`Fs::sync`] — by inode
-//!   and by path, from many threads at once; [`Fs::checkpoint`].
+//!   [`Fs::mkdir`], [`Fs::create`], [`Fs::make_node`] (FIFOs, sockets,
+//!   devices), [`Fs::symlink`], [`Fs::link`], [`Fs::write`], [`Fs::read`],
+//!   [`Fs::truncate`], [`Fs::rename`] and [`Fs::rename_with`], [`Fs::unlink`],
+//!   [`Fs::rmdir`], [`Fs::readdir`], [`Fs::stat`], [`Fs::setattr`],
+//!   [`Fs::open`] / [`Fs::release`] (files unlinked while open live on),
+//!   [`Fs::fsync`], [`Fs::sync`] — by inode and by path, from many threads
+//!   at once; [`Fs::checkpoint`].
+//! - What it keeps: POSIX modes, owners, three times, hard links,
+//!   symlinks, names to 255 bytes, files to ~4 TiB (holes read as zeros),
+//!   directories indexed so a lookup costs the same at 100,000 entries as
+//!   at 10; pjdfstest passes on a mount (`cargo xtask fs-suite`).
 //! - [`fsck`]: the filesystem checked against itself.
 //! - [`fuse`]: the filesystem mounted through FUSE (`metafs mount`).
 //! - The formats: [`layout`] (the image), [`txn`] (the journal records).

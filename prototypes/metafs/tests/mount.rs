@@ -358,4 +358,56 @@ fn the_bench_runs_every_scenario_in_smoke_mode() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("creates/s"));
+    // One directory filling up: a rate per 1,000 creates.
+    let json = tmp.path().join("scale.json");
+    let out = metafs(&[
+        "bench",
+        "--smoke",
+        "--scenario",
+        "dir-scale",
+        "--rounds",
+        "1",
+        "--dir",
+        tmp.path().to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(doc["rounds"][0]["rates"].as_array().unwrap().len(), 3);
+    assert!(doc["whole_over_small_median"].as_f64().unwrap() > 0.0);
+    // The real fs_mark on the mount, bindfs and ext4 (.ci/run installs
+    // fsmark and bindfs).
+    let json = tmp.path().join("fsmark.json");
+    let out = metafs(&[
+        "bench",
+        "--smoke",
+        "--scenario",
+        "fs-mark",
+        "--rounds",
+        "1",
+        "--threads",
+        "1,2",
+        "--dir",
+        tmp.path().to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for r in doc["results"].as_array().unwrap() {
+        for system in ["metafs", "bindfs", "ext4"] {
+            assert!(r[system][0].as_f64().unwrap() > 0.0, "{r}");
+        }
+    }
 }

@@ -1,6 +1,5 @@
-//! Durability: fsync, sync, commits (records appended in order, forced
-//! concurrently by the journal's group commit), frees held until durable,
-//! checkpoints and unmount.
+//! Durability: fsync, sync, commits one at a time (jbd2's commit
+//! thread), frees held until durable, checkpoints and unmount.
 
 use super::*;
 
@@ -15,83 +14,62 @@ impl Fs {
     }
 
     /// Commits the running transaction: returns once every operation that
-    /// returned before the call is durable.
-    ///
-    /// Appending is sequenced and forcing is not, as XFS does it: under
-    /// the committer lock a caller takes the running transaction, syncs
-    /// the image's data if any was written (ordered mode: before the
-    /// record that points to it is in the log), and appends the record;
-    /// then, with no lock held, it waits for the journal to make that LSN
-    /// durable. Callers that arrive meanwhile append their own records
-    /// behind it (or find theirs already appended and just wait for it),
-    /// and the journal's group commit makes them all durable in shared log
-    /// writes — so concurrent fsyncs share device flushes, as they share
-    /// jbd2's commits.
+    /// returned before the call is durable. One commit runs at a time,
+    /// as jbd2's commit thread does: callers that arrive meanwhile wait
+    /// for it, and the first of them not covered leads the next commit,
+    /// whose snapshot takes every change made by then — so concurrent
+    /// fsyncs share commits.
     pub fn sync(&self) -> Result<()> {
         self.check()?;
         let want = self.state.lock().ops;
         let mut c = self.committer.lock();
-        if c.durable >= want {
-            drop(c);
-            return self.after_commit();
-        }
-        // Appended already (by another caller's commit)? Else append.
-        let (lsn, ops) = match c.appended {
-            Some((lsn, ops)) if ops >= want => (lsn, ops),
-            _ => {
-                let tid = c.next_tid;
-                c.next_tid += 1;
-                let snap = self.state.lock().take(tid);
-                let lsn = self.append(&snap)?;
-                if let Some(rec) = &snap.record {
-                    c.since_checkpoint += rec.len() as u64;
-                }
-                // Nothing to log (only data was written): what is owed is
-                // the log as far as it was appended.
-                let lsn = lsn.or(c.appended.map(|a| a.0));
-                if let Some(l) = lsn {
-                    c.appended = Some((l, snap.ops));
-                    if !snap.frees.is_empty() {
-                        self.state.lock().awaiting.push((l, snap.frees));
-                    }
-                }
-                match lsn {
-                    Some(l) => (l, snap.ops),
-                    None => {
-                        c.durable = c.durable.max(snap.ops);
-                        drop(c);
-                        return self.after_commit();
-                    }
-                }
+        loop {
+            self.check()?;
+            if c.durable >= want {
+                break;
             }
-        };
+            if c.committing {
+                c = self.commit_done.wait(c);
+                continue;
+            }
+            c.committing = true;
+            let tid = c.next_tid;
+            c.next_tid += 1;
+            drop(c);
+            let r = self.commit_running(tid);
+            c = self.committer.lock();
+            c.committing = false;
+            self.commit_done.notify_all();
+            let (ops, bytes) = r?;
+            c.durable = c.durable.max(ops);
+            c.since_checkpoint += bytes;
+        }
+        let due = c.since_checkpoint >= self.options.checkpoint_log_bytes;
         drop(c);
-        self.journal
-            .commit(lsn)
-            .map_err(|e| self.poison(e.into()))?;
-        let mut c = self.committer.lock();
-        c.durable = c.durable.max(ops);
-        drop(c);
-        self.after_commit()
-    }
-
-    /// After a commit: frees whose records are durable become reusable,
-    /// and a checkpoint runs when enough log was written.
-    fn after_commit(&self) -> Result<()> {
         self.release_frees();
-        let due = self.committer.lock().since_checkpoint >= self.options.checkpoint_log_bytes;
         if due {
             self.checkpoint()?;
         }
         Ok(())
     }
 
-    /// A taken transaction into the log (the caller holds the committer
-    /// lock): the image's data synced first if any was written (ordered
-    /// mode), then its record appended. Returns the record's LSN (none
-    /// when no metadata changed; frees always change the bitmap, so then
-    /// there are none).
-    pub(super) fn append(&self, snap: &Snapshot) -> Result<Option<Lsn>> {
+    /// One commit of the running transaction (the caller leads it): data
+    /// first (ordered mode), then the record, then the journal's commit.
+    /// Returns the change count it made durable and the log bytes written.
+    pub(super) fn commit_running(&self, tid: u64) -> Result<(u64, u64)> {
+        let snap = self.state.lock().take(tid);
+        let bytes = snap.record.as_ref().map_or(0, |r| r.len() as u64);
+        if let Some(lsn) = self.make_durable(&snap)? {
+            self.state.lock().awaiting.push((lsn, snap.frees));
+        }
+        Ok((snap.ops, bytes))
+    }
+
+    /// A taken transaction made durable: the image's data synced first
+    /// (ordered mode), then its record appended and committed. Returns the
+    /// record's LSN (none when no metadata changed; frees always change the
+    /// bitmap, so then there are none).
+    pub(super) fn make_durable(&self, snap: &Snapshot) -> Result<Option<Lsn>> {
         if snap.data_dirty {
             self.image.sync_data().map_err(|e| self.poison(e.into()))?;
         }
@@ -101,6 +79,9 @@ impl Fs {
         let lsn = self
             .journal
             .append(rec)
+            .map_err(|e| self.poison(e.into()))?;
+        self.journal
+            .commit(lsn)
             .map_err(|e| self.poison(e.into()))?;
         Ok(Some(lsn))
     }
@@ -130,18 +111,14 @@ impl Fs {
     pub fn checkpoint(&self) -> Result<()> {
         self.check()?;
         let mut c = self.committer.lock();
-        // Holding the committer lock: nothing is appended until we are
-        // done; commits of records appended before may still be waiting
-        // for the journal, and ours covers them.
+        while c.committing {
+            c = self.commit_done.wait(c);
+        }
+        // Holding the committer lock: no commit starts until we are done.
         let mut st = self.state.lock();
         let snap = st.take(c.next_tid);
         c.next_tid += 1;
-        if let Some(lsn) = self.append(&snap)?.or(c.appended.map(|a| a.0)) {
-            self.journal
-                .commit(lsn)
-                .map_err(|e| self.poison(e.into()))?;
-            c.appended = Some((lsn, snap.ops));
-        }
+        self.make_durable(&snap)?;
         c.durable = c.durable.max(snap.ops);
         // Everything appended is durable now: every free may be reused.
         for (_, blocks) in std::mem::take(&mut st.awaiting) {
@@ -164,6 +141,7 @@ impl Fs {
             .checkpoint(redo)
             .map_err(|e| self.poison(e.into()))?;
         c.since_checkpoint = 0;
+        self.commit_done.notify_all();
         Ok(())
     }
 

@@ -56,7 +56,7 @@ use crate::layout::{
     PER_INDIRECT, ROOT,
 };
 use crate::{txn, Error, Result};
-use journal_core::sync::Mutex;
+use journal_core::sync::{Condvar, Mutex};
 use journal_core::vfs::{OpenOptions, OsVfs, Vfs, VfsFile};
 use journal_core::{Journal, Lsn};
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -223,12 +223,12 @@ struct Snapshot {
     ops: u64,
 }
 
-/// Where records are sequenced: appends happen under this lock, in
-/// transaction order.
+/// Where commits are sequenced (jbd2's commit, one at a time).
 struct Committer {
     next_tid: u64,
-    /// The last record appended and the change count it covers.
-    appended: Option<(Lsn, u64)>,
+    /// A commit is running: its leader let go of this lock for the I/O;
+    /// every other caller waits on `commit_done`.
+    committing: bool,
     /// Every change up to this count ([`State::ops`]) is durable.
     durable: u64,
     /// Log bytes appended since the last checkpoint.
@@ -242,6 +242,8 @@ pub struct Fs {
     sb: Super,
     state: Mutex<State>,
     committer: Mutex<Committer>,
+    /// Signalled when a commit ends (durable, or failed).
+    commit_done: Condvar,
     options: MountOptions,
     failed: Mutex<Option<String>>,
     report: MountReport,
@@ -419,10 +421,11 @@ impl Fs {
             state: Mutex::new(state),
             committer: Mutex::new(Committer {
                 next_tid,
-                appended: None,
+                committing: false,
                 durable: 0,
                 since_checkpoint: 0,
             }),
+            commit_done: Condvar::new(),
             options,
             failed: Mutex::new(None),
             report,
