@@ -101,6 +101,30 @@ pub struct BenchArgs {
     smoke: bool,
 }
 
+/// A new image of `size` bytes and `inodes` inodes, mounted.
+fn fresh(
+    image: &std::path::Path,
+    size: u64,
+    inodes: u32,
+    journal: journal_core::Options,
+) -> Result<Fs, String> {
+    let inodes = Some(inodes);
+    Fs::mkfs(
+        image,
+        MkfsOptions {
+            size,
+            inodes,
+            journal,
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let mount = MountOptions {
+        journal,
+        ..MountOptions::default()
+    };
+    Fs::mount(image, mount).map_err(|e| e.to_string())
+}
+
 /// One measured point.
 struct Point {
     creates_per_s: f64,
@@ -127,23 +151,8 @@ fn one(
         segment_size: if smoke { 1 << 20 } else { 16 << 20 },
         ..journal_core::Options::default()
     };
-    Fs::mkfs(
-        &image,
-        MkfsOptions {
-            size: if smoke { 32 << 20 } else { 512 << 20 },
-            inodes: Some((files as u32 + 1024).max(4096)),
-            journal,
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    let fs = Fs::mount(
-        &image,
-        MountOptions {
-            journal,
-            ..MountOptions::default()
-        },
-    )
-    .map_err(|e| e.to_string())?;
+    let size = if smoke { 32 << 20 } else { 512 << 20 };
+    let fs = fresh(&image, size, (files as u32 + 1024).max(4096), journal)?;
     for t in 0..threads {
         fs.mkdir_path(&format!("/t{t}"))
             .map_err(|e| e.to_string())?;
@@ -368,24 +377,7 @@ fn dir_scale_round(root: &std::path::Path, round: usize, files: usize) -> Result
         ..journal_core::Options::default()
     };
     let size = ((files as u64 * 4096) / 8).max(64 << 20);
-    let inodes = Some(files as u32 + 1024);
-    Fs::mkfs(
-        &image,
-        MkfsOptions {
-            size,
-            inodes,
-            journal,
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    let fs = Fs::mount(
-        &image,
-        MountOptions {
-            journal,
-            ..MountOptions::default()
-        },
-    )
-    .map_err(|e| e.to_string())?;
+    let fs = fresh(&image, size, files as u32 + 1024, journal)?;
     let dir = fs.mkdir_path("/one").map_err(|e| e.to_string())?;
     let mut rates = Vec::new();
     let mut t = Instant::now();

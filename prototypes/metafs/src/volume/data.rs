@@ -9,12 +9,7 @@ impl Fs {
     /// leaves a hole, which reads as zeros and takes no blocks.
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<usize> {
         self.with(|st, img| {
-            let mut i = st.live(img, ino)?;
-            match i.kind {
-                Kind::File => {}
-                Kind::Dir => return Err(Error::IsADirectory),
-                _ => return Err(Error::InvalidArgument("not a regular file")),
-            }
+            let mut i = st.regular(img, ino)?;
             st.write_data(img, &mut i, offset, data)?;
             st.set_inode(img, ino, &i)?;
             Ok(data.len())
@@ -51,12 +46,7 @@ impl Fs {
             return Err(Error::FileTooLarge);
         }
         self.with(|st, img| {
-            let mut i = st.live(img, ino)?;
-            match i.kind {
-                Kind::File => {}
-                Kind::Dir => return Err(Error::IsADirectory),
-                _ => return Err(Error::InvalidArgument("not a regular file")),
-            }
+            let mut i = st.regular(img, ino)?;
             if size < i.size {
                 st.free_blocks_from(img, &mut i, blocks_of(size), false)?;
                 // The kept last block's bytes past the new size are zeroed
@@ -73,6 +63,16 @@ impl Fs {
 }
 
 impl State {
+    /// Regular file `ino` (what write and truncate take).
+    fn regular(&mut self, img: &dyn VfsFile, ino: Ino) -> Result<Inode> {
+        let i = self.live(img, ino)?;
+        match i.kind {
+            Kind::File => Ok(i),
+            Kind::Dir => Err(Error::IsADirectory),
+            _ => Err(Error::InvalidArgument("not a regular file")),
+        }
+    }
+
     /// Writes `data` at `offset` of inode `i` (the caller writes `i`
     /// back): allocates what it needs after checking there is room, so
     /// nothing changes when it fails.
