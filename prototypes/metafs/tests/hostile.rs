@@ -5,8 +5,9 @@
 //! indirect block's pointers, or a word of either bitmap, set to values a
 //! damaged or
 //! malicious image could hold. Mounting, walking the tree (every
-//! directory listed, every file stat'ed and read), fsck, a write and an
-//! unmount must each answer with a typed error or with data: never a
+//! directory listed, every file stat'ed and read), fsck, a write, every
+//! file unlinked (so hostile block maps are freed) and an unmount must
+//! each answer with a typed error or with data: never a
 //! panic, a hang, or an allocation sized by a number read from the image.
 //!
 //! `cargo test` runs a fixed number of cases; `JOURNAL_FUZZ_SECONDS` runs
@@ -192,11 +193,12 @@ fn exercise(image: &SimVfs) -> bool {
     };
     let mut todo = vec![ROOT];
     let mut seen = 0;
+    let mut files = Vec::new();
     while let Some(dir) = todo.pop() {
         let Ok(entries) = fs.readdir(dir) else {
             continue;
         };
-        for (_, ino, kind) in entries {
+        for (name, ino, kind) in entries {
             // A cycle in a hostile tree must not walk forever.
             seen += 1;
             if seen > 10_000 {
@@ -207,12 +209,16 @@ fn exercise(image: &SimVfs) -> bool {
                 Kind::Dir => todo.push(ino),
                 _ => {
                     let _ = fs.read(ino, 0, 1 << 20);
+                    files.push((dir, name));
                 }
             }
         }
     }
     let _ = fsck(&fs);
     let _ = fs.create_path("/after").and_then(|i| fs.write(i, 0, b"x"));
+    for (dir, name) in files {
+        let _ = fs.unlink(dir, &name);
+    }
     let _ = fs.unmount();
     true
 }

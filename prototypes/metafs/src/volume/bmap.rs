@@ -6,18 +6,24 @@ use super::*;
 use crate::layout::{map_path, span, tree_first, MapPath, MAX_BLOCKS};
 
 impl State {
+    /// The pointer in slot `slot` of tree block `node`, checked.
+    fn child(&mut self, img: &dyn VfsFile, node: u32, slot: usize) -> Result<u32> {
+        let p = ptr_at(self.get(img, node)?, slot);
+        self.mapped(p)
+    }
+
     /// The block at index `idx` of an inode (0: a hole).
     pub(super) fn bmap(&mut self, img: &dyn VfsFile, i: &Inode, idx: u64) -> Result<u32> {
         match map_path(idx) {
             None => Ok(0),
-            Some(MapPath::Direct(s)) => Ok(i.direct[s]),
+            Some(MapPath::Direct(s)) => self.mapped(i.direct[s]),
             Some(MapPath::Tree { depth, slots }) => {
-                let mut node = i.trees[depth - 1];
+                let mut node = self.mapped(i.trees[depth - 1])?;
                 for &slot in &slots[..depth] {
                     if node == 0 {
                         return Ok(0);
                     }
-                    node = ptr_at(self.get(img, node)?, slot);
+                    node = self.child(img, node, slot)?;
                 }
                 Ok(node)
             }
@@ -40,7 +46,7 @@ impl State {
                 n += (self.bmap(img, i, idx)? == 0) as u64;
                 continue;
             };
-            let mut node = i.trees[depth - 1];
+            let mut node = self.mapped(i.trees[depth - 1])?;
             let rel = idx - tree_first(depth);
             for (level, &slot) in slots[..depth].iter().enumerate() {
                 if node == 0 {
@@ -51,7 +57,7 @@ impl State {
                     }
                     break;
                 }
-                node = ptr_at(self.get(img, node)?, slot);
+                node = self.child(img, node, slot)?;
             }
             n += (node == 0) as u64;
         }
@@ -78,13 +84,13 @@ impl State {
             i.blocks += 1;
             i.trees[depth - 1] = t;
         }
-        let mut node = i.trees[depth - 1];
+        let mut node = self.mapped(i.trees[depth - 1])?;
         for (level, &slot) in slots[..depth].iter().enumerate() {
             if level + 1 == depth {
                 set_ptr(self.get_mut(img, node)?, slot, b);
                 break;
             }
-            let mut next = ptr_at(self.get(img, node)?, slot);
+            let mut next = self.child(img, node, slot)?;
             if next == 0 {
                 next = self.alloc_block(img)?;
                 self.fresh(next);
@@ -144,6 +150,7 @@ impl State {
         meta: bool,
         freed: &mut u64,
     ) -> Result<bool> {
+        self.mapped(node)?;
         if *freed > self.sb.blocks as u64 {
             return Err(Error::Corrupt(
                 "a block map frees more blocks than the image has".into(),

@@ -203,9 +203,26 @@ impl State {
         Ok(b)
     }
 
+    /// `b` as a block map may point to it: 0 (a hole) or a data-area
+    /// block. A pointer read from a hostile image that names the
+    /// superblock, a bitmap, the inode table or a block past the end is
+    /// corrupt, never followed, written or freed.
+    pub(super) fn mapped(&self, b: u32) -> Result<u32> {
+        if b != 0 && (b < self.sb.data_start || b >= self.sb.blocks) {
+            return Err(Error::Corrupt(format!(
+                "a block map points to block {b}, outside the data area"
+            )));
+        }
+        Ok(b)
+    }
+
     /// Frees a block; `meta`: it held metadata (it leaves the cache and is
     /// revoked).
     pub(super) fn free_block(&mut self, img: &dyn VfsFile, b: u32, meta: bool) -> Result<()> {
+        if b == 0 {
+            return Err(Error::Corrupt("freeing block 0".into()));
+        }
+        self.mapped(b)?;
         let place = self.sb.bit_place(b);
         self.set_bit_in(img, place, false)?;
         self.group_free[(b / BITS_PER_BLOCK) as usize] += 1;
