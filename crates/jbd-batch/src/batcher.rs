@@ -5,7 +5,7 @@ use crate::policy::{bucket, Stats};
 use crate::{BatchConfig, BatchPolicy, BatchStats, WaitDecision, GROUP_BUCKETS};
 use journal_sync::atomic::{AtomicU8, Ordering};
 use journal_sync::thread::{self, ThreadId};
-use journal_sync::{Arc, Condvar, Deadline, Mutex, MutexGuard, Stopwatch};
+use journal_sync::{Arc, Condvar, Deadline, Gate, Mutex, MutexGuard, Stopwatch};
 use std::fmt;
 use std::time::Duration;
 
@@ -41,6 +41,10 @@ struct State<P, E> {
     /// Committers asleep until a commit covers them (or they must look
     /// again: to lead, or to learn of a failure).
     parked: Vec<Parked<P>>,
+    /// The lane the next parked committer sleeps in (round robin, so the
+    /// members of one group rarely share one and a leader's nudge wakes
+    /// only it).
+    next_lane: u32,
 }
 
 /// A commit in flight.
@@ -54,13 +58,55 @@ struct Flight<P> {
     members: u64,
 }
 
-/// A committer asleep in [`thread::park`] until the thread that ends its
-/// wait wakes exactly it: it then returns without retaking the batcher's
-/// lock (one wakeup per commit, no herd on the mutex).
+/// A committer asleep on its group's [`Gate`] until the commit that
+/// settles it opens that gate (one wake call for the whole group), or
+/// until it is nudged to lead: it then returns without retaking the
+/// batcher's lock if covered (one wakeup per commit, no herd on the
+/// mutex).
 struct Parked<P> {
     pos: P,
-    thread: thread::Thread,
+    /// The group it waits for: its gate is `gates[group % gates.len()]`.
+    group: u64,
+    /// Its lane on that gate.
+    lane: u32,
     wake: Arc<AtomicU8>,
+}
+
+/// The wakes a settling thread owes once it has dropped the batcher's
+/// lock: gates to open (each wakes a whole group; a bit per gate) and one
+/// committer to nudge into leading the pending group.
+#[derive(Default)]
+struct Wakes {
+    open: u64,
+    nudge: Option<(usize, u32)>,
+}
+
+impl Wakes {
+    fn open(&mut self, gate: usize) {
+        self.open |= 1 << gate;
+    }
+
+    /// The leader first: it is on the commit path, and a group opened
+    /// before it would queue a whole group's threads ahead of it on the
+    /// CPUs.
+    fn run(self, gates: &[Gate]) {
+        if let Some((g, lane)) = self.nudge {
+            gates[g].nudge(lane);
+        }
+        let mut open = self.open;
+        while open != 0 {
+            gates[open.trailing_zeros() as usize].open();
+            open &= open - 1;
+        }
+    }
+}
+
+journal_sync::thread_local! {
+    /// This thread's [`Parked::wake`] flag, reused by each of its parks (a
+    /// thread waits in one batcher at a time, and a flag is set only while
+    /// its entry is on a parked list, under the lock): no allocation per
+    /// commit.
+    static WAKE: Arc<AtomicU8> = Arc::new(AtomicU8::new(ASLEEP));
 }
 
 /// [`Parked::wake`]: still asleep.
@@ -69,6 +115,9 @@ const ASLEEP: u8 = 0;
 const COVERED: u8 = 1;
 /// [`Parked::wake`]: look at the state again (lead, or a failure).
 const LOOK: u8 = 2;
+
+/// The most gates a batcher keeps ([`Wakes`] names them in a `u64`).
+const MAX_GATES: usize = 64;
 
 type CommitFn<P, E> = dyn Fn(P, &Stage<'_, P, E>) -> Result<(), E> + Send + Sync;
 
@@ -106,14 +155,12 @@ where
             }
             _ => return,
         }
-        let leader = b
-            .may_lead(&st)
-            .then(|| Batcher::pick_leader(&mut st))
-            .flatten();
-        drop(st);
-        if let Some(t) = leader {
-            t.unpark();
+        let mut wakes = Wakes::default();
+        if b.may_lead(&st) {
+            wakes.nudge = b.pick_leader(&mut st);
         }
+        drop(st);
+        wakes.run(&b.inner.gates);
     }
 }
 
@@ -126,6 +173,13 @@ struct Inner<P, E> {
     /// Batching waits: signalled when the last handle closes, the timer
     /// fires, or a commit completes.
     batch_cv: Condvar,
+    /// Where parked committers sleep, one gate per live group: group `g`
+    /// on `gates[g % len]`. At most `max_in_flight` groups are in flight
+    /// and one is pending, so with `max_in_flight + 2` gates (up to
+    /// [`MAX_GATES`]) no two live groups share one. (Sharing would cost
+    /// spurious wakeups, never a lost one: a woken committer looks at its
+    /// own flag.)
+    gates: Vec<Gate>,
     stats: Stats,
 }
 
@@ -188,6 +242,9 @@ where
     }
 
     fn build(config: BatchConfig, staged: bool, commit: Box<CommitFn<P, E>>) -> Self {
+        let gates = (0..(config.max_in_flight.max(1) as usize + 2).min(MAX_GATES))
+            .map(|_| Gate::new())
+            .collect();
         Self {
             inner: Arc::new(Inner {
                 config,
@@ -208,8 +265,10 @@ where
                     batch_waiters: 0,
                     next_group: 0,
                     parked: Vec::new(),
+                    next_lane: 0,
                 }),
                 batch_cv: Condvar::new(),
+                gates,
                 stats: Stats::default(),
             }),
         }
@@ -419,17 +478,15 @@ where
                 // This thread may have been the one woken to lead the next
                 // group, yet be covered already (its position arrived out of
                 // order): pass that wakeup on, or nobody would lead.
-                let leader = self
-                    .may_lead(&st)
-                    .then(|| Self::pick_leader(&mut st))
-                    .flatten();
+                let mut wakes = Wakes::default();
+                if self.may_lead(&st) {
+                    wakes.nudge = self.pick_leader(&mut st);
+                }
                 if wake_batch && st.batch_waiters > 0 {
                     self.inner.batch_cv.notify_all();
                 }
                 drop(st);
-                if let Some(t) = leader {
-                    t.unpark();
-                }
+                wakes.run(&self.inner.gates);
                 return outcome;
             }
             if self.may_lead(&st) {
@@ -442,8 +499,8 @@ where
                 self.inner.batch_cv.notify_all();
             }
             debug_assert!(group.is_some(), "an uncovered stop joined a group");
-            let _ = group;
-            match self.park(st, pos) {
+            let group = group.unwrap_or(st.next_group);
+            match self.park(st, pos, group) {
                 None => return Ok(()),
                 Some(relocked) => st = relocked,
             }
@@ -505,35 +562,51 @@ where
         // Wake exactly the parked committers this commit covered
         // (or whose failure it is), one more to lead the pending
         // group if a commit slot is free, and any batching waiter.
-        let wake = self.settle_parked(&mut st);
+        let wakes = self.settle_parked(&mut st);
         if st.batch_waiters > 0 {
             self.inner.batch_cv.notify_all();
         }
         drop(st);
-        for t in wake {
-            t.unpark();
-        }
+        wakes.run(&self.inner.gates);
         self.inner.state.lock()
     }
 
-    /// Parks until whoever settles `pos` wakes this thread: `None` once it
-    /// is covered, else the relocked state, to look again.
+    /// The gate of `group`.
+    fn gate_of(&self, group: u64) -> usize {
+        (group % self.inner.gates.len() as u64) as usize
+    }
+
+    /// Sleeps on the gate of `group` until whoever settles `pos` wakes this
+    /// thread: `None` once it is covered, else the relocked state, to look
+    /// again.
     fn park<'a>(
         &'a self,
         mut st: MutexGuard<'a, State<P, E>>,
         pos: P,
+        group: u64,
     ) -> Option<MutexGuard<'a, State<P, E>>> {
-        // Park until whoever settles this position wakes us.
-        let flag = Arc::new(AtomicU8::new(ASLEEP));
+        let flag = WAKE.with(Arc::clone);
+        flag.store(ASLEEP, Ordering::Relaxed);
+        let lane = st.next_lane;
+        st.next_lane = lane.wrapping_add(1);
         st.parked.push(Parked {
             pos,
-            thread: thread::current(),
+            group,
+            lane,
             wake: flag.clone(),
         });
+        let gate = &self.inner.gates[self.gate_of(group)];
+        // The gate's generation first, then the flag: whoever sets the
+        // flag moves the generation after it, so a wake between the two
+        // looks is never lost (the wait returns at once).
+        let mut seen = gate.generation();
         drop(st);
         let woke = loop {
             match flag.load(Ordering::Acquire) {
-                ASLEEP => thread::park(),
+                ASLEEP => {
+                    gate.wait(seen, lane);
+                    seen = gate.generation();
+                }
                 w => break w,
             }
         };
@@ -542,36 +615,38 @@ where
 
     /// Takes out of the parked list everyone whose wait is over — covered
     /// (woken to return), failed (woken to look) — and, when the pending
-    /// group may be led, one more to lead it. Returns the threads to
-    /// unpark once the lock is dropped.
-    fn settle_parked(&self, st: &mut State<P, E>) -> Vec<thread::Thread> {
-        let mut wake = Vec::new();
-        let mut keep = Vec::with_capacity(st.parked.len());
-        for w in std::mem::take(&mut st.parked) {
-            let failed = st.failed.as_ref().is_some_and(|(t, _)| w.pos <= *t);
-            if Self::covered(st, w.pos) {
-                w.wake.store(COVERED, Ordering::Release);
-                wake.push(w.thread);
-            } else if failed {
-                w.wake.store(LOOK, Ordering::Release);
-                wake.push(w.thread);
+    /// group may be led, one more to lead it. Returns the wakes owed once
+    /// the lock is dropped: the gates of the settled groups, opened once
+    /// each however many sleep there, and the nudge of the new leader.
+    fn settle_parked(&self, st: &mut State<P, E>) -> Wakes {
+        let mut wakes = Wakes::default();
+        let committed = st.committed;
+        let failed = st.failed.as_ref().map(|(t, _)| *t);
+        st.parked.retain(|w| {
+            let outcome = if committed.is_some_and(|c| w.pos <= c) {
+                COVERED
+            } else if failed.is_some_and(|t| w.pos <= t) {
+                LOOK
             } else {
-                keep.push(w);
-            }
-        }
-        st.parked = keep;
+                return true;
+            };
+            w.wake.store(outcome, Ordering::Release);
+            wakes.open(self.gate_of(w.group));
+            false
+        });
         if self.may_lead(st) {
-            wake.extend(Self::pick_leader(st));
+            wakes.nudge = self.pick_leader(st);
         }
-        wake
+        wakes
     }
 
     /// Takes one parked committer out to lead the pending group (any
-    /// thread may lead it); its thread, to unpark after the lock drops.
-    fn pick_leader(st: &mut State<P, E>) -> Option<thread::Thread> {
+    /// thread may lead it); its gate and lane, to nudge after the lock
+    /// drops.
+    fn pick_leader(&self, st: &mut State<P, E>) -> Option<(usize, u32)> {
         let w = st.parked.pop()?;
         w.wake.store(LOOK, Ordering::Release);
-        Some(w.thread)
+        Some((self.gate_of(w.group), w.lane))
     }
 }
 

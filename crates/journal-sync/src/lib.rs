@@ -51,9 +51,11 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod gate;
 mod mutex;
 mod time;
 
+pub use gate::Gate;
 pub use mutex::{Condvar, Mutex, MutexGuard};
 pub use time::{Deadline, Stopwatch};
 
@@ -146,6 +148,19 @@ pub mod future {
 /// schedule from its seed.
 #[cfg(shuttle)]
 pub use shuttle;
+
+/// `thread_local!`: std's, or loom's or shuttle's model-aware twin (each
+/// model thread gets its own value).
+#[cfg(loom)]
+pub use loom::thread_local;
+/// `thread_local!`: std's, or loom's or shuttle's model-aware twin (each
+/// model thread gets its own value).
+#[cfg(shuttle)]
+pub use shuttle::thread_local;
+/// `thread_local!`: std's, or loom's or shuttle's model-aware twin (each
+/// model thread gets its own value).
+#[cfg(not(any(loom, shuttle)))]
+pub use std::thread_local;
 
 /// Runs `f` as a loom model (every interleaving, bounded by
 /// `LOOM_MAX_PREEMPTIONS`), or simply calls it once outside loom.
