@@ -14,6 +14,10 @@
 //! commit, it commits on behalf of every task waiting at that moment,
 //! through the batcher like any committer thread, so tasks and threads
 //! share groups. No thread per waiter, no polling timer.
+//!
+//! A task's request signals the forcer only when it is asleep: under load
+//! the forcer finds the next request when its commit returns, and the
+//! tasks pay no wake call for it.
 
 use crate::poison::Poison;
 use crate::{Error, Journal, Lsn, Result};
@@ -38,6 +42,8 @@ struct State {
     /// The highest LSN the forcer has forced.
     served: Option<Lsn>,
     forcer: Option<thread::JoinHandle<()>>,
+    /// The forcer waits on `requests`: a request must signal it.
+    forcer_asleep: bool,
     stop: bool,
 }
 
@@ -130,8 +136,11 @@ impl AsyncCommits {
             }
         }
         st.requested = Some(lsn);
+        let asleep = st.forcer_asleep;
         drop(st);
-        self.requests.notify_one();
+        if asleep {
+            self.requests.notify_one();
+        }
         true
     }
 
@@ -145,7 +154,11 @@ impl AsyncCommits {
                     }
                     match st.requested {
                         Some(r) if st.served.is_none_or(|s| s < r) => break r,
-                        _ => st = self.requests.wait(st),
+                        _ => {
+                            st.forcer_asleep = true;
+                            st = self.requests.wait(st);
+                            st.forcer_asleep = false;
+                        }
                     }
                 }
             };
