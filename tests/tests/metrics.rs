@@ -39,6 +39,34 @@ fn lone_commits_are_groups_of_one_and_each_is_one_fdatasync() {
     assert_eq!(m.dsync_writes, 0);
 }
 
+/// With staged commits (the default), a commit that is alone — nothing in
+/// flight, nobody waiting — has nothing to overlap: it is one FUA write
+/// (the record's write and the flush back to back in the device), not a
+/// plain write and then a bare flush through the ring and the batcher.
+#[test]
+fn a_lone_staged_commit_is_one_fua_write() {
+    let vfs = SimVfs::new();
+    let options = Options {
+        direct_io: false,
+        ..small_options()
+    };
+    assert!(options.commits_in_flight > 1, "staged by default");
+    let j = open_sim(&vfs, options).unwrap();
+    let m0 = j.metrics();
+    for i in 0..5u8 {
+        j.append_durable(&[i; 100]).unwrap();
+    }
+    let m = j.metrics();
+    assert_eq!(m.groups - m0.groups, 5);
+    assert_eq!(m.log_writes - m0.log_writes, 5, "one log write per commit");
+    assert_eq!(
+        m.log_writes_fua - m0.log_writes_fua,
+        5,
+        "each a FUA write, not a plain write and a bare flush: {m:?}"
+    );
+    assert_eq!(m.log_syncs - m0.log_syncs, 5, "one fdatasync per commit");
+}
+
 #[test]
 fn with_rwf_dsync_each_commit_is_one_dsync_write_and_no_fdatasync() {
     let vfs = SimVfs::new();

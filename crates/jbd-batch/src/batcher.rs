@@ -128,11 +128,15 @@ type CommitFn<P, E> = dyn Fn(P, &Stage<'_, P, E>) -> Result<(), E> + Send + Sync
 pub struct Stage<'a, P, E> {
     batcher: &'a Batcher<P, E>,
     group: u64,
+    alone: bool,
 }
 
 impl<P, E> fmt::Debug for Stage<'_, P, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Stage").field("group", &self.group).finish()
+        f.debug_struct("Stage")
+            .field("group", &self.group)
+            .field("alone", &self.alone)
+            .finish()
     }
 }
 
@@ -141,6 +145,16 @@ where
     P: Ord + Copy + Send + 'static,
     E: Clone + Send + 'static,
 {
+    /// Whether this commit was alone when its leader took it: one member,
+    /// nothing else in flight, nobody waiting, no handle open. Nothing
+    /// could overlap its flush then, so the commit function may make it
+    /// durable in one stage (a lone writer pays nothing for the overlap
+    /// it cannot use), without calling [`Stage::written`]; a committer
+    /// arriving meanwhile waits for it to complete.
+    pub fn alone(&self) -> bool {
+        self.alone
+    }
+
     /// This commit's write is done: if a commit slot is free and a group
     /// is pending, its leader may start now (a parked committer is woken
     /// to lead it) — unless this commit's group is larger than
@@ -519,6 +533,8 @@ where
         let members = std::mem::take(&mut st.pending_members);
         let this_group = st.next_group;
         st.next_group += 1;
+        let alone =
+            members <= 1 && st.flights.is_empty() && st.parked.is_empty() && st.updates == 0;
         st.flights.push_back(Flight {
             group: this_group,
             target,
@@ -537,6 +553,7 @@ where
         let stage = Stage {
             batcher: self,
             group: this_group,
+            alone,
         };
         let result = (self.inner.commit)(target, &stage);
         let took = clock.elapsed().as_nanos() as u64;

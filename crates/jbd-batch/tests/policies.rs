@@ -353,6 +353,34 @@ fn a_staged_commit_starts_while_the_previous_one_flushes() {
     assert_eq!(*in_flight.lock().unwrap(), 0);
 }
 
+/// [`Stage::alone`]: a commit with one member, nothing in flight, nobody
+/// waiting and no handle open is told it is alone (so it may skip its
+/// staging); one taken while another handle is open is not.
+#[test]
+fn a_staged_commit_is_alone_only_when_nothing_else_is_going_on() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let config = BatchConfig {
+        policy: BatchPolicy::None,
+        max_in_flight: 2,
+        ..BatchConfig::default()
+    };
+    let b: Batcher<u64, String> = Batcher::staged(config, move |p, stage| {
+        s2.lock().unwrap().push((p, stage.alone()));
+        if !stage.alone() {
+            stage.written();
+        }
+        Ok(())
+    });
+    b.start().stop_sync(1).unwrap();
+    let other = b.start();
+    b.start().stop_sync(2).unwrap();
+    drop(other);
+    b.start().stop_sync(3).unwrap();
+    assert_eq!(*seen.lock().unwrap(), [(1, true), (2, false), (3, true)]);
+    assert_eq!(b.committed(), Some(3));
+}
+
 /// With `overlap_max_group` below every group's size, a staged batcher
 /// never lets a commit start while another is in flight, whatever the
 /// commits report: large groups keep one commit in flight.

@@ -89,7 +89,12 @@ impl Journal {
             // A commit in two stages: the group's record is written, the
             // next group may start (its write overlaps this flush), then a
             // cache flush, shared by every group written before it began.
+            // A lone commit has nothing to overlap: one FUA write, its
+            // write and flush back to back in the device.
             Batcher::staged(options.batch(), move |lsn: Lsn, stage| {
+                if stage.alone() {
+                    return r2.force(lsn).map_err(shared);
+                }
                 r2.write_out(lsn).map_err(shared)?;
                 stage.written();
                 r2.force(lsn).map_err(shared)
