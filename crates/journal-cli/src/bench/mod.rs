@@ -5,6 +5,7 @@
 //! SimVfs with injected latency. Results are printed as a table and, with
 //! `--json FILE`, written as JSON; ratios are computed within one run.
 
+mod async_tasks;
 mod floor;
 mod group_commit;
 #[cfg(feature = "peers")]
@@ -16,6 +17,13 @@ pub mod svg;
 
 use bench_harness::closed_loop;
 pub use bench_harness::{histogram, median, micros, progress_bar, table, write_file};
+
+/// The median of `xs` with its range: `median (min–max)`.
+pub fn spread(xs: &[f64]) -> String {
+    let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{:.0} ({lo:.0}–{hi:.0})", median(xs.to_vec()))
+}
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
@@ -195,8 +203,8 @@ pub struct BenchArgs {
     /// second is always 1 MiB).
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(usize))]
     replay_record_size: usize,
-    /// Interleaved rounds of the peers scenario [default: 5, or 1 with
-    /// --smoke].
+    /// Interleaved rounds of the peers and async scenarios [default: 5,
+    /// or 1 with --smoke].
     #[arg(long, value_name = "N")]
     rounds: Option<usize>,
     /// Tiny runs that only prove every path works (CI).
@@ -219,7 +227,7 @@ pub struct Env {
     pub direct_io: bool,
     /// Group commits in flight (`--commits-in-flight`).
     pub commits_in_flight: u32,
-    /// Interleaved rounds of the peers scenario (`--rounds`).
+    /// Interleaved rounds of the peers and async scenarios (`--rounds`).
     pub rounds: usize,
     counter: AtomicU64,
     progress: ProgressBar,
@@ -615,7 +623,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Scenario::PgRecycle => scenarios::pg_recycle(&env),
             Scenario::XfsFlushFlags => scenarios::xfs_flush_flags(&env),
             Scenario::Alignment => scenarios::alignment(&env),
-            Scenario::Async => scenarios::async_tasks(&env),
+            Scenario::Async => async_tasks::async_tasks(&env),
             Scenario::Replay => replay::replay(&env, args),
             Scenario::Reads => reads::reads(&env, args.log_mib),
             #[cfg(feature = "peers")]

@@ -2,10 +2,12 @@
 //! one 256-byte record, durably committed, per client per iteration —
 //! against this journal, okaywal, raft-engine and wal-db (the Rust WALs a
 //! user would otherwise pick), and the bare device (each client its own file:
-//! pwrite of 4 KiB + fdatasync). Systems are interleaved within each round,
-//! rounds repeated, medians reported.
+//! pwrite of 4 KiB + fdatasync). Systems are interleaved within each round
+//! (each round starting with the next one), rounds repeated, medians
+//! reported; then, where `perf` can count them, one more run per system
+//! and level gives system calls per commit.
 
-use super::{err, median, svg, table, warmup_seconds, write_file, Env};
+use super::{err, median, spread, svg, table, warmup_seconds, write_file, Env};
 use journal_core::vfs::{process_usage, OpenOptions, OsVfs, Prealloc, Vfs};
 use journal_core::{Journal, Options};
 use serde_json::{json, Value as Json};
@@ -24,6 +26,9 @@ struct Sample {
     cpu_us: f64,
     /// Voluntary context switches of the whole process per commit.
     switches: f64,
+    /// System calls of the whole process per commit, when counted
+    /// ([`run`] with `count`).
+    syscalls: Option<f64>,
 }
 
 /// `n` clients running `op(client)` in a loop for `seconds` (the harness's
@@ -40,13 +45,76 @@ fn closed_loop(n: usize, seconds: f64, op: Op) -> Result<Sample, String> {
         p99: r.latency.value_at_quantile(0.99) as f64,
         cpu_us: u.cpu.as_secs_f64() * 1e6 / commits,
         switches: u.voluntary_switches as f64 / commits,
+        syscalls: None,
     })
+}
+
+/// The warm-up, then the measured run. With `count`, `perf stat` counts
+/// the process's system calls (`raw_syscalls:sys_enter`, every thread)
+/// over a window inside the measured run — a pass of its own, since a
+/// counted call is a little slower.
+fn run(n: usize, warm: f64, secs: f64, op: Op, count: bool) -> Result<Sample, String> {
+    closed_loop(n, warm, op.clone())?;
+    if !count {
+        return closed_loop(n, secs, op);
+    }
+    // perf attaches, then counts while `sleep` runs: well inside the run.
+    let window = secs - COUNT_MARGIN;
+    let perf = perf_stat(&["-p", &std::process::id().to_string()], window)?;
+    let mut sample = closed_loop(n, secs, op)?;
+    let calls = perf_count(perf)?;
+    sample.syscalls = Some(calls / window / sample.rate.max(f64::MIN_POSITIVE));
+    Ok(sample)
+}
+
+/// How much of a counted run lies outside perf's window (its start-up
+/// before, and slack after).
+const COUNT_MARGIN: f64 = 0.5;
+
+/// Starts `perf stat` counting system calls for `target` while a `sleep`
+/// of `window` seconds runs.
+fn perf_stat(target: &[&str], window: f64) -> Result<std::process::Child, String> {
+    std::process::Command::new("perf")
+        .args(["stat", "-x,", "-e", "raw_syscalls:sys_enter"])
+        .args(target)
+        .args(["--", "sleep", &format!("{window:.3}")])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("perf stat: {e}"))
+}
+
+/// The count `perf stat -x,` reported for `raw_syscalls:sys_enter`.
+fn perf_count(perf: std::process::Child) -> Result<f64, String> {
+    let out = perf
+        .wait_with_output()
+        .map_err(|e| format!("perf stat: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stderr);
+    text.lines()
+        .find(|l| l.contains("raw_syscalls:sys_enter"))
+        .and_then(|l| l.split(',').next())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|_| out.status.success())
+        .ok_or_else(|| format!("perf stat gave no count: {}", text.trim()))
+}
+
+/// Whether `perf stat` can count system calls here (installed, and allowed
+/// to read the tracepoint); why not, otherwise.
+fn perf_usable() -> Result<(), String> {
+    perf_count(perf_stat(&[], 0.01)?).map(|_| ())
 }
 
 const SYSTEMS: [&str; 5] = ["journal", "okaywal", "raft-engine", "wal-db", "device"];
 
 /// One measurement of `system` with `n` clients in a fresh directory.
-fn measure(env: &Env, system: &str, n: usize, record: &Arc<Vec<u8>>) -> Result<Sample, String> {
+fn measure(
+    env: &Env,
+    system: &str,
+    n: usize,
+    record: &Arc<Vec<u8>>,
+    count: bool,
+) -> Result<Sample, String> {
     let dir = env.fresh_dir(system);
     let secs = env.seconds;
     let warm = warmup_seconds(secs);
@@ -59,8 +127,7 @@ fn measure(env: &Env, system: &str, n: usize, record: &Arc<Vec<u8>>) -> Result<S
             let j = Arc::new(Journal::open(&dir, options).map_err(err)?);
             let (j2, r) = (j.clone(), record.clone());
             let op: Op = Arc::new(move |_| j2.append_durable(&r).map(|_| ()).map_err(err));
-            closed_loop(n, warm, op.clone())?;
-            let out = closed_loop(n, secs, op)?;
+            let out = run(n, warm, secs, op, count)?;
             j.close().map_err(err)?;
             out
         }
@@ -73,8 +140,7 @@ fn measure(env: &Env, system: &str, n: usize, record: &Arc<Vec<u8>>) -> Result<S
                 e.write_chunk(&r).map_err(err)?;
                 e.commit().map(|_| ()).map_err(err)
             });
-            closed_loop(n, warm, op.clone())?;
-            let out = closed_loop(n, secs, op)?;
+            let out = run(n, warm, secs, op, count)?;
             wal.shutdown().map_err(err)?;
             out
         }
@@ -92,8 +158,7 @@ fn measure(env: &Env, system: &str, n: usize, record: &Arc<Vec<u8>>) -> Result<S
                     .map_err(err)?;
                 e.write(&mut batch, true).map(|_| ()).map_err(err)
             });
-            closed_loop(n, warm, op.clone())?;
-            closed_loop(n, secs, op)?
+            run(n, warm, secs, op, count)?
         }
         "wal-db" => {
             // Lock-free appends; concurrent syncs coalesce into one fsync.
@@ -101,8 +166,7 @@ fn measure(env: &Env, system: &str, n: usize, record: &Arc<Vec<u8>>) -> Result<S
             let wal = Arc::new(wal_db::Wal::open(dir.join("peer.wal")).map_err(err)?);
             let (w, r) = (wal.clone(), record.clone());
             let op: Op = Arc::new(move |_| w.append_and_sync(&r).map(|_| ()).map_err(err));
-            closed_loop(n, warm, op.clone())?;
-            closed_loop(n, secs, op)?
+            run(n, warm, secs, op, count)?
         }
         _ => {
             // The bare device: each client pwrites 4 KiB and fdatasyncs its
@@ -129,19 +193,11 @@ fn measure(env: &Env, system: &str, n: usize, record: &Arc<Vec<u8>>) -> Result<S
                 f.write_at(&block, (k % 1024) * 4096).map_err(err)?;
                 f.sync_data().map_err(err)
             });
-            closed_loop(n, warm, op.clone())?;
-            closed_loop(n, secs, op)?
+            run(n, warm, secs, op, count)?
         }
     };
     env.discard(&dir);
     Ok(result)
-}
-
-/// The median of `xs` with its range: `median (min–max)`.
-fn spread(xs: &[f64]) -> String {
-    let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    format!("{:.0} ({lo:.0}–{hi:.0})", median(xs.to_vec()))
 }
 
 /// One level's samples summed up: its table row (median and range of
@@ -151,6 +207,7 @@ fn summarize(
     n: usize,
     rounds: usize,
     samples: &[Vec<Sample>],
+    syscalls: &[Option<f64>],
 ) -> (Vec<String>, Vec<String>, Json, Vec<f64>) {
     let of = |i: usize, f: fn(&Sample) -> f64| -> Vec<f64> { samples[i].iter().map(f).collect() };
     let med = |f: fn(&Sample) -> f64| -> Vec<f64> {
@@ -170,7 +227,12 @@ fn summarize(
     row.push(format!("{vs_device:.2}"));
     let mut cost = vec![n.to_string()];
     for i in 0..SYSTEMS.len() {
-        cost.push(format!("{:.0} / {:.1} / {:.2}", p[i], cpu[i], sw[i]));
+        let calls = syscalls
+            .get(i)
+            .copied()
+            .flatten()
+            .map_or(String::new(), |c| format!(" / {c:.2}"));
+        cost.push(format!("{:.0} / {:.1} / {:.2}{calls}", p[i], cpu[i], sw[i]));
     }
     let per = |v: &[f64]| -> Json {
         SYSTEMS
@@ -191,6 +253,11 @@ fn summarize(
         "p99_us": per(&p),
         "cpu_us_per_commit": per(&cpu),
         "switches_per_commit": per(&sw),
+        "syscalls_per_commit": SYSTEMS
+            .iter()
+            .zip(syscalls.iter().chain(std::iter::repeat(&None)))
+            .map(|(k, c)| (k.replace('-', "_"), json!(c)))
+            .collect::<serde_json::Map<_, _>>(),
         "journal_over_best_peer": vs_peer,
         "journal_over_device": vs_device,
     });
@@ -204,22 +271,45 @@ pub fn peers(env: &Env, plot: Option<&std::path::Path>) -> Result<Json, String> 
     let record = Arc::new(vec![0xC3u8; 256]);
     let (mut rows, mut costs, mut points) = (Vec::new(), Vec::new(), Vec::new());
     let mut lines: Vec<Vec<(f64, f64)>> = vec![Vec::new(); SYSTEMS.len()];
-    let steps = levels.len() * rounds * SYSTEMS.len();
+    // System calls per commit: one more pass per level under `perf stat`.
+    let count = match perf_usable() {
+        Ok(()) if !env.smoke && env.seconds > 2.0 * COUNT_MARGIN => true,
+        Ok(()) => false,
+        Err(why) => {
+            eprintln!("peers: no system-call counts ({why})");
+            false
+        }
+    };
+    let steps = levels.len() * (rounds + usize::from(count)) * SYSTEMS.len();
     let mut step = 0;
     for &n in levels {
         let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); SYSTEMS.len()];
         for round in 0..rounds {
-            for (i, system) in SYSTEMS.iter().enumerate() {
+            // Each round starts with the next system, so none is always
+            // first (a device drifts over minutes).
+            for k in 0..SYSTEMS.len() {
+                let i = (round + k) % SYSTEMS.len();
+                let system = SYSTEMS[i];
                 env.progress_bar(
                     step,
                     steps,
                     &format!("peers: {n} clients, {system}, round {}", round + 1),
                 );
                 step += 1;
-                samples[i].push(measure(env, system, n, &record)?);
+                samples[i].push(measure(env, system, n, &record, false)?);
             }
         }
-        let (row, cost, point, r) = summarize(n, rounds, &samples);
+        let mut syscalls = vec![None; SYSTEMS.len()];
+        for (i, system) in SYSTEMS.iter().enumerate().filter(|_| count) {
+            env.progress_bar(
+                step,
+                steps,
+                &format!("peers: {n} clients, {system}, counted"),
+            );
+            step += 1;
+            syscalls[i] = measure(env, system, n, &record, true)?.syscalls;
+        }
+        let (row, cost, point, r) = summarize(n, rounds, &samples, &syscalls);
         for (line, rate) in lines.iter_mut().zip(&r) {
             line.push((n as f64, *rate));
         }
@@ -234,7 +324,14 @@ pub fn peers(env: &Env, plot: Option<&std::path::Path>) -> Result<Json, String> 
     let mut head = vec!["clients"];
     head.extend(SYSTEMS);
     table(&[&head[..], &["ours/peer", "ours/dev"]].concat(), &rows);
-    println!("per commit, medians: p99 µs / CPU µs (whole process) / voluntary switches");
+    println!(
+        "per commit, medians: p99 µs / CPU µs (whole process) / voluntary switches{}",
+        if count {
+            " / system calls (one more run under perf stat)"
+        } else {
+            ""
+        }
+    );
     table(&head, &costs);
     if let Some(path) = plot {
         let series: Vec<svg::Series<'_>> = SYSTEMS
