@@ -31,11 +31,15 @@
 //!
 //! **Committing.** After the batching wait, one thread per group becomes
 //! the leader and runs the commit function given to [`Batcher::new`] with
-//! the highest position stopped so far; the others park until the
-//! committed position covers theirs, and the thread that settles a parked
-//! committer's position (the commit covering or failing it, or a free
-//! commit slot needing a leader) unparks exactly it — a covered committer
-//! returns without retaking the batcher's lock, so it wakes once. Up to
+//! the highest position stopped so far; the others sleep until the
+//! committed position covers theirs. Each sleeps on its group's
+//! [`Gate`](journal_sync::Gate), and the commit that settles a group (covering or failing
+//! it) wakes the whole group with one futex call — the kernel wakes the
+//! set in one pass, where one `unpark` per follower cost the leader a
+//! system call and often an interrupt of another CPU each; a free commit
+//! slot needing a leader nudges exactly one sleeper (its lane of the
+//! gate). A covered committer returns without retaking the batcher's
+//! lock, so it wakes once. Up to
 //! [`BatchConfig::max_in_flight`] commits run at once (default 1): with
 //! more, the next group's leader need not wait for the previous group's
 //! commit to return (XFS keeps several iclog writes in flight); a stop
@@ -47,7 +51,10 @@
 //! ([`Batcher::staged`]) reports the end of its write through [`Stage`];
 //! the next group's leader starts only once every commit in flight has, so
 //! its group gathers while the write runs and its own write overlaps the
-//! flush. Letting the next leader start as soon as a slot frees instead
+//! flush. A commit that is alone — one member, nothing in flight, nobody
+//! waiting, no handle open — is told so ([`Stage::alone`]): nothing can
+//! overlap its flush, so it may skip the staging and make its record
+//! durable in one step. Letting the next leader start as soon as a slot frees instead
 //! (what [`Batcher::new`] does) splits the committers into half-sized
 //! groups whose writes and flushes all run at once: on the development VM
 //! that lost 7–15% against one commit in flight, where staging gained
@@ -57,8 +64,8 @@
 //! (leader handoffs, flushes, CPU) than the overlap gained.
 //!
 //! No thread sleeps in a loop: every timeout is a condvar wait
-//! with a [`Deadline`](journal_sync::Deadline) (the batching window), every other wait a park that
-//! one thread ends, and under loom a timer is the explicit event
+//! with a [`Deadline`](journal_sync::Deadline) (the batching window), every other wait a sleep on
+//! a gate that one thread opens, and under loom a timer is the explicit event
 //! [`Batcher::fire_timer`].
 //!
 //! **Errors.** A commit function's error reaches every synchronous stop
