@@ -32,13 +32,25 @@ pub fn run(env: &Env, args: &BenchArgs) -> Result<Json, String> {
         ..base
     };
     let payload = std::sync::Arc::new(vec![0xC3u8; size]);
-    // The floor first, on a quiet machine: no journal is open yet.
-    let floor = super::floor::measure(if env.smoke { 0.1 } else { 1.0 })?;
+    // The wake-up floor before each point, no journal open: it drifts
+    // with the host as the load does, so each point's CPU is set against
+    // the floor measured next to it.
+    let floor_seconds = if env.smoke { 0.1 } else { 0.5 };
+    let mut floors = Vec::new();
     let mut points = Vec::new();
     let mut rows = Vec::new();
     let mut series = (Vec::new(), Vec::new());
     for (i, &c) in clients.iter().enumerate() {
-        let (row, point, rate, limit) = measure_point(env, &options, i, &clients, c, &payload)?;
+        let floor = super::floor::measure(floor_seconds)?;
+        let (mut row, mut point, rate, limit) =
+            measure_point(env, &options, i, &clients, c, &payload)?;
+        let cpu = point["cpu_us_per_commit"].as_f64().unwrap_or(0.0);
+        let over = cpu / floor.cpu_us.max(f64::MIN_POSITIVE);
+        row.push(format!("{:.1}", floor.cpu_us));
+        row.push(format!("{over:.2}"));
+        point["wake_floor"] = floor.json();
+        point["cpu_over_wake_floor"] = json!(over);
+        floors.push(floor);
         series.0.push((c as f64, rate));
         series.1.push((c as f64, limit));
         rows.push(row);
@@ -62,13 +74,23 @@ pub fn run(env: &Env, args: &BenchArgs) -> Result<Json, String> {
             "device µs",
             "limit",
             "efficiency",
+            "floor µs",
+            "cpu/floor",
         ],
         &rows,
     );
+    let cpus: Vec<f64> = floors.iter().map(|f| f.cpu_us).collect();
+    let walls: Vec<f64> = floors.iter().map(|f| f.wall_us).collect();
     println!(
-        "wake-up floor (one park + unpark pair between two threads, the journal's own lock and condvar): {:.1} µs CPU, {:.1} µs wall, {:.2} switches",
-        floor.cpu_us, floor.wall_us, floor.switches
+        "wake-up floor (one park + unpark pair between two threads, the journal's own lock and condvar, measured before each point): {} µs CPU, median {:.1} µs wall",
+        spread1(&cpus),
+        super::median(walls)
     );
+    let floor = super::floor::Floor {
+        cpu_us: super::median(cpus),
+        wall_us: super::median(floors.iter().map(|f| f.wall_us).collect()),
+        switches: super::median(floors.iter().map(|f| f.switches).collect()),
+    };
     if let Some(path) = &args.plot {
         let text = svg::chart(
             &format!("group commit, {size}-byte records"),
@@ -95,6 +117,13 @@ pub fn run(env: &Env, args: &BenchArgs) -> Result<Json, String> {
     Ok(
         json!({"scenario": "group-commit", "options": options_json(&options), "record_size": size, "wake_floor": floor.json(), "points": points}),
     )
+}
+
+/// `median (min–max)` with one decimal.
+fn spread1(xs: &[f64]) -> String {
+    let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{:.1} ({lo:.1}–{hi:.1})", super::median(xs.to_vec()))
 }
 
 /// One point: the device probe and the sliced load with `c` clients.
