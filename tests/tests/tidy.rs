@@ -121,10 +121,15 @@ fn only_journal_vfs_touches_the_filesystem() {
     let mut bad = Vec::new();
     for (member, files) in product_sources() {
         if member != VFS {
-            bad.extend(offenders(
+            let found = offenders(
                 &files,
                 &["std::fs", "::fs::", "libc::", "nix::", "rustix::"],
-            ));
+            );
+            // The one system call allowed outside journal-vfs: the futex
+            // under journal-sync's `Gate` (a word in memory, no file).
+            bad.extend(found.into_iter().filter(|hit| {
+                !(member == "crates/journal-sync" && hit.ends_with("use rustix::thread::futex;"))
+            }));
         }
     }
     assert!(

@@ -92,31 +92,44 @@ pub fn run(env: &Env, args: &BenchArgs) -> Result<Json, String> {
         switches: super::median(floors.iter().map(|f| f.switches).collect()),
     };
     if let Some(path) = &args.plot {
-        let text = svg::chart(
-            &format!("group commit, {size}-byte records"),
-            "clients",
-            "commits/s",
-            &[
-                svg::Series {
-                    name: "journal commits/s",
-                    color: svg::PALETTE[0],
-                    dashed: false,
-                    points: series.0,
-                },
-                svg::Series {
-                    name: "limit = clients / device latency",
-                    color: svg::PALETTE[3],
-                    dashed: true,
-                    points: series.1,
-                },
-            ],
-        );
-        write_file(path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
-        eprintln!("wrote {}", path.display());
+        plot(path, size, series)?;
     }
     Ok(
         json!({"scenario": "group-commit", "options": options_json(&options), "record_size": size, "wake_floor": floor.json(), "points": points}),
     )
+}
+
+/// A chart series: (clients, value) pairs.
+type Points = Vec<(f64, f64)>;
+
+/// The `--plot` chart: commits/s and the device limit against clients.
+fn plot(
+    path: &std::path::Path,
+    size: usize,
+    (rates, limits): (Points, Points),
+) -> Result<(), String> {
+    let text = svg::chart(
+        &format!("group commit, {size}-byte records"),
+        "clients",
+        "commits/s",
+        &[
+            svg::Series {
+                name: "journal commits/s",
+                color: svg::PALETTE[0],
+                dashed: false,
+                points: rates,
+            },
+            svg::Series {
+                name: "limit = clients / device latency",
+                color: svg::PALETTE[3],
+                dashed: true,
+                points: limits,
+            },
+        ],
+    );
+    write_file(path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
 }
 
 /// `median (min–max)` with one decimal.

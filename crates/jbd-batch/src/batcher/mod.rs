@@ -1,11 +1,13 @@
 //! The batcher: handles on the running transaction, the batching wait,
 //! leadership of a group's commit, and the parked committers it settles.
 
+mod parking;
+
 use crate::policy::{bucket, Stats};
 use crate::{BatchConfig, BatchPolicy, BatchStats, WaitDecision, GROUP_BUCKETS};
-use journal_sync::atomic::{AtomicU8, Ordering};
 use journal_sync::thread::{self, ThreadId};
 use journal_sync::{Arc, Condvar, Deadline, Gate, Mutex, MutexGuard, Stopwatch};
+use parking::{Parked, Wakes, MAX_GATES};
 use std::fmt;
 use std::time::Duration;
 
@@ -57,67 +59,6 @@ struct Flight<P> {
     /// Synchronous stops in its group.
     members: u64,
 }
-
-/// A committer asleep on its group's [`Gate`] until the commit that
-/// settles it opens that gate (one wake call for the whole group), or
-/// until it is nudged to lead: it then returns without retaking the
-/// batcher's lock if covered (one wakeup per commit, no herd on the
-/// mutex).
-struct Parked<P> {
-    pos: P,
-    /// The group it waits for: its gate is `gates[group % gates.len()]`.
-    group: u64,
-    /// Its lane on that gate.
-    lane: u32,
-    wake: Arc<AtomicU8>,
-}
-
-/// The wakes a settling thread owes once it has dropped the batcher's
-/// lock: gates to open (each wakes a whole group; a bit per gate) and one
-/// committer to nudge into leading the pending group.
-#[derive(Default)]
-struct Wakes {
-    open: u64,
-    nudge: Option<(usize, u32)>,
-}
-
-impl Wakes {
-    fn open(&mut self, gate: usize) {
-        self.open |= 1 << gate;
-    }
-
-    /// The leader first: it is on the commit path, and a group opened
-    /// before it would queue a whole group's threads ahead of it on the
-    /// CPUs.
-    fn run(self, gates: &[Gate]) {
-        if let Some((g, lane)) = self.nudge {
-            gates[g].nudge(lane);
-        }
-        let mut open = self.open;
-        while open != 0 {
-            gates[open.trailing_zeros() as usize].open();
-            open &= open - 1;
-        }
-    }
-}
-
-journal_sync::thread_local! {
-    /// This thread's [`Parked::wake`] flag, reused by each of its parks (a
-    /// thread waits in one batcher at a time, and a flag is set only while
-    /// its entry is on a parked list, under the lock): no allocation per
-    /// commit.
-    static WAKE: Arc<AtomicU8> = Arc::new(AtomicU8::new(ASLEEP));
-}
-
-/// [`Parked::wake`]: still asleep.
-const ASLEEP: u8 = 0;
-/// [`Parked::wake`]: a commit covered it; return Ok.
-const COVERED: u8 = 1;
-/// [`Parked::wake`]: look at the state again (lead, or a failure).
-const LOOK: u8 = 2;
-
-/// The most gates a batcher keeps ([`Wakes`] names them in a `u64`).
-const MAX_GATES: usize = 64;
 
 type CommitFn<P, E> = dyn Fn(P, &Stage<'_, P, E>) -> Result<(), E> + Send + Sync;
 
@@ -586,84 +527,6 @@ where
         drop(st);
         wakes.run(&self.inner.gates);
         self.inner.state.lock()
-    }
-
-    /// The gate of `group`.
-    fn gate_of(&self, group: u64) -> usize {
-        (group % self.inner.gates.len() as u64) as usize
-    }
-
-    /// Sleeps on the gate of `group` until whoever settles `pos` wakes this
-    /// thread: `None` once it is covered, else the relocked state, to look
-    /// again.
-    fn park<'a>(
-        &'a self,
-        mut st: MutexGuard<'a, State<P, E>>,
-        pos: P,
-        group: u64,
-    ) -> Option<MutexGuard<'a, State<P, E>>> {
-        let flag = WAKE.with(Arc::clone);
-        flag.store(ASLEEP, Ordering::Relaxed);
-        let lane = st.next_lane;
-        st.next_lane = lane.wrapping_add(1);
-        st.parked.push(Parked {
-            pos,
-            group,
-            lane,
-            wake: flag.clone(),
-        });
-        let gate = &self.inner.gates[self.gate_of(group)];
-        // The gate's generation first, then the flag: whoever sets the
-        // flag moves the generation after it, so a wake between the two
-        // looks is never lost (the wait returns at once).
-        let mut seen = gate.generation();
-        drop(st);
-        let woke = loop {
-            match flag.load(Ordering::Acquire) {
-                ASLEEP => {
-                    gate.wait(seen, lane);
-                    seen = gate.generation();
-                }
-                w => break w,
-            }
-        };
-        (woke != COVERED).then(|| self.inner.state.lock())
-    }
-
-    /// Takes out of the parked list everyone whose wait is over — covered
-    /// (woken to return), failed (woken to look) — and, when the pending
-    /// group may be led, one more to lead it. Returns the wakes owed once
-    /// the lock is dropped: the gates of the settled groups, opened once
-    /// each however many sleep there, and the nudge of the new leader.
-    fn settle_parked(&self, st: &mut State<P, E>) -> Wakes {
-        let mut wakes = Wakes::default();
-        let committed = st.committed;
-        let failed = st.failed.as_ref().map(|(t, _)| *t);
-        st.parked.retain(|w| {
-            let outcome = if committed.is_some_and(|c| w.pos <= c) {
-                COVERED
-            } else if failed.is_some_and(|t| w.pos <= t) {
-                LOOK
-            } else {
-                return true;
-            };
-            w.wake.store(outcome, Ordering::Release);
-            wakes.open(self.gate_of(w.group));
-            false
-        });
-        if self.may_lead(st) {
-            wakes.nudge = self.pick_leader(st);
-        }
-        wakes
-    }
-
-    /// Takes one parked committer out to lead the pending group (any
-    /// thread may lead it); its gate and lane, to nudge after the lock
-    /// drops.
-    fn pick_leader(&self, st: &mut State<P, E>) -> Option<(usize, u32)> {
-        let w = st.parked.pop()?;
-        w.wake.store(LOOK, Ordering::Release);
-        Some((self.gate_of(w.group), w.lane))
     }
 }
 
