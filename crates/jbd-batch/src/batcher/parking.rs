@@ -34,9 +34,9 @@ impl Wakes {
         self.open |= 1 << gate;
     }
 
-    /// The leader first: it is on the commit path, and a group opened
-    /// before it would queue a whole group's threads ahead of it on the
-    /// CPUs.
+    /// The leader first: it is on the commit path, and a group woken
+    /// before it may run ahead of it on the CPUs. (Measured against the
+    /// other order: within noise; kept for the reason.)
     pub(super) fn run(self, gates: &[Gate]) {
         if let Some((g, lane)) = self.nudge {
             gates[g].nudge(lane);
