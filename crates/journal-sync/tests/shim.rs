@@ -112,6 +112,8 @@ fn gate_open_after_the_condition_is_never_lost() {
 
 /// One open wakes every sleeper of every lane; a nudge wakes a sleeper of
 /// its lane. Many rounds on the real futex (outside loom: eight threads).
+/// A lost wakeup fails the round once a generous deadline passes (the
+/// sleeper is left behind; the process ends with the test binary).
 #[cfg(not(any(loom, shuttle)))]
 #[test]
 fn gate_open_wakes_all_lanes_and_a_nudge_wakes_its_lane() {
@@ -123,6 +125,8 @@ fn gate_open_wakes_all_lanes_and_a_nudge_wakes_its_lane() {
     // Round r is released for thread k once `release[k] >= r`.
     let release: Arc<Vec<AtomicU32>> = Arc::new((0..THREADS).map(|_| AtomicU32::new(0)).collect());
     let done = Arc::new(AtomicU32::new(0));
+    // Far beyond any round's need (microseconds) on a loaded machine.
+    const ROUND_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
     let threads: Vec<_> = (0..THREADS)
         .map(|k| {
             let (gate, release, done) = (gate.clone(), release.clone(), done.clone());
@@ -152,7 +156,17 @@ fn gate_open_wakes_all_lanes_and_a_nudge_wakes_its_lane() {
                 gate.nudge(k as u32);
             }
         }
-        while done.load(Ordering::Acquire) < round * THREADS {
+        let started = std::time::Instant::now();
+        loop {
+            let woke = done.load(Ordering::Acquire);
+            if woke >= round * THREADS {
+                break;
+            }
+            let missing = round * THREADS - woke;
+            assert!(
+                started.elapsed() < ROUND_DEADLINE,
+                "round {round}: {missing} of {THREADS} threads not woken in {ROUND_DEADLINE:?} (a lost wakeup)"
+            );
             std::thread::yield_now();
         }
     }
