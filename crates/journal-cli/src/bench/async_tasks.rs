@@ -8,22 +8,13 @@
 
 use super::{
     bench_options, commit_load, err, fresh_journal, histogram, median, micros, spread, table,
-    warmup_seconds, Env,
+    warmup_seconds, Env, Sample,
 };
 use journal_core::vfs::process_usage;
 use journal_core::Journal;
 use serde_json::{json, Value as Json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// One measurement of one side (threads or tasks) at one level.
-#[derive(Debug, Clone, Copy)]
-struct Sample {
-    rate: f64,
-    p99: f64,
-    cpu_us: f64,
-    switches: f64,
-}
 
 /// Runs the scenario.
 pub fn async_tasks(env: &Env) -> Result<Json, String> {
@@ -113,13 +104,12 @@ fn thread_load(j: &Arc<Journal>, n: usize, seconds: f64) -> Result<Sample, Strin
         j.append_durable(&record).map(|_| ())
     })
     .map_err(err)?;
-    let commits = load.commits.max(1) as f64;
-    Ok(Sample {
-        rate: load.rate(),
-        p99: load.q(0.99) as f64,
-        cpu_us: load.usage.cpu.as_secs_f64() * 1e6 / commits,
-        switches: load.usage.voluntary_switches as f64 / commits,
-    })
+    Ok(Sample::new(
+        load.commits,
+        load.elapsed,
+        &load.latency,
+        &load.usage,
+    ))
 }
 
 /// `n` tasks committing in a loop for `seconds` (after a short warm-up),
@@ -167,11 +157,5 @@ fn task_load(
     let u0 = process_usage().map_err(err)?;
     let (commits, elapsed, latency) = run(seconds)?;
     let u = process_usage().map_err(err)?.since(&u0);
-    let c = commits.max(1) as f64;
-    Ok(Sample {
-        rate: commits as f64 / elapsed.as_secs_f64(),
-        p99: latency.value_at_quantile(0.99) as f64,
-        cpu_us: u.cpu.as_secs_f64() * 1e6 / c,
-        switches: u.voluntary_switches as f64 / c,
-    })
+    Ok(Sample::new(commits, elapsed, &latency, &u))
 }

@@ -42,19 +42,23 @@ pub fn run(env: &Env, args: &BenchArgs) -> Result<Json, String> {
     let mut series = (Vec::new(), Vec::new());
     for (i, &c) in clients.iter().enumerate() {
         let floor = super::floor::measure(floor_seconds)?;
-        let (mut row, mut point, rate, limit) =
-            measure_point(env, &options, i, &clients, c, &payload)?;
-        let cpu = point["cpu_us_per_commit"].as_f64().unwrap_or(0.0);
-        let over = cpu / floor.cpu_us.max(f64::MIN_POSITIVE);
+        let Point {
+            mut row,
+            mut json,
+            rate,
+            limit,
+            cpu_us,
+        } = measure_point(env, &options, i, &clients, c, &payload)?;
+        let over = cpu_us / floor.cpu_us.max(f64::MIN_POSITIVE);
         row.push(format!("{:.1}", floor.cpu_us));
         row.push(format!("{over:.2}"));
-        point["wake_floor"] = floor.json();
-        point["cpu_over_wake_floor"] = json!(over);
+        json["wake_floor"] = floor.json();
+        json["cpu_over_wake_floor"] = json!(over);
         floors.push(floor);
         series.0.push((c as f64, rate));
         series.1.push((c as f64, limit));
         rows.push(row);
-        points.push(point);
+        points.push(json);
     }
     println!(
         "group commit: {size}-byte records, closed-loop clients, {} s per point",
@@ -139,8 +143,21 @@ fn spread1(xs: &[f64]) -> String {
     format!("{:.1} ({lo:.1}–{hi:.1})", super::median(xs.to_vec()))
 }
 
+/// One measured point of the scenario.
+struct Point {
+    /// Its row of the printed table (the floor's columns still to come).
+    row: Vec<String>,
+    /// Its JSON (the floor's fields still to come).
+    json: Json,
+    /// Commits per second.
+    rate: f64,
+    /// The device limit: clients / device latency, per second.
+    limit: f64,
+    /// CPU µs per commit, whole process.
+    cpu_us: f64,
+}
+
 /// One point: the device probe and the sliced load with `c` clients.
-/// Returns its table row, its JSON, its rate and the device limit.
 fn measure_point(
     env: &Env,
     options: &journal_core::Options,
@@ -148,7 +165,7 @@ fn measure_point(
     clients: &[usize],
     c: usize,
     payload: &std::sync::Arc<Vec<u8>>,
-) -> Result<(Vec<String>, Json, f64, f64), String> {
+) -> Result<Point, String> {
     let options = *options;
     let size = payload.len();
     env.progress_bar(
@@ -215,6 +232,12 @@ fn measure_point(
         format!("{limit:.0}"),
         format!("{efficiency:.2}"),
     ];
-    let point = json!({"clients": c, "record_size": size, "seconds": load.elapsed.as_secs_f64(), "commits": load.commits, "commits_per_s": rate, "p50_us": load.q(0.5), "p99_us": load.q(0.99), "avg_group_size": load.avg_group(), "syncs_per_commit": load.syncs_per_commit(), "syncs_per_s": load.syncs_per_s(), "cpu_us_per_commit": load.cpu_us_per_commit(), "voluntary_switches_per_commit": load.switches_per_commit(), "device_latency_us": dev.as_secs_f64() * 1e6, "limit": limit, "efficiency": efficiency});
-    Ok((row, point, rate, limit))
+    let json = json!({"clients": c, "record_size": size, "seconds": load.elapsed.as_secs_f64(), "commits": load.commits, "commits_per_s": rate, "p50_us": load.q(0.5), "p99_us": load.q(0.99), "avg_group_size": load.avg_group(), "syncs_per_commit": load.syncs_per_commit(), "syncs_per_s": load.syncs_per_s(), "cpu_us_per_commit": load.cpu_us_per_commit(), "voluntary_switches_per_commit": load.switches_per_commit(), "device_latency_us": dev.as_secs_f64() * 1e6, "limit": limit, "efficiency": efficiency});
+    Ok(Point {
+        row,
+        json,
+        rate,
+        limit,
+        cpu_us: load.cpu_us_per_commit(),
+    })
 }

@@ -398,6 +398,41 @@ fn alignment_up(n: u64, a: u64) -> u64 {
     n.div_ceil(a.max(1)) * a.max(1)
 }
 
+/// One measured run of a closed-loop load, as the peers and async
+/// scenarios keep it for their medians: rate, tail latency, and what the
+/// whole process spent per commit over the run (one system or side runs
+/// at a time, so it is that one's).
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    /// Commits per second.
+    pub rate: f64,
+    /// 99th-percentile commit latency, µs.
+    pub p99: f64,
+    /// CPU time (user + system) per commit, µs.
+    pub cpu_us: f64,
+    /// Voluntary context switches per commit.
+    pub switches: f64,
+}
+
+impl Sample {
+    /// `commits` over `elapsed`, their latency (µs), and the process's
+    /// usage over the same run.
+    pub fn new(
+        commits: u64,
+        elapsed: Duration,
+        latency: &Histogram<u64>,
+        usage: &journal_core::vfs::ProcessUsage,
+    ) -> Self {
+        let per = commits.max(1) as f64;
+        Self {
+            rate: commits as f64 / elapsed.as_secs_f64().max(f64::MIN_POSITIVE),
+            p99: latency.value_at_quantile(0.99) as f64,
+            cpu_us: usage.cpu.as_secs_f64() * 1e6 / per,
+            switches: usage.voluntary_switches as f64 / per,
+        }
+    }
+}
+
 /// The outcome of a closed-loop commit load.
 pub struct Load {
     /// Commits completed.

@@ -7,29 +7,13 @@
 //! reported; then, where `perf` can count them, one more run per system
 //! and level gives system calls per commit.
 
-use super::{err, median, spread, svg, table, warmup_seconds, write_file, Env};
+use super::{err, median, spread, svg, table, warmup_seconds, write_file, Env, Sample};
 use journal_core::vfs::{process_usage, OpenOptions, OsVfs, Prealloc, Vfs};
 use journal_core::{Journal, Options};
 use serde_json::{json, Value as Json};
 use std::sync::Arc;
 
 type Op = Arc<dyn Fn(usize) -> Result<(), String> + Send + Sync>;
-
-/// One measured point of one system.
-#[derive(Debug, Clone, Copy)]
-struct Sample {
-    /// Commits per second.
-    rate: f64,
-    /// 99th-percentile commit latency, µs.
-    p99: f64,
-    /// CPU time of the whole process (user + system) per commit, µs.
-    cpu_us: f64,
-    /// Voluntary context switches of the whole process per commit.
-    switches: f64,
-    /// System calls of the whole process per commit, when counted
-    /// ([`run`] with `count`).
-    syscalls: Option<f64>,
-}
 
 /// `n` clients running `op(client)` in a loop for `seconds` (the harness's
 /// closed loop), with the process's CPU time and switches over the run:
@@ -39,32 +23,32 @@ fn closed_loop(n: usize, seconds: f64, op: Op) -> Result<Sample, String> {
     let u0 = process_usage().map_err(err)?;
     let r = bench_harness::closed_loop(n, seconds, each)?;
     let u = process_usage().map_err(err)?.since(&u0);
-    let commits = r.ops.max(1) as f64;
-    Ok(Sample {
-        rate: r.rate(),
-        p99: r.latency.value_at_quantile(0.99) as f64,
-        cpu_us: u.cpu.as_secs_f64() * 1e6 / commits,
-        switches: u.voluntary_switches as f64 / commits,
-        syscalls: None,
-    })
+    Ok(Sample::new(r.ops, r.elapsed, &r.latency, &u))
 }
 
 /// The warm-up, then the measured run. With `count`, `perf stat` counts
 /// the process's system calls (`raw_syscalls:sys_enter`, every thread)
 /// over a window inside the measured run — a pass of its own, since a
-/// counted call is a little slower.
-fn run(n: usize, warm: f64, secs: f64, op: Op, count: bool) -> Result<Sample, String> {
+/// counted call is a little slower — and the second value is system
+/// calls per commit.
+fn run(
+    n: usize,
+    warm: f64,
+    secs: f64,
+    op: Op,
+    count: bool,
+) -> Result<(Sample, Option<f64>), String> {
     closed_loop(n, warm, op.clone())?;
     if !count {
-        return closed_loop(n, secs, op);
+        return Ok((closed_loop(n, secs, op)?, None));
     }
     // perf attaches, then counts while `sleep` runs: well inside the run.
     let window = secs - COUNT_MARGIN;
     let perf = perf_stat(&["-p", &std::process::id().to_string()], window)?;
-    let mut sample = closed_loop(n, secs, op)?;
+    let sample = closed_loop(n, secs, op)?;
     let calls = perf_count(perf)?;
-    sample.syscalls = Some(calls / window / sample.rate.max(f64::MIN_POSITIVE));
-    Ok(sample)
+    let per_commit = calls / window / sample.rate.max(f64::MIN_POSITIVE);
+    Ok((sample, Some(per_commit)))
 }
 
 /// How much of a counted run lies outside perf's window (its start-up
@@ -107,14 +91,15 @@ fn perf_usable() -> Result<(), String> {
 
 const SYSTEMS: [&str; 5] = ["journal", "okaywal", "raft-engine", "wal-db", "device"];
 
-/// One measurement of `system` with `n` clients in a fresh directory.
+/// One measurement of `system` with `n` clients in a fresh directory
+/// (with `count`, and system calls per commit: [`run`]).
 fn measure(
     env: &Env,
     system: &str,
     n: usize,
     record: &Arc<Vec<u8>>,
     count: bool,
-) -> Result<Sample, String> {
+) -> Result<(Sample, Option<f64>), String> {
     let dir = env.fresh_dir(system);
     let secs = env.seconds;
     let warm = warmup_seconds(secs);
@@ -296,7 +281,7 @@ pub fn peers(env: &Env, plot: Option<&std::path::Path>) -> Result<Json, String> 
                     &format!("peers: {n} clients, {system}, round {}", round + 1),
                 );
                 step += 1;
-                samples[i].push(measure(env, system, n, &record, false)?);
+                samples[i].push(measure(env, system, n, &record, false)?.0);
             }
         }
         let mut syscalls = vec![None; SYSTEMS.len()];
@@ -307,7 +292,7 @@ pub fn peers(env: &Env, plot: Option<&std::path::Path>) -> Result<Json, String> 
                 &format!("peers: {n} clients, {system}, counted"),
             );
             step += 1;
-            syscalls[i] = measure(env, system, n, &record, true)?.syscalls;
+            syscalls[i] = measure(env, system, n, &record, true)?.1;
         }
         let (row, cost, point, r) = summarize(n, rounds, &samples, &syscalls);
         for (line, rate) in lines.iter_mut().zip(&r) {
