@@ -211,8 +211,16 @@ fn follow_options() -> Options {
 
 /// Two writers, a checkpointer and two followers: each follower gets every
 /// entry exactly once, in order, across segment switches and checkpoints.
+/// The writers run in phases: within a phase the checkpointer chases them
+/// (checkpoints racing appends and reads, as the scheduler has it); at a
+/// phase's end it appends a marker and, once both followers have every
+/// entry so far, checkpoints at the marker — ahead of every checkpoint
+/// before it, so it recycles the segments the phase filled whatever the
+/// scheduling was, while the followers still follow: recycling under
+/// followers is covered on every machine.
 #[test]
 fn followers_get_every_entry_once_in_order_across_checkpoints() {
+    use journal_core::sync::{Condvar, Deadline};
     let vfs = SimVfs::new();
     // A limit well past what the followers lag here: none is cut loose.
     let opts = Options {
@@ -221,65 +229,101 @@ fn followers_get_every_entry_once_in_order_across_checkpoints() {
     };
     let j = Arc::new(open_sim(&vfs, opts).unwrap());
     let start = j.appended_lsn();
-    const PER_WRITER: u32 = 150;
+    const PHASES: u32 = 5;
+    const PER_PHASE: u32 = 30;
+    const PER_WRITER: u32 = PHASES * PER_PHASE;
+    // Both writers' entries and one marker per phase.
+    const ENTRIES: usize = (2 * PER_WRITER + PHASES) as usize;
     let acked: Acked = Arc::new(Mutex::new(Vec::new()));
+    // Entries each follower has got so far (`None` until it follows: the
+    // checkpointer must not move the tail past `start` before), and a
+    // signal when one moves.
+    let delivered = Arc::new((Mutex::new([None::<usize>; 2]), Condvar::new()));
     let followers: Vec<_> = (0..2)
-        .map(|_| {
-            let j = j.clone();
+        .map(|i| {
+            let (j, delivered) = (j.clone(), delivered.clone());
             thread::spawn(move || {
                 let mut f = j
                     .follow(start)
                     .unwrap()
                     .with_timeout(Duration::from_secs(20));
+                delivered.0.lock()[i] = Some(0);
+                delivered.1.notify_all();
                 let mut got = Vec::new();
-                while got.len() < 2 * PER_WRITER as usize {
+                while got.len() < ENTRIES {
                     match f.next() {
                         Some(Ok((lsn, bytes))) => got.push((lsn, bytes.to_vec())),
                         Some(Err(e)) => panic!("follower: {e}"),
                         None => panic!("follower timed out after {} entries", got.len()),
                     }
+                    delivered.0.lock()[i] = Some(got.len());
+                    delivered.1.notify_all();
                 }
                 got
             })
         })
         .collect();
-    let writers: Vec<_> = (0..2u8)
-        .map(|w| {
-            let (j, acked) = (j.clone(), acked.clone());
-            thread::spawn(move || {
-                for s in 0..PER_WRITER {
-                    let p = payload(w, s, size(s) / 4);
-                    let lsn = j.append_durable(&p).unwrap();
-                    acked.lock().push((lsn, p));
-                }
-            })
-        })
-        .collect();
-    // The checkpointer keeps the tail close behind the writers, so
-    // segments recycle while the followers read.
-    let mut checkpoints = 0;
-    while writers.iter().any(|w| !w.is_finished()) {
+    // Wait until both followers have every entry so far (`written`).
+    let wait_followers = |written: usize, what: &str| {
+        let deadline = Deadline::after(Duration::from_secs(30));
+        let mut got = delivered.0.lock();
+        while got.iter().any(|n| n.is_none_or(|n| n < written)) {
+            let (g, expired) = delivered.1.wait_deadline(got, &deadline);
+            got = g;
+            assert!(!expired, "{what}: followers got {:?} of {written}", *got);
+        }
+    };
+    wait_followers(0, "start");
+    let checkpoint_at_last = |j: &Journal| {
         let redo = acked.lock().iter().map(|(l, _)| *l).max();
         if let Some(redo) = redo {
             if redo > j.redo_lsn() {
                 j.checkpoint(redo).unwrap();
-                checkpoints += 1;
             }
         }
-        thread::yield_now();
-    }
-    for w in writers {
-        w.join().unwrap();
+    };
+    let mut recycled_under_followers = 0;
+    for phase in 0..PHASES {
+        let writers: Vec<_> = (0..2u8)
+            .map(|w| {
+                let (j, acked) = (j.clone(), acked.clone());
+                thread::spawn(move || {
+                    for s in phase * PER_PHASE..(phase + 1) * PER_PHASE {
+                        let p = payload(w, s, size(s) / 4);
+                        let lsn = j.append_durable(&p).unwrap();
+                        acked.lock().push((lsn, p));
+                    }
+                })
+            })
+            .collect();
+        // The checkpointer keeps the tail close behind the writers, so
+        // segments may recycle while the followers read.
+        while writers.iter().any(|w| !w.is_finished()) {
+            checkpoint_at_last(&j);
+            thread::yield_now();
+        }
+        for w in writers {
+            w.join().unwrap();
+        }
+        // The marker; both followers get the phase (they are still
+        // following), then the tail moves to the marker.
+        let marker = payload(2, phase, 100);
+        let marker_lsn = j.append_durable(&marker).unwrap();
+        acked.lock().push((marker_lsn, marker));
+        let written = acked.lock().len();
+        wait_followers(written, &format!("phase {phase}"));
+        let before = j.metrics().segments_recycled;
+        j.checkpoint(marker_lsn).unwrap();
+        recycled_under_followers += j.metrics().segments_recycled - before;
     }
     let mut all = acked.lock().clone();
     all.sort_by_key(|(l, _)| *l);
     for f in followers {
         assert_eq!(f.join().unwrap(), all, "a follower's entries");
     }
-    assert!(checkpoints > 0);
     assert!(
-        j.metrics().segments_recycled > 0,
-        "segments recycled meanwhile"
+        recycled_under_followers > 0,
+        "segments recycled while the followers followed"
     );
 }
 
