@@ -27,6 +27,12 @@ use std::time::Duration;
 /// How long a client request waits for the cluster before `503`.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The header on a `200` to a write or a linearizable read: the log index
+/// the answer reflects — the entry a write was applied in; for a read, its
+/// read index (the state machine had applied at least this far when the
+/// value was read).
+pub const INDEX_HEADER: &str = "x-raftkv-index";
+
 /// The largest request body of the clients' API (a value beyond
 /// [`crate::MAX_VALUE`] but under this is refused with `400`; beyond it,
 /// `413`).
@@ -172,7 +178,9 @@ async fn write(node: &Node, cmd: Command, uri: &Uri) -> Response {
             } else {
                 ""
             };
-            text(StatusCode::OK, format!("ok, log index {index}{dup}"))
+            let mut r = text(StatusCode::OK, format!("ok, log index {index}{dup}"));
+            r.headers_mut().insert(INDEX_HEADER, index.into());
+            r
         }
         Ok(Outcome::Forward(leader)) => redirect(leader.as_ref(), uri),
         Ok(Outcome::Failed(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e),
@@ -219,6 +227,64 @@ async fn delete(
     write(&node, Command::Delete { key, id }, &uri).await
 }
 
+/// The read index of a linearizable read, once the state machine applied
+/// it: leadership confirmed by a majority (openraft's read index, `max(the
+/// leader's no-op, committed)`), and, for a leadership resumed at this
+/// node's start, every entry its log held then ([`ResumedLeadership`]: the
+/// committed index read back after a crash may lag what the leader had
+/// acknowledged).
+///
+/// [`ResumedLeadership`]: crate::node::ResumedLeadership
+async fn linearize(node: &Node, uri: &Uri) -> Result<u64, Response> {
+    let start = tokio::time::Instant::now();
+    let late = || {
+        text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no majority answered in time",
+        )
+    };
+    let read = match tokio::time::timeout(REQUEST_TIMEOUT, node.raft.ensure_linearizable()).await {
+        Err(_) => return Err(late()),
+        Ok(Ok(read)) => read,
+        Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
+            return Err(forward(&f, uri))
+        }
+        Ok(Err(e)) => return Err(text(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
+    };
+    let index = read.as_ref().map_or(0, |l| l.index);
+    let Some(resumed) = node.resumed.as_ref() else {
+        return Ok(index);
+    };
+    // The read index belongs to the leadership that confirmed it: its
+    // no-op's leader id. Only the resumed leadership needs more.
+    if read.as_ref().map(|l| &l.leader_id) != Some(&resumed.leader) || index >= resumed.last_index {
+        return Ok(index);
+    }
+    let remaining = REQUEST_TIMEOUT.saturating_sub(start.elapsed());
+    let need = resumed.last_index;
+    let waited = node
+        .raft
+        .wait(Some(remaining))
+        .metrics(
+            |m| {
+                m.last_applied.as_ref().map_or(0, |l| l.index) >= need
+                    || m.vote.leader_id() != &resumed.leader
+            },
+            "a resumed leadership's log applied",
+        )
+        .await;
+    match waited {
+        Ok(m) if m.last_applied.as_ref().map_or(0, |l| l.index) >= need => Ok(need),
+        // The leadership ended first: the entries past its commit index
+        // may never commit; the client retries at the new leader.
+        Ok(_) => Err(text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the leadership changed while the read waited",
+        )),
+        Err(_) => Err(late()),
+    }
+}
+
 async fn read(
     State(node): State<Arc<Node>>,
     Path(key): Path<String>,
@@ -229,29 +295,23 @@ async fn read(
         Ok(k) => k,
         Err(r) => return r,
     };
-    if !q.stale {
-        // Read index: confirm leadership with a majority, wait for the
-        // state machine to apply up to the commit index seen then.
-        let r = tokio::time::timeout(REQUEST_TIMEOUT, node.raft.ensure_linearizable()).await;
-        match r {
-            Err(_) => {
-                return text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "no majority answered in time",
-                )
-            }
-            Ok(Ok(_)) => {}
-            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
-                return forward(&f, &uri)
-            }
-            Ok(Err(e)) => return text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    let index = if q.stale {
+        None
+    } else {
+        match linearize(&node, &uri).await {
+            Ok(i) => Some(i),
+            Err(r) => return r,
         }
-    }
-    match node.machine.get(&key) {
+    };
+    let mut r = match node.machine.get(&key) {
         Ok(Some(v)) => (StatusCode::OK, v).into_response(),
         Ok(None) => text(StatusCode::NOT_FOUND, "no such key"),
-        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    if let Some(i) = index {
+        r.headers_mut().insert(INDEX_HEADER, i.into());
     }
+    r
 }
 
 /// What `GET /status` answers.

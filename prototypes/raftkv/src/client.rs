@@ -37,12 +37,15 @@ pub struct Client {
     leader: String,
     id: u64,
     seq: u64,
+    /// The index of the last answer (header [`crate::api::INDEX_HEADER`]).
+    last_index: Option<u64>,
     /// How long an operation retries before it gives up.
     pub deadline: Duration,
 }
 
 enum Attempt {
-    Done(StatusCode, Vec<u8>),
+    /// An answer: its status, body and index header.
+    Done(StatusCode, Vec<u8>, Option<u64>),
     /// Sent to another node (the leader a `307` named): retry at once.
     Redirected,
     /// No answer, or `503`: retry after a pause.
@@ -71,6 +74,7 @@ impl Client {
             leader,
             id,
             seq: 0,
+            last_index: None,
             deadline: Duration::from_secs(10),
         })
     }
@@ -108,12 +112,17 @@ impl Client {
                 None => next(self, format!("{url}: a redirect without the same path")),
             };
         }
+        let index = resp
+            .headers()
+            .get(crate::api::INDEX_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
         match resp.bytes().await {
             Err(e) => next(self, format!("{url}: {e}")),
             Ok(_) if status == StatusCode::SERVICE_UNAVAILABLE => {
                 next(self, format!("{url}: {status}"))
             }
-            Ok(b) => Attempt::Done(status, b.to_vec()),
+            Ok(b) => Attempt::Done(status, b.to_vec(), index),
         }
     }
 
@@ -127,9 +136,13 @@ impl Client {
         let mut rotate = 0;
         let mut last = String::new();
         let mut backoff = Duration::from_millis(5);
+        self.last_index = None;
         while start.elapsed() < self.deadline {
             match self.attempt(method.clone(), path, body, &mut rotate).await {
-                Attempt::Done(s, b) => return Ok((s, b)),
+                Attempt::Done(s, b, index) => {
+                    self.last_index = index;
+                    return Ok((s, b));
+                }
                 Attempt::Redirected => {}
                 Attempt::Retry(why) => {
                     last = why;
@@ -201,6 +214,12 @@ impl Client {
                 String::from_utf8_lossy(&body).trim_end()
             ))),
         }
+    }
+
+    /// The log index the last answer reflects, if it carried one: the
+    /// entry a write was applied in, or a linearizable read's read index.
+    pub fn last_index(&self) -> Option<u64> {
+        self.last_index
     }
 
     /// The status of the node at `endpoint`.

@@ -7,11 +7,15 @@
 //! | request | answer |
 //! |---|---|
 //! | `PUT /kv/{key}` with the value as body | `200` once a majority holds the write durably in their logs and the leader applied it |
-//! | `GET /kv/{key}` | `200` and the value, linearizable (read index: leadership confirmed by a majority, then the state machine caught up); `404` if absent |
+//! | `GET /kv/{key}` | `200` and the value, linearizable (read index: leadership confirmed by a majority, then the state machine caught up; see below); `404` if absent |
 //! | `GET /kv/{key}?stale=true` | the value as applied on this node, without asking anyone |
 //! | `DELETE /kv/{key}` | `200` as for a `PUT` |
 //! | `GET /status` | JSON: id, cluster, state, leader, term, last log index, applied index, voters, learners |
 //! | `POST /members` with `{"op":"add","id":4,"addr":"127.0.0.1:7004"}`, `{"op":"promote","id":4}` or `{"op":"remove","id":3}` | `200` once the change is committed (an added learner has caught up) |
+//!
+//! A `200` to a write or a linearizable read carries the header
+//! `x-raftkv-index` ([`api::INDEX_HEADER`]): the log index the write was
+//! applied in, or the read's read index.
 //!
 //! A write may carry a request id, `?client=C&seq=S` (`S` from 1, one
 //! request at a time per client): the state machine applies each client's
@@ -34,6 +38,24 @@
 //! that node answered the leader; and the leader applied it. Applying
 //! itself does not wait for a sync: the state machine is rebuilt from the
 //! log.
+//!
+//! # What a linearizable read waits for
+//!
+//! The leader confirms with a majority that it still leads (a heartbeat
+//! round sent after the read arrived), then waits until its state machine
+//! applied the read index: openraft's `max(the leader's first entry of its
+//! term, its commit index)`. **After a restart** a node whose stored vote
+//! made it leader comes back as leader in the same term without an
+//! election (openraft 0.9), and the commit index it read back from its log
+//! may lag what it had acknowledged before it stopped (the committed id is
+//! made durable by the log's next force, not at once). For that resumed
+//! leadership the read index is at least the last entry its log held at
+//! the start ([`node::ResumedLeadership`]): a read waits until every entry
+//! the leader could have acknowledged is committed again by a majority
+//! and applied — one replication round trip — or answers `503` if the
+//! leadership ends first. A leader elected in a new term needs nothing
+//! more: its first entry is that term's blank entry, after every entry
+//! committed before it.
 //!
 //! # Batching
 //!

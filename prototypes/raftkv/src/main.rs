@@ -44,6 +44,13 @@ enum Cmd {
         /// Build a snapshot after this many log entries.
         #[arg(long, default_value_t = 20_000)]
         snapshot_logs: u64,
+        /// Raft heartbeat interval, milliseconds.
+        #[arg(long, default_value_t = 100)]
+        heartbeat_ms: u64,
+        /// Election timeout, low end, milliseconds (the high end is twice
+        /// it); more than the heartbeat interval.
+        #[arg(long, default_value_t = 500)]
+        election_timeout_ms: u64,
         /// Runtime threads: 1 runs the node's async work on one thread
         /// (fewer wake-ups across threads; `cluster` uses it, its nodes
         /// sharing one machine); 0, tokio's default, one per core.
@@ -156,6 +163,8 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
         init,
         cluster_id,
         snapshot_logs,
+        heartbeat_ms,
+        election_timeout_ms,
         ..
     } = cmd
     else {
@@ -165,6 +174,8 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
     o.peers = parse_peers(&peers)?;
     o.init = init;
     o.snapshot_logs = snapshot_logs;
+    o.heartbeat = Duration::from_millis(heartbeat_ms);
+    o.election_timeout = Duration::from_millis(election_timeout_ms);
     o.cluster = match cluster_id {
         Some(c) => Some(
             u64::from_str_radix(&c, 16).map_err(|_| format!("--cluster-id: {c:?} is not hex"))?,

@@ -12,7 +12,8 @@ use crate::machine::{self, StateMachine};
 use crate::network::Network;
 use crate::types::{NodeId, Raft};
 use journal_core::vfs::{OsVfs, Vfs};
-use openraft::BasicNode;
+use openraft::storage::RaftLogStorage;
+use openraft::{BasicNode, CommittedLeaderId};
 use openraft_log::JournalLogStore;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -211,6 +212,52 @@ fn raft_config(o: &NodeOptions, cluster: u64) -> Result<openraft::Config, Error>
     .map_err(|e| Error::Options(e.to_string()))
 }
 
+/// A leadership this node held when it stopped, which openraft restores
+/// at its next start without an election.
+///
+/// openraft 0.9 brings a node whose stored vote is committed and names
+/// itself back as leader at once, in its old term (`Engine::startup`), and
+/// takes the first entry of that term in its log as its no-op
+/// (`Leader::new`, "restarted without losing leadership"). Its read index
+/// is `max(no-op, committed)`, and `committed` is what the log read back:
+/// the adapter makes it durable only with the next force, so it may lag
+/// entries this leader committed — and acknowledged — before it stopped.
+/// A read at that index is stale. Every entry this leader committed in its
+/// term is in its log (it was the only leader of that term), so the log's
+/// last index at the start bounds them all: a linearizable read served by
+/// this leadership waits until the state machine applied that index
+/// ([`crate::api`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResumedLeadership {
+    /// The leadership (term and node) that was resumed.
+    pub leader: CommittedLeaderId<NodeId>,
+    /// The index of the last entry in the log when the node started.
+    pub last_index: u64,
+}
+
+/// The leadership a node resumes at its start, from the stored vote and
+/// log state: `Some` if the vote is committed and names this node.
+async fn resumed_leadership(
+    log: &JournalLogStore<crate::TypeConfig>,
+    id: NodeId,
+) -> Result<Option<ResumedLeadership>, Error> {
+    let mut log = log.clone();
+    let storage = |e: openraft::StorageError<NodeId>| Error::Raft(e.to_string());
+    let vote = log.read_vote().await.map_err(storage)?;
+    let last = log.get_log_state().await.map_err(storage)?.last_log_id;
+    Ok(match (vote, last) {
+        (Some(v), Some(last)) if v.is_committed() && v.leader_id().voted_for() == Some(id) => {
+            // openraft's default leader ids are (term, node): a committed
+            // vote's leader id is the id its entries carry.
+            Some(ResumedLeadership {
+                leader: *v.leader_id(),
+                last_index: last.index,
+            })
+        }
+        _ => None,
+    })
+}
+
 /// A running node.
 #[derive(Clone)]
 pub struct Node {
@@ -226,6 +273,9 @@ pub struct Node {
     pub log: JournalLogStore<crate::TypeConfig>,
     /// Gathers clients' writes into entries.
     pub proposer: crate::propose::Proposer,
+    /// The leadership this node resumed at its start, if any: reads served
+    /// by it wait for its whole log ([`ResumedLeadership`]).
+    pub resumed: Option<ResumedLeadership>,
 }
 
 impl std::fmt::Debug for Node {
@@ -279,6 +329,7 @@ impl Node {
             kvstore::Options::default(),
         )
         .map_err(Error::Machine)?;
+        let resumed = resumed_leadership(&log, o.id).await?;
         let config = raft_config(&o, cluster)?;
         let network = Network::new(cluster).map_err(|e| Error::Raft(e.to_string()))?;
         let raft = Raft::new(
@@ -308,6 +359,7 @@ impl Node {
             machine,
             log,
             proposer,
+            resumed,
         })
     }
 
