@@ -319,6 +319,8 @@ async fn read(
 pub struct Status {
     /// This node's id.
     pub id: NodeId,
+    /// The id of the process serving it.
+    pub pid: u32,
     /// The cluster id (16 hex digits).
     pub cluster: String,
     /// Leader, Follower, Candidate or Learner.
@@ -354,6 +356,7 @@ async fn status(State(node): State<Arc<Node>>) -> Json<Status> {
     }
     Json(Status {
         id: node.id,
+        pid: std::process::id(),
         cluster: format!("{:016x}", node.cluster),
         state: format!("{:?}", m.state),
         leader: m.current_leader,

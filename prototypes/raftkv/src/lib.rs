@@ -112,6 +112,12 @@ use std::sync::Arc;
 
 /// Serves `node`'s API on `listener` until `stop` completes, then shuts
 /// the node down (Raft stopped, store and log closed).
+///
+/// If the node's Raft core stops on its own (a storage error: the log's
+/// flush or the state machine failed, which poisons them), the server stops
+/// too and this returns the core's error, so `raftkv serve` exits non-zero
+/// and a supervisor ([`local::supervise`]) restarts it: a node that cannot
+/// make progress does not linger answering `503`.
 pub async fn serve(
     node: Arc<Node>,
     listener: tokio::net::TcpListener,
@@ -124,10 +130,42 @@ pub async fn serve(
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
+    let (fatal_tx, mut fatal_rx) = tokio::sync::oneshot::channel::<String>();
+    let mut metrics = node.raft.metrics();
+    tokio::spawn(async move {
+        loop {
+            if let Err(e) = &metrics.borrow_and_update().running_state {
+                let _ = fatal_tx.send(e.to_string());
+                return;
+            }
+            // The sender closes at a clean shutdown: nothing to report.
+            if metrics.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+    let fatal = Arc::new(std::sync::Mutex::new(None::<String>));
+    let seen = fatal.clone();
+    let until = async move {
+        tokio::select! {
+            _ = stop => {}
+            r = &mut fatal_rx => {
+                if let Ok(e) = r {
+                    if let Ok(mut slot) = seen.lock() {
+                        *slot = Some(e);
+                    }
+                }
+            }
+        }
+    };
     let served = axum::serve(listener, app)
-        .with_graceful_shutdown(stop)
+        .with_graceful_shutdown(until)
         .await
         .map_err(|e| e.to_string());
-    node.shutdown().await?;
+    let stopped = node.shutdown().await;
+    if let Some(e) = fatal.lock().ok().and_then(|mut s| s.take()) {
+        return Err(format!("node {}: the Raft core stopped: {e}", node.id));
+    }
+    stopped?;
     served
 }

@@ -58,7 +58,8 @@ enum Cmd {
         threads: usize,
     },
     /// Starts a local cluster, a `raftkv serve` process per node, until
-    /// Ctrl-C.
+    /// Ctrl-C (or SIGTERM); a node that exits is restarted after a backoff
+    /// (100 ms doubling to 5 s) while the others go on.
     Cluster {
         /// Nodes.
         #[arg(long, default_value_t = 3)]
@@ -69,6 +70,13 @@ enum Cmd {
         /// Node N listens on 127.0.0.1:(P + N - 1).
         #[arg(long, default_value_t = 7001)]
         base_port: u16,
+        /// Leave a node that exits down (the others go on serving).
+        #[arg(long)]
+        no_restart: bool,
+        /// More arguments for every node's `raftkv serve`, after `--`
+        /// (e.g. `-- --election-timeout-ms 1000`).
+        #[arg(last = true)]
+        serve_args: Vec<String>,
     },
     /// Closed-loop clients writing to a cluster.
     Bench {
@@ -194,51 +202,28 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
     raftkv::serve(node, listener, stop_signal()).await
 }
 
-async fn cluster(nodes: u64, dir: PathBuf, base_port: u16) -> Result<(), String> {
-    let raftkv::local::LocalCluster {
-        mut children,
-        endpoints,
-    } = raftkv::local::start(nodes, &dir, base_port).await?;
-    for (n, e) in endpoints.iter().enumerate() {
-        println!("node {} http://{e}", n + 1);
+async fn cluster(
+    nodes: u64,
+    dir: PathBuf,
+    base_port: u16,
+    no_restart: bool,
+    extra: Vec<String>,
+) -> Result<(), String> {
+    let mut commands = raftkv::local::NodeCommand::local(nodes, &dir, base_port)?;
+    for c in &mut commands {
+        c.extra.extend(extra.iter().cloned());
     }
-    println!("(Ctrl-C stops the cluster)");
-    let mut exited = Vec::new();
-    for c in &mut children {
-        exited.push(Box::pin(c.wait()));
-    }
-    tokio::select! {
-        _ = stop_signal() => {}
-        (r, i) = first_of(exited) => {
-            eprintln!("node {} exited: {r:?}; stopping the others", i + 1);
+    let restart = raftkv::local::Restart {
+        enabled: !no_restart,
+        ..Default::default()
+    };
+    let started = |endpoints: &[String]| {
+        for (n, e) in endpoints.iter().enumerate() {
+            println!("node {} http://{e}", n + 1);
         }
-    }
-    // Ctrl-C in a terminal reaches every node (one process group), and
-    // each stops cleanly; a node that has not stopped within 10 s (the
-    // cluster was stopped another way, or a node died) is killed, which
-    // the journal recovers from like any crash.
-    for mut c in children {
-        if tokio::time::timeout(Duration::from_secs(10), c.wait())
-            .await
-            .is_err()
-        {
-            let _ = c.kill().await;
-        }
-    }
-    Ok(())
-}
-
-/// The output of the first of several futures to finish, with its index.
-async fn first_of<F: std::future::Future + Unpin>(mut fs: Vec<F>) -> (F::Output, usize) {
-    std::future::poll_fn(move |cx| {
-        for (i, f) in fs.iter_mut().enumerate() {
-            if let std::task::Poll::Ready(out) = std::pin::Pin::new(f).poll(cx) {
-                return std::task::Poll::Ready((out, i));
-            }
-        }
-        std::task::Poll::Pending
-    })
-    .await
+        println!("(Ctrl-C stops the cluster)");
+    };
+    raftkv::local::supervise(commands, restart, started, stop_signal()).await
 }
 
 async fn bench(
@@ -318,7 +303,9 @@ fn main() -> ExitCode {
                 nodes,
                 dir,
                 base_port,
-            } => cluster(nodes, dir, base_port).await,
+                no_restart,
+                serve_args,
+            } => cluster(nodes, dir, base_port, no_restart, serve_args).await,
             Cmd::Bench {
                 endpoints,
                 clients,

@@ -1,0 +1,152 @@
+//! `raftkv cluster` supervises its nodes: one that is killed (`kill -9`)
+//! is restarted from its directory while the others go on serving, and
+//! SIGTERM to the cluster stops every node. With `--no-restart` a killed
+//! node stays down and the others still serve.
+
+use raftkv::client::Client;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A base port with the two after it free too (bound, read, released).
+fn free_ports(n: u16) -> u16 {
+    for _ in 0..100 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = l.local_addr().unwrap().port();
+        if base.checked_add(n).is_none() {
+            continue;
+        }
+        let rest: Vec<_> = (1..n)
+            .map(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)))
+            .collect();
+        if rest.iter().all(Result::is_ok) {
+            return base;
+        }
+    }
+    panic!("no {n} consecutive free ports");
+}
+
+struct Supervisor {
+    child: Child,
+    endpoints: Vec<String>,
+    _tmp: tempfile::TempDir,
+}
+
+impl Supervisor {
+    fn start(extra: &[&str]) -> Supervisor {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = free_ports(3);
+        let child = Command::new(env!("CARGO_BIN_EXE_raftkv"))
+            .arg("cluster")
+            .arg("--dir")
+            .arg(tmp.path())
+            .args(["--base-port", &base.to_string()])
+            .args(extra)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        Supervisor {
+            child,
+            endpoints: (0..3).map(|i| format!("127.0.0.1:{}", base + i)).collect(),
+            _tmp: tmp,
+        }
+    }
+
+    /// Node `i`'s process id, once it answers (up to 30 s).
+    async fn pid(&self, i: usize) -> u32 {
+        let probe = Client::new(&self.endpoints, 0).unwrap();
+        let start = Instant::now();
+        loop {
+            if let Ok(s) = probe.status(&self.endpoints[i]).await {
+                return s.pid;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "node {i} down");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        // The nodes are the supervisor's children: SIGTERM stops them.
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+fn kill(sig: &str, pid: u32) {
+    let ok = Command::new("kill")
+        .args([format!("-{sig}"), pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+/// Whether a process `pid` exists.
+fn alive(pid: u32) -> bool {
+    Command::new("kill")
+        .args(["-0", &pid.to_string()])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_node_is_restarted_and_the_cluster_keeps_serving() {
+    let mut sup = Supervisor::start(&[]);
+    let mut client = Client::new(&sup.endpoints, 9).unwrap();
+    client.deadline = Duration::from_secs(30);
+    client.put("k", b"1").await.unwrap();
+    let mut pids = Vec::new();
+    for i in 0..3 {
+        pids.push(sup.pid(i).await);
+    }
+    // Node 1 (the first leader, most likely) dies; the others serve.
+    kill("KILL", pids[0]);
+    client.put("k", b"2").await.unwrap();
+    // The supervisor brought node 1 back: a new process, caught up.
+    let start = Instant::now();
+    let restarted = loop {
+        let p = sup.pid(0).await;
+        if p != pids[0] {
+            break p;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "not restarted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut at_1 = Client::new(&sup.endpoints[..1], 10).unwrap();
+    at_1.deadline = Duration::from_secs(30);
+    at_1.put("k", b"3").await.unwrap();
+    assert_eq!(
+        client.get("k", false).await.unwrap().as_deref(),
+        Some(&b"3"[..])
+    );
+    // SIGTERM to the cluster stops every node.
+    kill("TERM", sup.child.id());
+    let status = sup.child.wait().unwrap();
+    assert!(status.success(), "cluster exited {status}");
+    for p in [restarted, pids[1], pids[2]] {
+        assert!(!alive(p), "node process {p} outlived the cluster");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_restart_a_killed_node_stays_down_and_the_others_serve() {
+    let sup = Supervisor::start(&["--no-restart"]);
+    let mut client = Client::new(&sup.endpoints, 11).unwrap();
+    client.deadline = Duration::from_secs(30);
+    client.put("k", b"1").await.unwrap();
+    let pid = sup.pid(2).await;
+    kill("KILL", pid);
+    client.put("k", b"2").await.unwrap();
+    let probe = Client::new(&sup.endpoints, 0).unwrap();
+    assert!(probe.status(&sup.endpoints[2]).await.is_err(), "node 3 up");
+    assert_eq!(
+        client.get("k", false).await.unwrap().as_deref(),
+        Some(&b"2"[..])
+    );
+}
