@@ -8,7 +8,8 @@
 //! - `cargo xtask package`: `cargo package` of the library crates together
 //!   (each verified by building it from its package).
 //! - `cargo xtask test`: the whole test suite (all crates, all targets, doc
-//!   tests, and journal-core's `tracing` feature).
+//!   tests, raftkv's fault matrix with its `failpoints` feature, and
+//!   journal-core's `tracing` feature).
 //! - `cargo xtask loom [CRATE...]`: the loom models, in release mode with
 //!   `--cfg loom`, in their own target directory (`target/loom`), with
 //!   `LOOM_MAX_PREEMPTIONS` 2 unless the environment says otherwise.
@@ -29,6 +30,13 @@
 //!   raftkv cluster beside a three-member etcd cluster (when `etcd` and
 //!   `protoc` are on `PATH`: Debian's etcd-server and protobuf-compiler),
 //!   interleaved rounds, medians; ARGS passed on (`--rounds`, `--dir`, ...).
+//! - `cargo xtask raft-faults [--minutes N] [ARGS...]`: `raftkv faults`,
+//!   built with failpoints: raftkv's fault matrix (kills, pauses,
+//!   partitions through proxies, slow and failing disks, crashes at
+//!   failpoints; each with all members and with one down), random seeds
+//!   for N minutes, a table at the end, every failing run kept as a file
+//!   under `target/raft-faults`; ARGS passed on (`--faults`, `--seed`,
+//!   `--json`). Without `--minutes`, each case once.
 //! - `cargo xtask fs-suite [--quick] [--bindfs]`: pjdfstest on a metafs
 //!   mount as root (every applicable test must pass), a 2 GiB file through
 //!   the mount and back byte-exact (not with `--quick`), fsck; `--bindfs`
@@ -160,6 +168,20 @@ fn test() -> Result<(), String> {
         cargo().args(["test", "--workspace", "--all-targets"]),
     )?;
     run_tests("doctest", cargo().args(["test", "--workspace", "--doc"]))?;
+    // raftkv's fault matrix, short pass: its nodes arm failpoints, so
+    // raftkv is built with them here (a default build has none).
+    run_tests(
+        "test (raftkv fault matrix, feature failpoints)",
+        cargo().args([
+            "test",
+            "--package",
+            "raftkv",
+            "--features",
+            "failpoints",
+            "--test",
+            "faults",
+        ]),
+    )?;
     run_tests(
         "test (journal-core, feature tracing)",
         cargo().args([
@@ -412,7 +434,7 @@ fn bench_raft(args: &[String]) -> Result<(), String> {
 }
 
 fn usage() -> String {
-    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | bench-raft [ARGS...] | fs-suite [--quick] [--bindfs] | bench-fs [ARGS...] | crash [--minutes N] | corrupt [--minutes N] | fuzz [--minutes N]>"
+    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | bench-raft [ARGS...] | raft-faults [--minutes N] [ARGS...] | fs-suite [--quick] [--bindfs] | bench-fs [ARGS...] | crash [--minutes N] | corrupt [--minutes N] | fuzz [--minutes N]>"
         .into()
 }
 
@@ -457,6 +479,21 @@ fn main() -> ExitCode {
                 .args(&args[1..]),
         ),
         Some("bench-raft") => bench_raft(&args[1..]),
+        Some("raft-faults") => run(
+            "raft-faults",
+            cargo()
+                .args([
+                    "run",
+                    "--release",
+                    "--package",
+                    "raftkv",
+                    "--features",
+                    "failpoints",
+                    "--",
+                    "faults",
+                ])
+                .args(&args[1..]),
+        ),
         Some("fs-suite") => fs_suite::run(&args[1..]),
         Some("bench-fs") => fs_suite::bench_fs(&args[1..]),
         Some("corrupt") => minutes(&args[1..]).and_then(|m| {

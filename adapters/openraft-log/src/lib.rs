@@ -479,20 +479,33 @@ where
         I: IntoIterator<Item = C::Entry> + Send,
         I::IntoIter: Send,
     {
+        crash_point("openraft-log::append");
         let Some(lsn) = self.append_entries(entries)? else {
             callback.log_io_completed(Ok(()));
             return Ok(());
         };
         if self.shared.state.lock().flush == FlushMode::Inline {
-            let r = self.shared.journal.commit(lsn);
-            callback.log_io_completed(r.map_err(std::io::Error::other));
+            let r = match flush_fault() {
+                Some(e) => Err(e),
+                None => self
+                    .shared
+                    .journal
+                    .commit(lsn)
+                    .map_err(std::io::Error::other),
+            };
+            crash_point("openraft-log::flushed");
+            callback.log_io_completed(r);
             return Ok(());
         }
         // The callback fires once the last entry is durable; openraft goes
         // on meanwhile, and concurrent flushes share group commits.
         let j = self.shared.journal.clone();
         let flush = async move {
-            let r = j.commit_async(lsn).await.map_err(std::io::Error::other);
+            let r = match flush_fault() {
+                Some(e) => Err(e),
+                None => j.commit_async(lsn).await.map_err(std::io::Error::other),
+            };
+            crash_point("openraft-log::flushed");
             callback.log_io_completed(r);
         };
         match tokio::runtime::Handle::try_current() {
@@ -540,4 +553,24 @@ where
         }
         Ok(())
     }
+}
+
+/// Failpoint `name` (feature `failpoints`): its `return` action aborts the
+/// process, as a crash would (a panic in a tokio task is caught, so it
+/// would be none). Without the feature, nothing.
+#[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
+fn crash_point(name: &str) {
+    fail::fail_point!(name, |_| std::process::abort());
+}
+
+/// Failpoint `openraft-log::flush` (feature `failpoints`), before a flush:
+/// `return(eio)` and `return(enospc)` fail it with that error, a bare
+/// `return` aborts the process, `sleep(ms)` slows it.
+fn flush_fault() -> Option<std::io::Error> {
+    fail::fail_point!("openraft-log::flush", |arg| match arg.as_deref() {
+        Some("eio") => Some(std::io::Error::from_raw_os_error(5)),
+        Some("enospc") => Some(std::io::Error::from_raw_os_error(28)),
+        _ => std::process::abort(),
+    });
+    None
 }

@@ -45,13 +45,51 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/raft/vote", post(vote))
         .route("/raft/snapshot", post(snapshot))
         .layer(DefaultBodyLimit::max(MAX_RPC_BODY));
-    Router::new()
+    let router = Router::new()
         .route("/kv/{*key}", get(read).put(put).delete(delete))
         .route("/status", get(status))
         .route("/members", post(members))
         .layer(DefaultBodyLimit::max(MAX_CLIENT_BODY))
-        .merge(raft)
-        .with_state(node)
+        .merge(raft);
+    #[cfg(feature = "failpoints")]
+    let router = router
+        .route("/debug/failpoints", get(failpoints::list))
+        .route(
+            "/debug/failpoints/{name}",
+            axum::routing::put(failpoints::set),
+        );
+    router.with_state(node)
+}
+
+/// `GET /debug/failpoints` (the armed ones, `name=actions` a line) and
+/// `PUT /debug/failpoints/{name}` with the `fail` crate's actions as body
+/// (`off` disarms): only in a build with the `failpoints` feature, for
+/// the fault matrix. Never in a default build.
+#[cfg(feature = "failpoints")]
+mod failpoints {
+    use super::text;
+    use axum::extract::Path;
+    use axum::http::StatusCode;
+    use axum::response::Response;
+
+    pub(super) async fn list() -> String {
+        fail::list()
+            .into_iter()
+            .map(|(name, actions)| format!("{name}={actions}\n"))
+            .collect()
+    }
+
+    pub(super) async fn set(Path(name): Path<String>, body: String) -> Response {
+        let actions = body.trim();
+        if actions == "off" {
+            fail::remove(&name);
+            return text(StatusCode::OK, "off");
+        }
+        match fail::cfg(&name, actions) {
+            Ok(()) => text(StatusCode::OK, format!("{name}={actions}")),
+            Err(e) => text(StatusCode::BAD_REQUEST, e),
+        }
+    }
 }
 
 fn text(code: StatusCode, msg: impl Into<String>) -> Response {

@@ -41,9 +41,36 @@ pub struct Violation {
     pub required: usize,
 }
 
+/// What a bounded check concluded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// A linearization exists.
+    Linearizable,
+    /// None exists: the search was exhausted.
+    Violation(Violation),
+    /// The search used its whole budget of steps without an answer.
+    Undecided {
+        /// The steps taken.
+        steps: u64,
+    },
+}
+
 /// Checks that `ops` (on one key, initially absent) are linearizable.
 /// Reads without an answer must be left out by the caller.
 pub fn check(ops: &[Op]) -> Result<(), Violation> {
+    match check_bounded(ops, u64::MAX) {
+        Verdict::Linearizable => Ok(()),
+        Verdict::Violation(v) => Err(v),
+        Verdict::Undecided { .. } => unreachable!("an unbounded search always decides"),
+    }
+}
+
+/// [`check`] within `budget` search steps (a placement or a backtrack
+/// each): a history of many concurrent writes without answers — a
+/// partition's — can make the search exponential, and a fault campaign
+/// must report such a key as undecided, apart from a violation, instead
+/// of running without end.
+pub fn check_bounded(ops: &[Op], budget: u64) -> Verdict {
     let mut ops: Vec<&Op> = ops.iter().collect();
     ops.sort_by_key(|o| o.invoked);
     let n = ops.len();
@@ -57,10 +84,15 @@ pub fn check(ops: &[Op]) -> Result<(), Violation> {
     let mut value: Option<Vec<u8>> = None;
     let mut done_required = 0;
     let mut start = 0;
+    let mut steps: u64 = 0;
     loop {
         if done_required == required {
-            return Ok(());
+            return Verdict::Linearizable;
         }
+        if steps >= budget {
+            return Verdict::Undecided { steps };
+        }
+        steps += 1;
         // The earliest completion among operations not yet placed: an
         // operation invoked after it cannot come next.
         let horizon = (0..n)
@@ -111,7 +143,7 @@ pub fn check(ops: &[Op]) -> Result<(), Violation> {
             None => {
                 // Backtrack: undo the last placement, try the ones after it.
                 let Some((i, before)) = stack.pop() else {
-                    return Err(Violation {
+                    return Verdict::Violation(Violation {
                         placed: best,
                         required,
                     });
@@ -183,6 +215,21 @@ mod tests {
         assert!(check(&[w(0, Some(1), "a"), r(2, 3, None)]).is_err());
         // A value nobody wrote.
         assert!(check(&[w(0, Some(1), "a"), r(2, 3, Some("z"))]).is_err());
+    }
+
+    #[test]
+    fn a_search_over_its_budget_is_undecided_not_a_verdict() {
+        // Twelve writes without answers, then a read of none of them: the
+        // search must try every subset before it can say "violation".
+        let mut h: Vec<Op> = (0..12).map(|i| w(i, None, &format!("v{i}"))).collect();
+        h.push(r(100, 101, Some("never")));
+        assert!(matches!(
+            check_bounded(&h, 50),
+            Verdict::Undecided { steps: 50 }
+        ));
+        assert!(matches!(check_bounded(&h, u64::MAX), Verdict::Violation(_)));
+        let ok = [w(0, Some(1), "a"), r(2, 3, Some("a"))];
+        assert_eq!(check_bounded(&ok, 10), Verdict::Linearizable);
     }
 
     #[test]

@@ -92,6 +92,7 @@ pub mod api;
 pub mod bench;
 pub mod client;
 pub mod compare;
+pub mod faults;
 pub mod history;
 pub mod local;
 pub mod machine;

@@ -39,6 +39,37 @@ pub struct NodeCommand {
     pub peers: String,
     /// More arguments to `raftkv serve`.
     pub extra: Vec<String>,
+    /// Keep the node's stderr here (default: inherited).
+    pub log: Option<LogTail>,
+}
+
+/// The last lines a process wrote to its stderr (the newest
+/// [`LogTail::LINES`]), prefixed with a tag; shared by the restarts of one
+/// node.
+#[derive(Debug, Clone, Default)]
+pub struct LogTail(std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>);
+
+impl LogTail {
+    /// How many lines it keeps.
+    pub const LINES: usize = 400;
+
+    /// Adds a line, dropping the oldest beyond [`LogTail::LINES`].
+    pub fn push(&self, line: String) {
+        if let Ok(mut q) = self.0.lock() {
+            if q.len() == Self::LINES {
+                q.pop_front();
+            }
+            q.push_back(line);
+        }
+    }
+
+    /// The lines kept, oldest first.
+    pub fn lines(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .map(|q| q.iter().cloned().collect())
+            .unwrap_or_default()
+    }
 }
 
 impl NodeCommand {
@@ -57,6 +88,7 @@ impl NodeCommand {
                 dir: dir.join(format!("node-{n}")),
                 peers: peers.join(","),
                 extra: vec!["--threads".into(), "1".into()],
+                log: None,
             })
             .collect())
     }
@@ -64,6 +96,10 @@ impl NodeCommand {
     /// Starts the node and waits (up to 30 s) until it listens. Node 1
     /// carries `--init`, which takes effect at its first start only.
     pub async fn spawn(&self) -> Result<Child, String> {
+        let stderr = match &self.log {
+            None => Stdio::inherit(),
+            Some(_) => Stdio::piped(),
+        };
         let mut child = Command::new(&self.exe)
             .arg("serve")
             .args(["--id", &self.id.to_string(), "--listen", &self.addr])
@@ -73,15 +109,31 @@ impl NodeCommand {
             .args(&self.extra)
             .args(if self.id == 1 { &["--init"][..] } else { &[] })
             .stdout(Stdio::piped())
+            .stderr(stderr)
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| format!("start node {}: {e}", self.id))?;
+        let mut reader = None;
+        if let (Some(tail), Some(err)) = (self.log.clone(), child.stderr.take()) {
+            let id = self.id;
+            reader = Some(tokio::spawn(async move {
+                let mut lines = tokio::io::BufReader::new(err).lines();
+                while let Ok(Some(l)) = lines.next_line().await {
+                    tail.push(format!("node {id}: {l}"));
+                }
+            }));
+        }
         let out = child.stdout.take().ok_or("no stdout")?;
         let mut lines = tokio::io::BufReader::new(out).lines();
         match tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await {
             Ok(Ok(Some(l))) if l.contains("listening") => Ok(child),
             _ => {
                 let _ = child.kill().await;
+                // What it said before it died is in the tail once its
+                // stderr closes.
+                if let Some(r) = reader {
+                    let _ = tokio::time::timeout(Duration::from_secs(2), r).await;
+                }
                 Err(format!(
                     "node {} did not start (see its errors above)",
                     self.id

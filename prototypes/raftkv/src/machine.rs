@@ -481,8 +481,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // store's log without waiting for it (no I/O wait), and the
         // hand-off to a blocking thread and back cost two thread switches
         // per batch on every node.
-        self.apply_entries(entries.into_iter().collect())
-            .map_err(sm_err)
+        fail::fail_point!("raftkv::apply", |_| std::process::abort());
+        let applied = self
+            .apply_entries(entries.into_iter().collect())
+            .map_err(sm_err);
+        fail::fail_point!("raftkv::applied", |_| std::process::abort());
+        applied
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {

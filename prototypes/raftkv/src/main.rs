@@ -35,6 +35,10 @@ enum Cmd {
         /// A new cluster's seed members: `1=ADDR,2=ADDR,3=ADDR`.
         #[arg(long, default_value = "")]
         peers: String,
+        /// Dial a peer at another address than its membership's:
+        /// `ID=ADDR,...` (a proxy in front of it, for fault tests).
+        #[arg(long, default_value = "")]
+        peer_addr: String,
         /// Initialize a new cluster with --peers at this node's first start.
         #[arg(long)]
         init: bool,
@@ -77,6 +81,33 @@ enum Cmd {
         /// (e.g. `-- --election-timeout-ms 1000`).
         #[arg(last = true)]
         serve_args: Vec<String>,
+    },
+    /// The fault matrix: kills, pauses, partitions, slow and failing
+    /// disks, crashes at failpoints, each with all members and with one
+    /// down, every history checked for linearizability (`cargo xtask
+    /// raft-faults`). Exits non-zero if any run failed.
+    Faults {
+        /// The faults, by name (default: all; see `raftkv::faults::Fault`).
+        #[arg(long, value_delimiter = ',')]
+        faults: Vec<String>,
+        /// Cycle through the cases with new seeds for this many minutes.
+        #[arg(long)]
+        minutes: Option<f64>,
+        /// Runs of each case, without --minutes.
+        #[arg(long, default_value_t = 1)]
+        runs: usize,
+        /// The first seed (default: from the clock); run N takes seed + N.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// One fault window a run (the short pass) instead of three.
+        #[arg(long)]
+        short: bool,
+        /// Where each failing run is kept as a file.
+        #[arg(long, default_value = "target/raft-faults")]
+        out: PathBuf,
+        /// Also write every run's report here, as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
     /// Closed-loop clients writing to a cluster.
     Bench {
@@ -168,6 +199,7 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
         dir,
         listen,
         peers,
+        peer_addr,
         init,
         cluster_id,
         snapshot_logs,
@@ -180,6 +212,7 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
     };
     let mut o = NodeOptions::new(id, dir, listen.clone());
     o.peers = parse_peers(&peers)?;
+    o.dial = parse_peers(&peer_addr).map_err(|e| e.replace("--peers", "--peer-addr"))?;
     o.init = init;
     o.snapshot_logs = snapshot_logs;
     o.heartbeat = Duration::from_millis(heartbeat_ms);
@@ -224,6 +257,73 @@ async fn cluster(
         println!("(Ctrl-C stops the cluster)");
     };
     raftkv::local::supervise(commands, restart, started, stop_signal()).await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn faults(
+    names: Vec<String>,
+    minutes: Option<f64>,
+    runs: usize,
+    seed: Option<u64>,
+    short: bool,
+    out: PathBuf,
+    json: Option<PathBuf>,
+) -> Result<(), String> {
+    use raftkv::faults::{Campaign, Fault, Params};
+    let faults = if names.is_empty() {
+        Fault::ALL.to_vec()
+    } else {
+        names
+            .iter()
+            .map(|n| Fault::parse(n).ok_or_else(|| format!("--faults: no fault {n:?}")))
+            .collect::<Result<_, _>>()?
+    };
+    if minutes.is_some_and(|m| !m.is_finite() || m <= 0.0) || runs == 0 {
+        return Err("--minutes and --runs must be positive".into());
+    }
+    let seed = seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_secs())
+    });
+    let c = Campaign {
+        exe: std::env::current_exe().map_err(|e| e.to_string())?,
+        faults,
+        runs,
+        budget: minutes.map(|m| Duration::from_secs_f64(m * 60.0)),
+        seed,
+        params: if short {
+            Params::short()
+        } else {
+            Params::campaign()
+        },
+        out,
+    };
+    eprintln!(
+        "seeds from {seed}; failing runs kept in {}",
+        c.out.display()
+    );
+    let (reports, errors) = raftkv::faults::campaign(&c).await;
+    println!("{}", raftkv::faults::table(&reports));
+    if let Some(path) = json {
+        let doc = serde_json::to_value(&reports).map_err(|e| e.to_string())?;
+        bench_harness::write_json(&path, &doc)?;
+    }
+    let failed = reports.iter().filter(|r| !r.passed()).count();
+    println!(
+        "{} runs: {} passed, {} failed, {} did not finish",
+        reports.len() + errors.len(),
+        reports.len() - failed,
+        failed,
+        errors.len()
+    );
+    if failed > 0 || !errors.is_empty() {
+        return Err(format!(
+            "{failed} runs failed, {} did not finish",
+            errors.len()
+        ));
+    }
+    Ok(())
 }
 
 async fn bench(
@@ -306,6 +406,15 @@ fn main() -> ExitCode {
                 no_restart,
                 serve_args,
             } => cluster(nodes, dir, base_port, no_restart, serve_args).await,
+            Cmd::Faults {
+                faults: names,
+                minutes,
+                runs,
+                seed,
+                short,
+                out,
+                json,
+            } => faults(names, minutes, runs, seed, short, out, json).await,
             Cmd::Bench {
                 endpoints,
                 clients,

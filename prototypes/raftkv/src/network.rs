@@ -21,6 +21,8 @@ use openraft::raft::{
 use openraft::BasicNode;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The header carrying the cluster id (16 hex digits) on every Raft RPC.
@@ -35,17 +37,26 @@ pub const MAX_RPC_BODY: usize = 64 << 20;
 pub struct Network {
     client: reqwest::Client,
     cluster: u64,
+    /// Where this node dials a peer instead of the address in the
+    /// membership (`raftkv serve --peer-addr`): a proxy in front of it, so
+    /// a fault test can cut or slow one direction of one link.
+    dial: Arc<BTreeMap<NodeId, String>>,
 }
 
 impl Network {
-    /// A network for the cluster `cluster`.
-    pub fn new(cluster: u64) -> Result<Network, reqwest::Error> {
+    /// A network for the cluster `cluster`, dialing the peers in `dial` at
+    /// the addresses given there instead of their membership addresses.
+    pub fn new(cluster: u64, dial: BTreeMap<NodeId, String>) -> Result<Network, reqwest::Error> {
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true)
             .pool_max_idle_per_host(4)
             .build()?;
-        Ok(Network { client, cluster })
+        Ok(Network {
+            client,
+            cluster,
+            dial: Arc::new(dial),
+        })
     }
 }
 
@@ -121,7 +132,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             client: self.client.clone(),
             cluster: self.cluster,
             target,
-            base: format!("http://{}", node.addr),
+            base: format!("http://{}", self.dial.get(&target).unwrap_or(&node.addr)),
         }
     }
 }

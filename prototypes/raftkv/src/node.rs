@@ -36,6 +36,9 @@ pub struct NodeOptions {
     /// The seed members of a new cluster, id to address (with this node).
     /// Empty for a node that joins an existing cluster.
     pub peers: BTreeMap<NodeId, String>,
+    /// Where to dial some peers instead of their membership addresses (id
+    /// to `host:port`): a proxy in front of them, for fault tests.
+    pub dial: BTreeMap<NodeId, String>,
     /// Initialize a new cluster with `peers` if this is the node's first
     /// start (never on a restart).
     pub init: bool,
@@ -60,6 +63,7 @@ impl NodeOptions {
             dir: dir.into(),
             addr: addr.into(),
             peers: BTreeMap::new(),
+            dial: BTreeMap::new(),
             init: false,
             cluster: None,
             heartbeat: Duration::from_millis(100),
@@ -331,7 +335,8 @@ impl Node {
         .map_err(Error::Machine)?;
         let resumed = resumed_leadership(&log, o.id).await?;
         let config = raft_config(&o, cluster)?;
-        let network = Network::new(cluster).map_err(|e| Error::Raft(e.to_string()))?;
+        let network =
+            Network::new(cluster, o.dial.clone()).map_err(|e| Error::Raft(e.to_string()))?;
         let raft = Raft::new(
             o.id,
             Arc::new(config),

@@ -1,0 +1,276 @@
+//! The cluster a fault case runs against: `raftkv serve` processes on
+//! loopback, each dialing its peers through a [`Link`] proxy per direction,
+//! killed, paused and restarted by their pid — only processes started
+//! here.
+
+use super::proxy::{Link, Mode};
+use crate::api::Status;
+use crate::client::Client;
+use crate::local::{LogTail, NodeCommand};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::process::Child;
+
+/// One node: how to start it, and its process while it runs.
+#[derive(Debug)]
+pub struct NodeProc {
+    /// How to start it.
+    pub cmd: NodeCommand,
+    /// Its process, while it runs.
+    pub child: Option<Child>,
+    /// Whether it is paused (`SIGSTOP`).
+    pub paused: bool,
+}
+
+/// A cluster of node processes with proxied links.
+#[derive(Debug)]
+pub struct ProcCluster {
+    /// The nodes, node 1 first.
+    pub nodes: Vec<NodeProc>,
+    /// The proxies, by (from, to) node index.
+    pub links: BTreeMap<(usize, usize), Link>,
+    /// The nodes' stderr, interleaved.
+    pub log: LogTail,
+    probe: Client,
+}
+
+/// A free loopback port for a node, below Linux's ephemeral range
+/// (32768 and up): the proxies' listeners and every outgoing connection
+/// take their ports from that range, and one of them must not take the
+/// port of a node that is down for a while and will listen on it again.
+fn free_port(rng: &mut super::Rng) -> Result<u16, String> {
+    for _ in 0..1000 {
+        let port = 20_000 + rng.below(12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err("no free port in 20000..32000".into())
+}
+
+/// Sends `sig` to `pid` through `kill(1)`.
+async fn signal(pid: u32, sig: &str) -> Result<(), String> {
+    let ok = tokio::process::Command::new("kill")
+        .args([format!("-{sig}"), pid.to_string()])
+        .status()
+        .await
+        .map_err(|e| format!("kill -{sig} {pid}: {e}"))?
+        .success();
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("kill -{sig} {pid} failed"))
+    }
+}
+
+impl ProcCluster {
+    /// Starts `n` nodes of `exe` with directories under `dir`, `extra`
+    /// arguments for each `raftkv serve`; node 1 initializes the cluster.
+    pub async fn start(
+        exe: &Path,
+        n: usize,
+        dir: &Path,
+        extra: &[String],
+    ) -> Result<ProcCluster, String> {
+        let mut rng = super::Rng::new(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(7, |d| d.as_nanos() as u64)
+                ^ u64::from(std::process::id()),
+        );
+        let mut addrs: Vec<String> = Vec::new();
+        while addrs.len() < n {
+            let a = format!("127.0.0.1:{}", free_port(&mut rng)?);
+            if !addrs.contains(&a) {
+                addrs.push(a);
+            }
+        }
+        let peers: Vec<String> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("{}={a}", i + 1))
+            .collect();
+        let mut links = BTreeMap::new();
+        for from in 0..n {
+            for (to, target) in addrs.iter().enumerate() {
+                if from != to {
+                    let link = Link::start(target.clone())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    links.insert((from, to), link);
+                }
+            }
+        }
+        let log = LogTail::default();
+        let mut nodes = Vec::new();
+        for (i, addr) in addrs.iter().enumerate() {
+            let dial: Vec<String> = (0..n)
+                .filter(|&to| to != i)
+                .map(|to| format!("{}={}", to + 1, links[&(i, to)].addr()))
+                .collect();
+            let mut extra = extra.to_vec();
+            extra.extend(["--peer-addr".into(), dial.join(",")]);
+            nodes.push(NodeProc {
+                cmd: NodeCommand {
+                    exe: exe.to_path_buf(),
+                    id: i as u64 + 1,
+                    addr: addr.clone(),
+                    dir: dir.join(format!("node-{}", i + 1)),
+                    peers: peers.join(","),
+                    extra,
+                    log: Some(log.clone()),
+                },
+                child: None,
+                paused: false,
+            });
+        }
+        let probe = Client::new(&addrs, 0).map_err(|e| e.to_string())?;
+        let mut c = ProcCluster {
+            nodes,
+            links,
+            log,
+            probe,
+        };
+        for i in 0..n {
+            c.spawn(i).await?;
+        }
+        Ok(c)
+    }
+
+    /// The nodes' addresses.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.cmd.addr.clone()).collect()
+    }
+
+    /// Node `i`'s directory.
+    pub fn dir(&self, i: usize) -> PathBuf {
+        self.nodes[i].cmd.dir.clone()
+    }
+
+    /// Starts node `i` (from its directory) and waits until it listens.
+    pub async fn spawn(&mut self, i: usize) -> Result<(), String> {
+        let child = self.nodes[i].cmd.spawn().await?;
+        self.nodes[i].child = Some(child);
+        self.nodes[i].paused = false;
+        Ok(())
+    }
+
+    /// Whether node `i`'s process runs (paused counts as running).
+    pub fn running(&mut self, i: usize) -> bool {
+        match self.nodes[i].child.as_mut() {
+            None => false,
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+        }
+    }
+
+    /// The indexes of the nodes whose process runs.
+    pub fn live(&mut self) -> Vec<usize> {
+        (0..self.nodes.len()).filter(|&i| self.running(i)).collect()
+    }
+
+    /// Waits for node `i`'s process to exit on its own, up to `within`;
+    /// its exit status if it did.
+    pub async fn exited(&mut self, i: usize, within: Duration) -> Option<std::process::ExitStatus> {
+        let child = self.nodes[i].child.as_mut()?;
+        match tokio::time::timeout(within, child.wait()).await {
+            Ok(Ok(s)) => {
+                self.nodes[i].child = None;
+                Some(s)
+            }
+            _ => None,
+        }
+    }
+
+    /// `kill -9` node `i` (resuming it first if paused, so it dies now).
+    pub async fn kill9(&mut self, i: usize) -> Result<(), String> {
+        if let Some(mut c) = self.nodes[i].child.take() {
+            c.kill().await.map_err(|e| e.to_string())?;
+        }
+        self.nodes[i].paused = false;
+        Ok(())
+    }
+
+    /// Pauses (`SIGSTOP`) or resumes (`SIGCONT`) node `i`.
+    pub async fn pause(&mut self, i: usize, paused: bool) -> Result<(), String> {
+        let Some(pid) = self.nodes[i].child.as_ref().and_then(Child::id) else {
+            return Err(format!("node {} is not running", i + 1));
+        };
+        signal(pid, if paused { "STOP" } else { "CONT" }).await?;
+        self.nodes[i].paused = paused;
+        Ok(())
+    }
+
+    /// Sets the link from node `from` to node `to`.
+    pub fn set_link(&self, from: usize, to: usize, mode: Mode) {
+        if let Some(l) = self.links.get(&(from, to)) {
+            l.set(mode);
+        }
+    }
+
+    /// Every link passes again; paused nodes resume.
+    pub async fn heal(&mut self) -> Result<(), String> {
+        for l in self.links.values() {
+            l.set(Mode::Pass);
+        }
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].paused && self.running(i) {
+                self.pause(i, false).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Node `i`'s status, if it answers within 2 s.
+    pub async fn status(&self, i: usize) -> Option<Status> {
+        self.probe.status(&self.nodes[i].cmd.addr).await.ok()
+    }
+
+    /// The node that is leader by its own account among `among`, waiting
+    /// up to `within`.
+    pub async fn leader(&mut self, among: &[usize], within: Duration) -> Option<usize> {
+        let start = tokio::time::Instant::now();
+        while start.elapsed() < within {
+            for &i in among {
+                if self.nodes[i].paused || !self.running(i) {
+                    continue;
+                }
+                if let Some(s) = self.status(i).await {
+                    if s.state == "Leader" && s.leader == Some(s.id) {
+                        return Some(i);
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+
+    /// Arms failpoint `name` on node `i` with `actions` (the `fail`
+    /// crate's syntax; `off` disarms); an error if the node was built
+    /// without the `failpoints` feature.
+    pub async fn failpoint(&self, i: usize, name: &str, actions: &str) -> Result<(), String> {
+        let url = format!("http://{}/debug/failpoints/{name}", self.nodes[i].cmd.addr);
+        let r = reqwest::Client::new()
+            .put(&url)
+            .body(actions.to_string())
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .map_err(|e| format!("{url}: {e}"))?;
+        if r.status().is_success() {
+            Ok(())
+        } else {
+            Err(format!("{url}: {}", r.status()))
+        }
+    }
+
+    /// Whether node `i` serves failpoints (built with the feature).
+    pub async fn has_failpoints(&self, i: usize) -> bool {
+        let url = format!("http://{}/debug/failpoints", self.nodes[i].cmd.addr);
+        matches!(
+            reqwest::Client::new().get(&url).timeout(Duration::from_secs(2)).send().await,
+            Ok(r) if r.status().is_success()
+        )
+    }
+}

@@ -1,0 +1,525 @@
+//! The fault matrix, after etcd's robustness tests: real `raftkv serve`
+//! processes on loopback under a recorded workload, a fault injected and
+//! healed, and every key's history checked for linearizability.
+//!
+//! Each [`Fault`] runs twice: with all three members, and **with one
+//! member down** for the whole run (a rolling restart, a dead disk) — the
+//! cluster that has no spare vote, where a restarted leader resumes its
+//! old term. A run ([`run_case`]):
+//!
+//! 1. starts three nodes, each dialing its peers through a [`proxy::Link`]
+//!    per direction; with `degraded`, `kill -9`s a follower for good;
+//! 2. starts closed-loop clients on many keys (short histories keep the
+//!    checker tractable), half unique-valued puts, half linearizable reads,
+//!    each retried by the client with the same request id;
+//! 3. injects the fault `windows` times, each held for a random time, then
+//!    healed (killed nodes restarted from their directories, paused ones
+//!    resumed, links restored, failpoints disarmed), with a settle time;
+//! 4. stops the clients, heals everything, reads every key linearizably
+//!    once more (so a lost write shows), and checks each key's history
+//!    within a step budget: a key is linearizable, a **violation**, or
+//!    **undecided** (reported apart, never counted as passing).
+//!
+//! Faults that need failpoints (crashes at chosen points, slow or failing
+//! fsyncs) arm them over HTTP on the chosen node, which needs a binary
+//! built with the `failpoints` feature. A crash failpoint aborts the
+//! process (`std::process::abort`): a panic in a tokio task is caught, so
+//! it would be no crash.
+
+pub mod cluster;
+pub mod proxy;
+mod run;
+pub mod workload;
+
+pub use run::{campaign, run_case, table, Campaign};
+
+use crate::history;
+use cluster::ProcCluster;
+use proxy::Mode;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// One kind of fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fault {
+    /// `kill -9` of the leader, restarted after the window.
+    KillLeader,
+    /// `kill -9` of a follower.
+    KillFollower,
+    /// `kill -9` of a node chosen at random.
+    KillRandom,
+    /// `kill -9` of every running node at once.
+    KillAll,
+    /// `SIGSTOP` of the leader, `SIGCONT` after the window.
+    PauseLeader,
+    /// `SIGSTOP` of a follower.
+    PauseFollower,
+    /// The leader's links blackholed both ways.
+    IsolateLeader,
+    /// A follower's links blackholed both ways.
+    IsolateFollower,
+    /// The leader and one follower cannot reach each other; the third node
+    /// reaches both.
+    Bridge,
+    /// The leader's requests to the others are blackholed; theirs to it
+    /// pass.
+    LeaderOutboundCut,
+    /// Every link of the leader delays each chunk 20–150 ms.
+    DelayLeader,
+    /// The leader's log flushes take 20–100 ms longer (failpoint).
+    SlowFsyncLeader,
+    /// A follower's log flushes take 20–100 ms longer (failpoint).
+    SlowFsyncFollower,
+    /// A node aborts just before entries go into its log (failpoint).
+    CrashBeforeAppend,
+    /// A node aborts after entries went into its log, before the flush.
+    CrashBeforeFlush,
+    /// A node aborts after the flush, before openraft hears of it.
+    CrashAfterFlush,
+    /// A node aborts just before it applies a batch.
+    CrashBeforeApply,
+    /// A node aborts after it applied a batch, before its answers.
+    CrashAfterApply,
+    /// A follower's log flush fails with EIO: it stops, the rest go on.
+    DiskEioFollower,
+    /// The leader's log flush fails with ENOSPC.
+    DiskFullLeader,
+}
+
+impl Fault {
+    /// Every fault, in table order.
+    pub const ALL: [Fault; 20] = [
+        Fault::KillLeader,
+        Fault::KillFollower,
+        Fault::KillRandom,
+        Fault::KillAll,
+        Fault::PauseLeader,
+        Fault::PauseFollower,
+        Fault::IsolateLeader,
+        Fault::IsolateFollower,
+        Fault::Bridge,
+        Fault::LeaderOutboundCut,
+        Fault::DelayLeader,
+        Fault::SlowFsyncLeader,
+        Fault::SlowFsyncFollower,
+        Fault::CrashBeforeAppend,
+        Fault::CrashBeforeFlush,
+        Fault::CrashAfterFlush,
+        Fault::CrashBeforeApply,
+        Fault::CrashAfterApply,
+        Fault::DiskEioFollower,
+        Fault::DiskFullLeader,
+    ];
+
+    /// Its name in tables and on the command line.
+    pub fn name(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    }
+
+    /// The fault named `name`.
+    pub fn parse(name: &str) -> Option<Fault> {
+        Fault::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    /// Whether it arms a failpoint (a binary built with `failpoints`).
+    pub fn needs_failpoints(self) -> bool {
+        self >= Fault::SlowFsyncLeader
+    }
+
+    /// Whether the node it hits ends by itself (a crash at a failpoint, or
+    /// a Raft core stopped by a failing disk): its run's events must show
+    /// the exit.
+    pub fn ends_the_node(self) -> bool {
+        self >= Fault::CrashBeforeAppend
+    }
+}
+
+/// How long and how hard a run is.
+#[derive(Debug, Clone)]
+pub struct Params {
+    /// Closed-loop clients.
+    pub clients: u64,
+    /// Keys they spread over.
+    pub keys: u32,
+    /// Faults injected (and healed) per run.
+    pub windows: usize,
+    /// Load before the first fault.
+    pub warmup: Duration,
+    /// A fault is held for a random time in this range.
+    pub hold: (Duration, Duration),
+    /// Load after each heal.
+    pub settle: Duration,
+    /// How long a client retries one operation.
+    pub op_deadline: Duration,
+    /// Search steps per key before it is undecided.
+    pub check_budget: u64,
+    /// More arguments for every `raftkv serve`.
+    pub serve_args: Vec<String>,
+}
+
+impl Params {
+    /// The short pass `cargo test` runs: one fault window per case.
+    pub fn short() -> Params {
+        Params {
+            clients: 6,
+            keys: 48,
+            windows: 1,
+            warmup: Duration::from_millis(500),
+            hold: (Duration::from_millis(800), Duration::from_millis(1500)),
+            settle: Duration::from_millis(800),
+            op_deadline: Duration::from_secs(4),
+            check_budget: 2_000_000,
+            serve_args: vec![
+                "--threads".into(),
+                "1".into(),
+                "--snapshot-logs".into(),
+                "300".into(),
+            ],
+        }
+    }
+
+    /// A campaign run: three fault windows.
+    pub fn campaign() -> Params {
+        Params {
+            clients: 8,
+            windows: 3,
+            warmup: Duration::from_secs(1),
+            hold: (Duration::from_millis(500), Duration::from_secs(4)),
+            settle: Duration::from_millis(1500),
+            ..Params::short()
+        }
+    }
+}
+
+/// A small deterministic generator (xorshift64*), one per run.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from `seed`.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1)
+    }
+
+    /// The next number.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number below `n` (0 if `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64().checked_rem(n).unwrap_or(0)
+    }
+
+    /// A duration in `[lo, hi]`.
+    pub fn between(&mut self, lo: Duration, hi: Duration) -> Duration {
+        let span = hi.saturating_sub(lo).as_millis() as u64;
+        lo + Duration::from_millis(self.below(span + 1))
+    }
+
+    /// An element of `xs`.
+    pub fn pick<T: Copy>(&mut self, xs: &[T]) -> Option<T> {
+        xs.get(self.below(xs.len() as u64) as usize).copied()
+    }
+}
+
+/// What one run found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The fault.
+    pub fault: Fault,
+    /// Run with one member down throughout.
+    pub degraded: bool,
+    /// The run's seed.
+    pub seed: u64,
+    /// Operations recorded (the final reads included).
+    pub ops: usize,
+    /// Operations whose span overlaps a fault window.
+    pub ops_in_fault: usize,
+    /// Writes acknowledged.
+    pub acked_writes: usize,
+    /// Keys whose history is not linearizable.
+    pub violations: usize,
+    /// Keys the checker could not decide within its budget.
+    pub undecided: usize,
+    /// Keys checked.
+    pub keys: usize,
+    /// The longest time from a fault to the first write invoked after it
+    /// that succeeded, over the windows (ms).
+    pub recovery_write_ms: Option<u64>,
+    /// The same for linearizable reads (ms).
+    pub recovery_read_ms: Option<u64>,
+    /// Operations without an answer, of all.
+    pub error_rate: f64,
+    /// The p99 latency of the answered operations overlapping a fault
+    /// window (ms).
+    pub p99_in_fault_ms: Option<f64>,
+    /// What happened, in order (faults, heals, exits).
+    pub events: Vec<String>,
+    /// The violating and undecided keys' histories, for the record.
+    #[serde(skip)]
+    pub bad_histories: BTreeMap<String, Vec<history::Op>>,
+    /// The nodes' stderr, kept when the run did not pass.
+    #[serde(skip)]
+    pub log: Vec<String>,
+}
+
+impl Report {
+    /// Whether the run passed: no violation, nothing undecided.
+    pub fn passed(&self) -> bool {
+        self.violations == 0 && self.undecided == 0
+    }
+}
+
+/// A fault in force, and how to heal it.
+#[derive(Debug, Default)]
+struct Injected {
+    /// Nodes killed (or crashed) to restart at the heal.
+    killed: Vec<usize>,
+    /// Failpoints armed: (node, name).
+    armed: Vec<(usize, &'static str)>,
+}
+
+fn nanos(d: Duration) -> u64 {
+    d.as_nanos() as u64
+}
+
+/// The nodes a fault may target: those running, not `down`.
+fn candidates(c: &mut ProcCluster, down: Option<usize>) -> Vec<usize> {
+    c.live().into_iter().filter(|&i| Some(i) != down).collect()
+}
+
+/// The nodes a fault may hit, chosen when it is injected.
+#[derive(Debug, Clone, Copy)]
+struct Targets {
+    /// The leader (or, with none at the moment, some live node).
+    lead: usize,
+    /// A live follower (the leader if there is none).
+    follower: usize,
+    /// A live node at random.
+    any: usize,
+}
+
+/// Injects `fault`; says what it did in `events`.
+async fn inject(
+    c: &mut ProcCluster,
+    fault: Fault,
+    down: Option<usize>,
+    rng: &mut Rng,
+    events: &mut Vec<String>,
+) -> Result<Injected, String> {
+    let live = candidates(c, down);
+    let leader = c.leader(&live, Duration::from_secs(5)).await;
+    let followers: Vec<usize> = live
+        .iter()
+        .copied()
+        .filter(|&i| Some(i) != leader)
+        .collect();
+    // With no leader at the moment (a fault not yet healed by an
+    // election), a fault "of the leader" hits some live node.
+    let lead = leader
+        .or_else(|| rng.pick(&live))
+        .ok_or("no node running")?;
+    let t = Targets {
+        lead,
+        follower: rng.pick(&followers).unwrap_or(lead),
+        any: rng.pick(&live).unwrap_or(lead),
+    };
+    if fault.needs_failpoints() {
+        arm(c, fault, t, rng, events).await
+    } else if fault >= Fault::IsolateLeader {
+        cut(c, fault, t, rng, events);
+        Ok(Injected::default())
+    } else {
+        stop(c, fault, t, &live, events).await
+    }
+}
+
+/// The faults on processes: kills and pauses.
+async fn stop(
+    c: &mut ProcCluster,
+    fault: Fault,
+    t: Targets,
+    live: &[usize],
+    events: &mut Vec<String>,
+) -> Result<Injected, String> {
+    let mut done = Injected::default();
+    match fault {
+        Fault::KillAll => {
+            for &n in live {
+                c.kill9(n).await?;
+                done.killed.push(n);
+            }
+            events.push(format!("kill -9 nodes {:?}", one_based(live)));
+        }
+        Fault::PauseLeader | Fault::PauseFollower => {
+            let n = if fault == Fault::PauseLeader {
+                t.lead
+            } else {
+                t.follower
+            };
+            c.pause(n, true).await?;
+            events.push(format!("SIGSTOP node {}", n + 1));
+        }
+        _ => {
+            let n = match fault {
+                Fault::KillLeader => t.lead,
+                Fault::KillFollower => t.follower,
+                _ => t.any,
+            };
+            c.kill9(n).await?;
+            events.push(format!("kill -9 node {}", n + 1));
+            done.killed.push(n);
+        }
+    }
+    Ok(done)
+}
+
+/// The faults on links: partitions and delays.
+fn cut(c: &mut ProcCluster, fault: Fault, t: Targets, rng: &mut Rng, events: &mut Vec<String>) {
+    let n = c.nodes.len();
+    let lead = t.lead;
+    match fault {
+        Fault::IsolateLeader | Fault::IsolateFollower => {
+            let x = if fault == Fault::IsolateLeader {
+                lead
+            } else {
+                t.follower
+            };
+            for o in (0..n).filter(|&o| o != x) {
+                c.set_link(x, o, Mode::Blackhole);
+                c.set_link(o, x, Mode::Blackhole);
+            }
+            events.push(format!("isolate node {}", x + 1));
+        }
+        Fault::Bridge => {
+            let bridge = t.follower;
+            let other = (0..n).find(|&o| o != lead && o != bridge).unwrap_or(bridge);
+            c.set_link(lead, other, Mode::Blackhole);
+            c.set_link(other, lead, Mode::Blackhole);
+            events.push(format!(
+                "cut {} <-> {}, node {} bridges",
+                lead + 1,
+                other + 1,
+                bridge + 1
+            ));
+        }
+        Fault::LeaderOutboundCut => {
+            for o in (0..n).filter(|&o| o != lead) {
+                c.set_link(lead, o, Mode::Blackhole);
+            }
+            events.push(format!("blackhole node {}'s requests", lead + 1));
+        }
+        _ => {
+            let d = rng.between(Duration::from_millis(20), Duration::from_millis(150));
+            for o in (0..n).filter(|&o| o != lead) {
+                c.set_link(lead, o, Mode::Delay(d));
+                c.set_link(o, lead, Mode::Delay(d));
+            }
+            events.push(format!("delay node {}'s links {d:?}", lead + 1));
+        }
+    }
+}
+
+/// The faults at failpoints: slow and failing flushes, crashes.
+async fn arm(
+    c: &mut ProcCluster,
+    fault: Fault,
+    t: Targets,
+    rng: &mut Rng,
+    events: &mut Vec<String>,
+) -> Result<Injected, String> {
+    let mut done = Injected::default();
+    let (node, point, action) = match fault {
+        Fault::SlowFsyncLeader | Fault::SlowFsyncFollower => {
+            let n = if fault == Fault::SlowFsyncLeader {
+                t.lead
+            } else {
+                t.follower
+            };
+            let ms = rng.between(Duration::from_millis(20), Duration::from_millis(100));
+            done.armed.push((n, FLUSH));
+            (n, FLUSH, format!("sleep({})", ms.as_millis()))
+        }
+        Fault::DiskEioFollower => (t.follower, FLUSH, "return(eio)".to_string()),
+        Fault::DiskFullLeader => (t.lead, FLUSH, "return(enospc)".to_string()),
+        _ => {
+            let point = match fault {
+                Fault::CrashBeforeAppend => APPEND,
+                Fault::CrashBeforeFlush => FLUSH,
+                Fault::CrashAfterFlush => FLUSHED,
+                Fault::CrashBeforeApply => APPLY,
+                _ => APPLIED,
+            };
+            // The leader or a follower, at random: both append and apply;
+            // a few hits pass first, so the crash lands mid-stream.
+            let action = match rng.below(20) {
+                0 => "return(abort)".to_string(),
+                k => format!("{k}*off->return(abort)"),
+            };
+            (t.any, point, action)
+        }
+    };
+    c.failpoint(node, point, &action).await?;
+    events.push(format!("node {}: {point}={action}", node + 1));
+    if fault.ends_the_node() {
+        done.killed.push(node);
+    }
+    Ok(done)
+}
+
+fn one_based(xs: &[usize]) -> Vec<usize> {
+    xs.iter().map(|x| x + 1).collect()
+}
+
+/// The failpoint before entries go into the Raft log.
+pub const APPEND: &str = "openraft-log::append";
+/// The failpoint of the Raft log's flush (`sleep`, `return(eio)`,
+/// `return(enospc)`, `return(abort)`).
+pub const FLUSH: &str = "openraft-log::flush";
+/// The failpoint after the flush, before openraft hears of it.
+pub const FLUSHED: &str = "openraft-log::flushed";
+/// The failpoint before the state machine applies a batch.
+pub const APPLY: &str = "raftkv::apply";
+/// The failpoint after a batch is applied, before its answers.
+pub const APPLIED: &str = "raftkv::applied";
+
+/// Heals what `inject` did: links, pauses, failpoints; nodes that died
+/// (killed, or crashed by a failpoint) restarted from their directories.
+async fn heal(
+    c: &mut ProcCluster,
+    injected: Injected,
+    events: &mut Vec<String>,
+) -> Result<(), String> {
+    c.heal().await?;
+    for (t, point) in &injected.armed {
+        if c.running(*t) {
+            // Best effort: a node that died meanwhile forgot it anyway.
+            let _ = c.failpoint(*t, point, "off").await;
+        }
+    }
+    for t in injected.killed {
+        if c.running(t) {
+            // A crash failpoint not reached, or a disk fault the node
+            // survived: disarm what may still be armed.
+            for p in [APPEND, FLUSH, FLUSHED, APPLY, APPLIED] {
+                let _ = c.failpoint(t, p, "off").await;
+            }
+            continue;
+        }
+        if let Some(s) = c.exited(t, Duration::from_millis(10)).await {
+            events.push(format!("node {} exited: {s}", t + 1));
+        }
+        c.spawn(t).await?;
+        events.push(format!("restart node {}", t + 1));
+    }
+    Ok(())
+}

@@ -1,0 +1,397 @@
+//! One run of a fault case, what it measures, and the matrix's table.
+
+use super::cluster::ProcCluster;
+use super::workload::{self, key_name, Rec};
+use super::{candidates, heal, inject, nanos, Fault, Params, Report, Rng};
+use crate::client::Client;
+use crate::history::{self, Kind, Op, Verdict};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Runs `fault` once against a new three-node cluster of `exe` in `dir`
+/// (with one member down throughout if `degraded`), seeded by `seed`, and
+/// checks what the clients saw. An error is a run that could not be
+/// carried out or whose cluster did not recover (no leader, or a final
+/// read without an answer, 30 s after everything healed): a failure too.
+pub async fn run_case(
+    exe: &Path,
+    dir: &Path,
+    fault: Fault,
+    degraded: bool,
+    seed: u64,
+    p: &Params,
+) -> Result<Report, String> {
+    let mut rng = Rng::new(seed ^ ((fault as u64) << 40) ^ u64::from(degraded));
+    let mut c = ProcCluster::start(exe, 3, dir, &p.serve_args).await?;
+    let r = drive(&mut c, fault, degraded, seed, &mut rng, p).await;
+    // The processes are killed when the cluster drops; keep what they said
+    // if the run failed or could not finish.
+    match r {
+        Ok(mut report) => {
+            if !report.passed() {
+                report.log = c.log.lines();
+            }
+            Ok(report)
+        }
+        Err(e) => Err(format!("{e}\n{}", c.log.lines().join("\n"))),
+    }
+}
+
+/// A campaign: which cases, how long, where failures go.
+#[derive(Debug, Clone)]
+pub struct Campaign {
+    /// The `raftkv` executable to run (built with `failpoints` for the
+    /// faults that need them; the others run with any build).
+    pub exe: std::path::PathBuf,
+    /// The faults, each run with all members and with one down.
+    pub faults: Vec<Fault>,
+    /// Runs of each case, when there is no time budget.
+    pub runs: usize,
+    /// Go on, cycling through the cases with new seeds, until this much
+    /// time has passed (a run started is finished).
+    pub budget: Option<Duration>,
+    /// The first seed; each run takes the next.
+    pub seed: u64,
+    /// How each run goes.
+    pub params: Params,
+    /// Where each failing run is kept as a file (its events, report,
+    /// failing histories and the nodes' stderr).
+    pub out: std::path::PathBuf,
+}
+
+/// Runs `c`, a line on stderr per run; a failing run (a violation,
+/// undecided keys, or a cluster that did not recover) is kept in `c.out`.
+/// Returns every run's report and the errors of the runs that could not
+/// finish.
+pub async fn campaign(c: &Campaign) -> (Vec<Report>, Vec<String>) {
+    let start = Instant::now();
+    let (mut reports, mut errors) = (Vec::new(), Vec::new());
+    let mut seed = c.seed;
+    let mut round = 0;
+    'outer: loop {
+        for &fault in &c.faults {
+            for degraded in [false, true] {
+                let over = match c.budget {
+                    Some(b) => start.elapsed() >= b,
+                    None => round >= c.runs,
+                };
+                if over {
+                    break 'outer;
+                }
+                let name = format!(
+                    "{}-{}-{seed}",
+                    fault.name(),
+                    if degraded { "2of3" } else { "3of3" }
+                );
+                let dir = match tempfile::tempdir() {
+                    Ok(d) => d,
+                    Err(e) => {
+                        errors.push(format!("{name}: {e}"));
+                        break 'outer;
+                    }
+                };
+                match run_case(&c.exe, dir.path(), fault, degraded, seed, &c.params).await {
+                    Ok(r) => {
+                        eprintln!(
+                            "{name}: {} ops, {} acked writes, {} violations, {} undecided",
+                            r.ops, r.acked_writes, r.violations, r.undecided
+                        );
+                        if !r.passed() {
+                            keep(&c.out, &name, &r);
+                        }
+                        reports.push(r);
+                    }
+                    Err(e) => {
+                        eprintln!("{name}: did not finish: {}", first_line(&e));
+                        keep_error(&c.out, &name, &e);
+                        errors.push(format!("{name}: {}", first_line(&e)));
+                    }
+                }
+                seed += 1;
+            }
+        }
+        round += 1;
+    }
+    (reports, errors)
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+/// Writes a failing run to `out/NAME.txt`; says so on stderr.
+fn keep(out: &Path, name: &str, r: &Report) {
+    let mut text = format!("# {name}\n\n## events\n");
+    for e in &r.events {
+        text.push_str(e);
+        text.push('\n');
+    }
+    text.push_str("\n## report\n");
+    text.push_str(&serde_json::to_string_pretty(r).unwrap_or_default());
+    text.push_str("\n\n## failing keys (invoked ns, completed ns or null, op)\n");
+    for (k, h) in &r.bad_histories {
+        text.push_str(&format!("### {k}\n"));
+        let mut h = h.clone();
+        h.sort_by_key(|o| o.invoked);
+        for o in h {
+            let what = match &o.kind {
+                Kind::Write(v) => format!("write {}", show(v)),
+                Kind::Read(v) => format!("read {}", show(v)),
+            };
+            let done = o.completed.map_or("null".into(), |c| c.to_string());
+            text.push_str(&format!("{} {done} {what}\n", o.invoked));
+        }
+    }
+    text.push_str("\n## the nodes' stderr\n");
+    text.push_str(&r.log.join("\n"));
+    save(out, name, &text);
+}
+
+fn keep_error(out: &Path, name: &str, e: &str) {
+    save(out, name, &format!("# {name}: did not finish\n\n{e}\n"));
+}
+
+fn save(out: &Path, name: &str, text: &str) {
+    let path = out.join(format!("{name}.txt"));
+    let vfs = journal_core::vfs::OsVfs::new();
+    let r = journal_core::vfs::Vfs::create_dir_all(&vfs, out)
+        .map_err(|e| e.to_string())
+        .and_then(|()| bench_harness::write_file(&path, text));
+    match r {
+        Ok(()) => eprintln!("  kept in {}", path.display()),
+        Err(e) => eprintln!("  could not keep it: {e}"),
+    }
+}
+
+fn show(v: &Option<Vec<u8>>) -> String {
+    v.as_ref().map_or("(absent)".into(), |v| {
+        String::from_utf8_lossy(v).into_owned()
+    })
+}
+
+async fn drive(
+    c: &mut ProcCluster,
+    fault: Fault,
+    degraded: bool,
+    seed: u64,
+    rng: &mut Rng,
+    p: &Params,
+) -> Result<Report, String> {
+    let all: Vec<usize> = (0..c.nodes.len()).collect();
+    let first = c
+        .leader(&all, Duration::from_secs(30))
+        .await
+        .ok_or("no leader within 30 s of the start")?;
+    let base = Instant::now();
+    let mut events = Vec::new();
+    let stamp = |what: &str| format!("{:>7.3} s  {what}", base.elapsed().as_secs_f64());
+    let down = if degraded {
+        let followers: Vec<usize> = all.iter().copied().filter(|&i| i != first).collect();
+        let d = rng.pick(&followers).ok_or("no follower")?;
+        c.kill9(d).await?;
+        events.push(stamp(&format!("node {} down for the run", d + 1)));
+        Some(d)
+    } else {
+        None
+    };
+    let (stop, stopped) = watch::channel(false);
+    let mut clients = Vec::new();
+    for id in 1..=p.clients {
+        clients.push(tokio::spawn(workload::client(
+            c.endpoints(),
+            100 + id,
+            p.keys,
+            seed,
+            base,
+            p.op_deadline,
+            stopped.clone(),
+        )));
+    }
+    tokio::time::sleep(p.warmup).await;
+    let mut windows = Vec::new();
+    for _ in 0..p.windows {
+        let start = nanos(base.elapsed());
+        let mut said = Vec::new();
+        let injected = inject(c, fault, down, rng, &mut said).await?;
+        events.extend(said.drain(..).map(|e| stamp(&e)));
+        tokio::time::sleep(rng.between(p.hold.0, p.hold.1)).await;
+        heal(c, injected, &mut said).await?;
+        events.extend(said.drain(..).map(|e| stamp(&e)));
+        events.push(stamp("healed"));
+        windows.push((start, nanos(base.elapsed())));
+        tokio::time::sleep(p.settle).await;
+    }
+    let _ = stop.send(true);
+    let mut recs = Vec::new();
+    for t in clients {
+        recs.extend(t.await.map_err(|e| e.to_string())?);
+    }
+    // Everything healed and running (but the member down for the run):
+    // one more linearizable read of every key, so a lost write shows.
+    c.heal().await?;
+    for i in all.iter().copied().filter(|&i| Some(i) != down) {
+        if !c.running(i) {
+            c.spawn(i).await?;
+            events.push(stamp(&format!(
+                "restart node {} for the final reads",
+                i + 1
+            )));
+        }
+    }
+    let live = candidates(c, down);
+    c.leader(&live, Duration::from_secs(30))
+        .await
+        .ok_or("no leader within 30 s of the final heal")?;
+    let mut reader = Client::new(&c.endpoints(), 99).map_err(|e| e.to_string())?;
+    reader.deadline = Duration::from_secs(30);
+    let touched: BTreeSet<u32> = recs.iter().map(|r| r.key).collect();
+    for k in touched {
+        let invoked = nanos(base.elapsed());
+        let v = reader
+            .get(&key_name(k), false)
+            .await
+            .map_err(|e| format!("final read of {}: {e}", key_name(k)))?;
+        recs.push(Rec {
+            key: k,
+            op: Op {
+                invoked,
+                completed: Some(nanos(base.elapsed())),
+                kind: Kind::Read(v),
+            },
+            failed: false,
+        });
+    }
+    Ok(measure(fault, degraded, seed, &recs, &windows, p, events))
+}
+
+fn overlaps(r: &Rec, windows: &[(u64, u64)], deadline: Duration) -> bool {
+    let (a, b) = (r.op.invoked, r.end(deadline));
+    windows.iter().any(|&(s, e)| a <= e && b >= s)
+}
+
+/// Checks each key's history and measures the run.
+fn measure(
+    fault: Fault,
+    degraded: bool,
+    seed: u64,
+    recs: &[Rec],
+    windows: &[(u64, u64)],
+    p: &Params,
+    events: Vec<String>,
+) -> Report {
+    let mut by_key: BTreeMap<u32, Vec<Op>> = BTreeMap::new();
+    for r in recs {
+        // A read without an answer says nothing; a write without one may
+        // or may not have happened (completed is None).
+        let answered_read = matches!(r.op.kind, Kind::Read(_)) && !r.failed;
+        if answered_read || matches!(r.op.kind, Kind::Write(_)) {
+            by_key.entry(r.key).or_default().push(r.op.clone());
+        }
+    }
+    let (mut violations, mut undecided) = (0, 0);
+    let mut bad_histories = BTreeMap::new();
+    for (k, h) in &by_key {
+        match history::check_bounded(h, p.check_budget) {
+            Verdict::Linearizable => continue,
+            Verdict::Violation(_) => violations += 1,
+            Verdict::Undecided { .. } => undecided += 1,
+        }
+        bad_histories.insert(key_name(*k), h.clone());
+    }
+    let first_ok = |write: bool, s: u64| {
+        recs.iter()
+            .filter(|r| !r.failed && r.op.invoked >= s)
+            .filter(|r| matches!(r.op.kind, Kind::Write(_)) == write)
+            .filter_map(|r| r.op.completed)
+            .min()
+            .map(|t| (t - s) / 1_000_000)
+    };
+    let worst = |write: bool| {
+        windows
+            .iter()
+            .map(|&(s, _)| first_ok(write, s))
+            .try_fold(0u64, |m, x| x.map(|x| m.max(x)))
+    };
+    let mut lat: Vec<u64> = recs
+        .iter()
+        .filter(|r| !r.failed && overlaps(r, windows, p.op_deadline))
+        .filter_map(|r| r.op.completed.map(|c| c - r.op.invoked))
+        .collect();
+    lat.sort_unstable();
+    let p99 = (!lat.is_empty()).then(|| {
+        let i = (lat.len() * 99).div_ceil(100).saturating_sub(1);
+        lat[i] as f64 / 1e6
+    });
+    let failed = recs.iter().filter(|r| r.failed).count();
+    Report {
+        fault,
+        degraded,
+        seed,
+        ops: recs.len(),
+        ops_in_fault: recs
+            .iter()
+            .filter(|r| overlaps(r, windows, p.op_deadline))
+            .count(),
+        acked_writes: recs
+            .iter()
+            .filter(|r| matches!(r.op.kind, Kind::Write(_)) && r.op.completed.is_some())
+            .count(),
+        violations,
+        undecided,
+        keys: by_key.len(),
+        recovery_write_ms: worst(true),
+        recovery_read_ms: worst(false),
+        error_rate: if recs.is_empty() {
+            0.0
+        } else {
+            failed as f64 / recs.len() as f64
+        },
+        p99_in_fault_ms: p99,
+        events,
+        bad_histories,
+        log: Vec::new(),
+    }
+}
+
+/// The matrix as a Markdown table: a row per fault and cluster shape, its
+/// runs summed (operations, writes, problems) or at their worst (recovery,
+/// p99; the error rate is the mean).
+pub fn table(reports: &[Report]) -> String {
+    let mut rows: BTreeMap<(Fault, bool), Vec<&Report>> = BTreeMap::new();
+    for r in reports {
+        rows.entry((r.fault, r.degraded)).or_default().push(r);
+    }
+    let mut out = String::from(
+        "| fault | members | runs | ops overlapping a fault | acked writes | violations | undecided | first write after fault, worst (ms) | first read after fault, worst (ms) | error rate | p99 during fault (ms) |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let ms = |x: Option<u64>| x.map_or("none".to_string(), |x| x.to_string());
+    for ((fault, degraded), rs) in rows {
+        let worst = |f: &dyn Fn(&Report) -> Option<u64>| {
+            rs.iter()
+                .map(|r| f(r))
+                .try_fold(0u64, |m, x| x.map(|x| m.max(x)))
+        };
+        let p99 = rs
+            .iter()
+            .filter_map(|r| r.p99_in_fault_ms)
+            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1}% | {} |\n",
+            fault.name(),
+            if degraded { "2 of 3" } else { "3 of 3" },
+            rs.len(),
+            rs.iter().map(|r| r.ops_in_fault).sum::<usize>(),
+            rs.iter().map(|r| r.acked_writes).sum::<usize>(),
+            rs.iter().map(|r| r.violations).sum::<usize>(),
+            rs.iter().map(|r| r.undecided).sum::<usize>(),
+            ms(worst(&|r| r.recovery_write_ms)),
+            ms(worst(&|r| r.recovery_read_ms)),
+            100.0 * rs.iter().map(|r| r.error_rate).sum::<f64>() / rs.len() as f64,
+            p99.map_or("none".to_string(), |x| format!("{x:.0}")),
+        ));
+    }
+    out
+}

@@ -1,0 +1,99 @@
+//! Closed-loop clients over many keys, every operation recorded for the
+//! checker: unique values, half puts and half linearizable reads, each
+//! client on its own fixed-seed sequence.
+
+use crate::client::{Client, ClientError};
+use crate::history::{Kind, Op};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// One recorded operation.
+#[derive(Debug, Clone)]
+pub struct Rec {
+    /// The key's number (`key-N`).
+    pub key: u32,
+    /// What the checker sees. A read that got no answer is kept here for
+    /// the error rate only, with [`Rec::failed`] set.
+    pub op: Op,
+    /// A read without an answer, or a write whose outcome is unknown.
+    pub failed: bool,
+}
+
+impl Rec {
+    /// When it ended (its invocation plus `deadline` if it never did).
+    pub fn end(&self, deadline: Duration) -> u64 {
+        self.op
+            .completed
+            .unwrap_or(self.op.invoked + deadline.as_nanos() as u64)
+    }
+}
+
+/// The name of key number `k`.
+pub fn key_name(k: u32) -> String {
+    format!("key-{k}")
+}
+
+/// Runs client `id` until `stop` turns true, each operation retried by the
+/// client up to `deadline`; returns what it recorded. Times are
+/// nanoseconds since `base`.
+pub async fn client(
+    endpoints: Vec<String>,
+    id: u64,
+    keys: u32,
+    seed: u64,
+    base: Instant,
+    deadline: Duration,
+    stop: watch::Receiver<bool>,
+) -> Vec<Rec> {
+    let mut out = Vec::new();
+    let Ok(mut c) = Client::new(&endpoints, id) else {
+        return out;
+    };
+    c.deadline = deadline;
+    let mut x = seed ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let now = || base.elapsed().as_nanos() as u64;
+    let mut n = 0u64;
+    while !*stop.borrow() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let key = (x % u64::from(keys.max(1))) as u32;
+        let name = key_name(key);
+        let invoked = now();
+        n += 1;
+        if (x >> 32).is_multiple_of(2) {
+            let value = format!("c{id}-{n}").into_bytes();
+            // A refused write (4xx) did not happen, but treating it as
+            // unknown is never wrong for the checker.
+            let r = c.put(&name, &value).await;
+            let ok = r.is_ok();
+            out.push(Rec {
+                key,
+                op: Op {
+                    invoked,
+                    completed: ok.then(now),
+                    kind: Kind::Write(Some(value)),
+                },
+                failed: !ok,
+            });
+        } else {
+            let (kind, completed, failed) = match c.get(&name, false).await {
+                Ok(v) => (Kind::Read(v), Some(now()), false),
+                Err(ClientError::Unknown(_) | ClientError::Refused(_)) => {
+                    (Kind::Read(None), Some(now()), true)
+                }
+            };
+            out.push(Rec {
+                key,
+                op: Op {
+                    invoked,
+                    completed,
+                    kind,
+                },
+                failed,
+            });
+        }
+    }
+    out
+}
