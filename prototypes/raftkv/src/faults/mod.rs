@@ -15,6 +15,10 @@
 //! 3. injects the fault `windows` times, each held for a random time, then
 //!    healed (killed nodes restarted from their directories, paused ones
 //!    resumed, links restored, failpoints disarmed), with a settle time;
+//!    as a node is restarted, a linearizable read of every key waits in its
+//!    backlog (a restarted leader resumes its term, and its
+//!    state machine catches up within milliseconds: reads in those
+//!    milliseconds are where a stale read hides);
 //! 4. stops the clients, heals everything, reads every key linearizably
 //!    once more (so a lost write shows), and checks each key's history
 //!    within a step budget: a key is linearizable, a **violation**, or
@@ -150,7 +154,8 @@ pub struct Params {
     pub windows: usize,
     /// Load before the first fault.
     pub warmup: Duration,
-    /// A fault is held for a random time in this range.
+    /// A fault is held for a random time in this range (or, half the
+    /// time, 50–400 ms: under an election timeout).
     pub hold: (Duration, Duration),
     /// Load after each heal.
     pub settle: Duration,
@@ -167,10 +172,10 @@ impl Params {
     pub fn short() -> Params {
         Params {
             clients: 6,
-            keys: 48,
+            keys: 16,
             windows: 1,
             warmup: Duration::from_millis(500),
-            hold: (Duration::from_millis(800), Duration::from_millis(1500)),
+            hold: (Duration::from_millis(500), Duration::from_millis(1500)),
             settle: Duration::from_millis(800),
             op_deadline: Duration::from_secs(4),
             check_budget: 2_000_000,
@@ -493,11 +498,13 @@ pub const APPLY: &str = "raftkv::apply";
 pub const APPLIED: &str = "raftkv::applied";
 
 /// Heals what `inject` did: links, pauses, failpoints; nodes that died
-/// (killed, or crashed by a failpoint) restarted from their directories.
+/// (killed, or crashed by a failpoint) restarted from their directories,
+/// `before_restart` called with each one's address just before.
 async fn heal(
     c: &mut ProcCluster,
     injected: Injected,
     events: &mut Vec<String>,
+    before_restart: &mut dyn FnMut(&str),
 ) -> Result<(), String> {
     c.heal().await?;
     for (t, point) in &injected.armed {
@@ -518,6 +525,7 @@ async fn heal(
         if let Some(s) = c.exited(t, Duration::from_millis(10)).await {
             events.push(format!("node {} exited: {s}", t + 1));
         }
+        before_restart(&c.nodes[t].cmd.addr);
         c.spawn(t).await?;
         events.push(format!("restart node {}", t + 1));
     }

@@ -212,13 +212,30 @@ async fn drive(
     }
     tokio::time::sleep(p.warmup).await;
     let mut windows = Vec::new();
+    let mut probes = Vec::new();
     for _ in 0..p.windows {
         let start = nanos(base.elapsed());
         let mut said = Vec::new();
         let injected = inject(c, fault, down, rng, &mut said).await?;
         events.extend(said.drain(..).map(|e| stamp(&e)));
-        tokio::time::sleep(rng.between(p.hold.0, p.hold.1)).await;
-        heal(c, injected, &mut said).await?;
+        // Half the faults are short, under an election timeout: a node
+        // back before anyone stood for election (a resumed leadership),
+        // a partition that flaps.
+        let hold = if rng.below(2) == 0 {
+            rng.between(Duration::from_millis(50), Duration::from_millis(400))
+        } else {
+            rng.between(p.hold.0, p.hold.1)
+        };
+        tokio::time::sleep(hold).await;
+        let mut probe = |addr: &str| {
+            probes.push(tokio::spawn(workload::probe(
+                addr.to_string(),
+                p.keys,
+                base,
+                p.op_deadline,
+            )));
+        };
+        heal(c, injected, &mut said, &mut probe).await?;
         events.extend(said.drain(..).map(|e| stamp(&e)));
         events.push(stamp("healed"));
         windows.push((start, nanos(base.elapsed())));
@@ -226,7 +243,7 @@ async fn drive(
     }
     let _ = stop.send(true);
     let mut recs = Vec::new();
-    for t in clients {
+    for t in clients.into_iter().chain(probes) {
         recs.extend(t.await.map_err(|e| e.to_string())?);
     }
     // Everything healed and running (but the member down for the run):

@@ -97,3 +97,64 @@ pub async fn client(
     }
     out
 }
+
+/// Linearizable reads of keys `0..keys`, all at once, at `endpoint`
+/// alone, each retrying its connection every 2 ms until the node listens
+/// (started just before the node is): the node binds its port before it
+/// starts Raft, so these reads wait in its backlog and are the first it
+/// serves — when a resumed leadership's state machine has not caught up
+/// yet. An answer other than a value (a redirect, `503`) is recorded as a
+/// failed read.
+pub async fn probe(endpoint: String, keys: u32, base: Instant, deadline: Duration) -> Vec<Rec> {
+    let Ok(http) = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(deadline)
+        .build()
+    else {
+        return Vec::new();
+    };
+    let mut reads = Vec::new();
+    for k in 0..keys {
+        let url = format!("http://{endpoint}/kv/{}", key_name(k));
+        let http = http.clone();
+        reads.push(tokio::spawn(async move {
+            let start = Instant::now();
+            loop {
+                let invoked = base.elapsed().as_nanos() as u64;
+                let r = http.get(&url).send().await;
+                let answer = match r {
+                    Err(e) if e.is_connect() && start.elapsed() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        continue;
+                    }
+                    Err(_) => None,
+                    Ok(resp) => {
+                        let status = resp.status();
+                        match resp.bytes().await {
+                            Ok(b) if status == reqwest::StatusCode::OK => Some(Some(b.to_vec())),
+                            Ok(_) if status == reqwest::StatusCode::NOT_FOUND => Some(None),
+                            _ => None,
+                        }
+                    }
+                };
+                let completed = Some(base.elapsed().as_nanos() as u64);
+                return Rec {
+                    key: k,
+                    op: Op {
+                        invoked,
+                        completed,
+                        kind: Kind::Read(answer.clone().flatten()),
+                    },
+                    failed: answer.is_none(),
+                };
+            }
+        }));
+    }
+    let mut out = Vec::new();
+    for r in reads {
+        if let Ok(rec) = r.await {
+            out.push(rec);
+        }
+    }
+    out
+}
