@@ -216,6 +216,13 @@ impl Client {
         }
     }
 
+    /// Sends the next operation first to endpoint `i` (modulo their
+    /// number) instead of the last leader found: a client that keeps a
+    /// home node, as one behind a load balancer does.
+    pub fn send_next_to(&mut self, i: usize) {
+        self.leader = self.endpoints[i % self.endpoints.len()].clone();
+    }
+
     /// The log index the last answer reflects, if it carried one: the
     /// entry a write was applied in, or a linearizable read's read index.
     pub fn last_index(&self) -> Option<u64> {

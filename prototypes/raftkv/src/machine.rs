@@ -482,6 +482,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // hand-off to a blocking thread and back cost two thread switches
         // per batch on every node.
         fail::fail_point!("raftkv::apply", |_| std::process::abort());
+        // `return(MS)` holds each batch's apply MS ms (without blocking the
+        // runtime): the state machine falls behind the commit index.
+        #[cfg(feature = "failpoints")]
+        if let Some(Some(ms)) = fail::eval("raftkv::apply-delay", |ms| {
+            ms.and_then(|ms| ms.parse::<u64>().ok())
+        }) {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
         let applied = self
             .apply_entries(entries.into_iter().collect())
             .map_err(sm_err);

@@ -76,6 +76,11 @@ pub enum Fault {
     SlowFsyncLeader,
     /// A follower's log flushes take 20–100 ms longer (failpoint).
     SlowFsyncFollower,
+    /// The followers' state machines fall behind (one apply 2.5–3.5 s
+    /// late, failpoint) while the leader goes on acknowledging writes; then
+    /// the leader is killed, held until a follower leads: the new leader
+    /// must not serve a read before its apply reaches the read index.
+    SlowApplyFailover,
     /// A node aborts just before entries go into its log (failpoint).
     CrashBeforeAppend,
     /// A node aborts after entries went into its log, before the flush.
@@ -94,7 +99,7 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault, in table order.
-    pub const ALL: [Fault; 20] = [
+    pub const ALL: [Fault; 21] = [
         Fault::KillLeader,
         Fault::KillFollower,
         Fault::KillRandom,
@@ -108,6 +113,7 @@ impl Fault {
         Fault::DelayLeader,
         Fault::SlowFsyncLeader,
         Fault::SlowFsyncFollower,
+        Fault::SlowApplyFailover,
         Fault::CrashBeforeAppend,
         Fault::CrashBeforeFlush,
         Fault::CrashAfterFlush,
@@ -454,6 +460,35 @@ async fn arm(
             done.armed.push((n, FLUSH));
             (n, FLUSH, format!("sleep({})", ms.as_millis()))
         }
+        Fault::SlowApplyFailover => {
+            // One apply on each follower takes 2.5–3.5 s longer; those
+            // queued behind it wait: their state machines fall behind what
+            // the leader acknowledges, while their logs keep up.
+            let ms = rng.between(Duration::from_millis(2500), Duration::from_millis(3500));
+            let action = format!("1*return({})", ms.as_millis());
+            let followers: Vec<usize> = candidates(c, None)
+                .into_iter()
+                .filter(|&n| n != t.lead)
+                .collect();
+            for &n in &followers {
+                c.failpoint(n, APPLY_DELAY, &action).await?;
+                done.armed.push((n, APPLY_DELAY));
+            }
+            events.push(format!(
+                "nodes {:?}: {APPLY_DELAY}={action}",
+                one_based(&followers)
+            ));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            c.kill9(t.lead).await?;
+            events.push(format!("kill -9 node {}", t.lead + 1));
+            done.killed.push(t.lead);
+            // The fault is the failover: hold it until one of them leads
+            // (with one member down for the run, none can).
+            if let Some(l) = c.leader(&followers, Duration::from_secs(10)).await {
+                events.push(format!("node {} leads", l + 1));
+            }
+            return Ok(done);
+        }
         Fault::DiskEioFollower => (t.follower, FLUSH, "return(eio)".to_string()),
         Fault::DiskFullLeader => (t.lead, FLUSH, "return(enospc)".to_string()),
         _ => {
@@ -496,6 +531,8 @@ pub const FLUSHED: &str = "openraft-log::flushed";
 pub const APPLY: &str = "raftkv::apply";
 /// The failpoint after a batch is applied, before its answers.
 pub const APPLIED: &str = "raftkv::applied";
+/// The failpoint that delays each batch's apply by `return(MS)` ms.
+pub const APPLY_DELAY: &str = "raftkv::apply-delay";
 
 /// Heals what `inject` did: links, pauses, failpoints; nodes that died
 /// (killed, or crashed by a failpoint) restarted from their directories,
@@ -517,7 +554,7 @@ async fn heal(
         if c.running(t) {
             // A crash failpoint not reached, or a disk fault the node
             // survived: disarm what may still be armed.
-            for p in [APPEND, FLUSH, FLUSHED, APPLY, APPLIED] {
+            for p in [APPEND, FLUSH, FLUSHED, APPLY, APPLIED, APPLY_DELAY] {
                 let _ = c.failpoint(t, p, "off").await;
             }
             continue;

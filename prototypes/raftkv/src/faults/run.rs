@@ -214,8 +214,8 @@ async fn drive(
     let mut windows = Vec::new();
     let mut probes = Vec::new();
     for _ in 0..p.windows {
-        let start = nanos(base.elapsed());
         let mut said = Vec::new();
+        let start = nanos(base.elapsed());
         let injected = inject(c, fault, down, rng, &mut said).await?;
         events.extend(said.drain(..).map(|e| stamp(&e)));
         // Half the faults are short, under an election timeout: a node

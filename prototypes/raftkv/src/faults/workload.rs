@@ -36,7 +36,10 @@ pub fn key_name(k: u32) -> String {
 
 /// Runs client `id` until `stop` turns true, each operation retried by the
 /// client up to `deadline`; returns what it recorded. Times are
-/// nanoseconds since `base`.
+/// nanoseconds since `base`. An odd `id` sends every operation first to
+/// its home node (`id` modulo the nodes), as clients spread over the
+/// members do, and follows a redirect to the leader from there; an even
+/// one keeps to the last leader it found.
 pub async fn client(
     endpoints: Vec<String>,
     id: u64,
@@ -54,7 +57,11 @@ pub async fn client(
     let mut x = seed ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let now = || base.elapsed().as_nanos() as u64;
     let mut n = 0u64;
+    let home = (id % 2 == 1).then_some(id as usize);
     while !*stop.borrow() {
+        if let Some(h) = home {
+            c.send_next_to(h);
+        }
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
