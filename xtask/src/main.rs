@@ -37,6 +37,10 @@
 //!   for N minutes, a table at the end, every failing run kept as a file
 //!   under `target/raft-faults`; ARGS passed on (`--faults`, `--seed`,
 //!   `--json`). Without `--minutes`, each case once.
+//! - `cargo xtask raft-soak [--minutes N] [ARGS...]`: `raftkv soak`: a
+//!   local cluster kept by `raftkv cluster`'s supervisor under recorded
+//!   load, `kill -9` of a random node every 10 s (`--kill-every`), every
+//!   key's history checked at the end.
 //! - `cargo xtask fs-suite [--quick] [--bindfs]`: pjdfstest on a metafs
 //!   mount as root (every applicable test must pass), a 2 GiB file through
 //!   the mount and back byte-exact (not with `--quick`), fsck; `--bindfs`
@@ -434,7 +438,7 @@ fn bench_raft(args: &[String]) -> Result<(), String> {
 }
 
 fn usage() -> String {
-    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | bench-raft [ARGS...] | raft-faults [--minutes N] [ARGS...] | fs-suite [--quick] [--bindfs] | bench-fs [ARGS...] | crash [--minutes N] | corrupt [--minutes N] | fuzz [--minutes N]>"
+    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | bench-raft [ARGS...] | raft-faults [--minutes N] [ARGS...] | raft-soak [--minutes N] [ARGS...] | fs-suite [--quick] [--bindfs] | bench-fs [ARGS...] | crash [--minutes N] | corrupt [--minutes N] | fuzz [--minutes N]>"
         .into()
 }
 
@@ -479,6 +483,12 @@ fn main() -> ExitCode {
                 .args(&args[1..]),
         ),
         Some("bench-raft") => bench_raft(&args[1..]),
+        Some("raft-soak") => run(
+            "raft-soak",
+            cargo()
+                .args(["run", "--release", "--package", "raftkv", "--", "soak"])
+                .args(&args[1..]),
+        ),
         Some("raft-faults") => run(
             "raft-faults",
             cargo()

@@ -109,6 +109,31 @@ enum Cmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// A local cluster kept by the supervisor of `cluster`, recorded
+    /// clients, and `kill -9` of a random node every few seconds; every
+    /// key's history checked at the end (`cargo xtask raft-soak`). Exits
+    /// non-zero on a violation, an undecided key or a cluster that did not
+    /// recover.
+    Soak {
+        /// How long the load and the kills go on.
+        #[arg(long, default_value_t = 1.0)]
+        minutes: f64,
+        /// Seconds between kills.
+        #[arg(long, default_value_t = 10.0)]
+        kill_every: f64,
+        /// Recorded clients.
+        #[arg(long, default_value_t = 8)]
+        clients: u64,
+        /// Keys they spread over.
+        #[arg(long, default_value_t = 4096)]
+        keys: u32,
+        /// The seed (default: from the clock).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Also write the report here, as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Closed-loop clients writing to a cluster.
     Bench {
         /// The nodes, `host:port,host:port,...`.
@@ -259,6 +284,65 @@ async fn cluster(
     raftkv::local::supervise(commands, restart, started, stop_signal()).await
 }
 
+async fn soak(
+    minutes: f64,
+    kill_every: f64,
+    clients: u64,
+    keys: u32,
+    seed: Option<u64>,
+    json: Option<PathBuf>,
+) -> Result<(), String> {
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    if !positive(minutes) || !positive(kill_every) || clients == 0 || keys == 0 {
+        return Err("--minutes, --kill-every, --clients and --keys must be positive".into());
+    }
+    let s = raftkv::faults::Soak {
+        exe: std::env::current_exe().map_err(|e| e.to_string())?,
+        duration: Duration::from_secs_f64(minutes * 60.0),
+        kill_every: Duration::from_secs_f64(kill_every),
+        clients,
+        keys,
+        seed: seed.unwrap_or_else(clock_seed),
+    };
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    eprintln!(
+        "soak: {:.0} s, kill -9 every {:.0} s, seed {}",
+        s.duration.as_secs_f64(),
+        s.kill_every.as_secs_f64(),
+        s.seed
+    );
+    let r = raftkv::faults::soak(&s, dir.path()).await?;
+    println!(
+        "| seconds | kills | ops | acked writes | error rate | keys | violations | undecided |\n|---|---|---|---|---|---|---|---|\n| {:.0} | {} | {} | {} | {:.2}% | {} | {} | {} |",
+        r.seconds,
+        r.kills,
+        r.ops,
+        r.acked_writes,
+        100.0 * r.error_rate,
+        r.keys,
+        r.violations,
+        r.undecided
+    );
+    if let Some(path) = json {
+        let doc = serde_json::to_value(&r).map_err(|e| e.to_string())?;
+        bench_harness::write_json(&path, &doc)?;
+    }
+    if r.violations + r.undecided > 0 {
+        eprintln!("{}", r.log.join("\n"));
+        return Err(format!(
+            "{} keys not linearizable, {} undecided",
+            r.violations, r.undecided
+        ));
+    }
+    Ok(())
+}
+
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_secs())
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn faults(
     names: Vec<String>,
@@ -281,11 +365,7 @@ async fn faults(
     if minutes.is_some_and(|m| !m.is_finite() || m <= 0.0) || runs == 0 {
         return Err("--minutes and --runs must be positive".into());
     }
-    let seed = seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_secs())
-    });
+    let seed = seed.unwrap_or_else(clock_seed);
     let c = Campaign {
         exe: std::env::current_exe().map_err(|e| e.to_string())?,
         faults,
@@ -415,6 +495,14 @@ fn main() -> ExitCode {
                 out,
                 json,
             } => faults(names, minutes, runs, seed, short, out, json).await,
+            Cmd::Soak {
+                minutes,
+                kill_every,
+                clients,
+                keys,
+                seed,
+                json,
+            } => soak(minutes, kill_every, clients, keys, seed, json).await,
             Cmd::Bench {
                 endpoints,
                 clients,

@@ -33,9 +33,11 @@
 pub mod cluster;
 pub mod proxy;
 mod run;
+mod soak;
 pub mod workload;
 
 pub use run::{campaign, run_case, table, Campaign};
+pub use soak::{soak, Soak, SoakReport};
 
 use crate::history;
 use cluster::ProcCluster;

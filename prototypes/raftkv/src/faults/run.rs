@@ -262,7 +262,18 @@ async fn drive(
     c.leader(&live, Duration::from_secs(30))
         .await
         .ok_or("no leader within 30 s of the final heal")?;
-    let mut reader = Client::new(&c.endpoints(), 99).map_err(|e| e.to_string())?;
+    final_reads(&c.endpoints(), &mut recs, base).await?;
+    Ok(measure(fault, degraded, seed, &recs, &windows, p, events))
+}
+
+/// One more linearizable read of every key `recs` touched, recorded (so a
+/// lost write shows); an error if one gets no answer in 30 s.
+pub(super) async fn final_reads(
+    endpoints: &[String],
+    recs: &mut Vec<Rec>,
+    base: Instant,
+) -> Result<(), String> {
+    let mut reader = Client::new(endpoints, 99).map_err(|e| e.to_string())?;
     reader.deadline = Duration::from_secs(30);
     let touched: BTreeSet<u32> = recs.iter().map(|r| r.key).collect();
     for k in touched {
@@ -281,12 +292,52 @@ async fn drive(
             failed: false,
         });
     }
-    Ok(measure(fault, degraded, seed, &recs, &windows, p, events))
+    Ok(())
 }
 
 fn overlaps(r: &Rec, windows: &[(u64, u64)], deadline: Duration) -> bool {
     let (a, b) = (r.op.invoked, r.end(deadline));
     windows.iter().any(|&(s, e)| a <= e && b >= s)
+}
+
+/// What checking every key's history found.
+pub(super) struct Checked {
+    /// Keys checked.
+    pub keys: usize,
+    /// Keys whose history is not linearizable.
+    pub violations: usize,
+    /// Keys not decided within the budget.
+    pub undecided: usize,
+    /// The histories of both.
+    pub bad_histories: BTreeMap<String, Vec<Op>>,
+}
+
+/// Checks each key's history of `recs` within `budget` steps a key.
+pub(super) fn check_all(recs: &[Rec], budget: u64) -> Checked {
+    let mut by_key: BTreeMap<u32, Vec<Op>> = BTreeMap::new();
+    for r in recs {
+        // A read without an answer says nothing; a write without one may
+        // or may not have happened (completed is None).
+        let answered_read = matches!(r.op.kind, Kind::Read(_)) && !r.failed;
+        if answered_read || matches!(r.op.kind, Kind::Write(_)) {
+            by_key.entry(r.key).or_default().push(r.op.clone());
+        }
+    }
+    let mut c = Checked {
+        keys: by_key.len(),
+        violations: 0,
+        undecided: 0,
+        bad_histories: BTreeMap::new(),
+    };
+    for (k, h) in by_key {
+        match history::check_bounded(&h, budget) {
+            Verdict::Linearizable => continue,
+            Verdict::Violation(_) => c.violations += 1,
+            Verdict::Undecided { .. } => c.undecided += 1,
+        }
+        c.bad_histories.insert(key_name(k), h);
+    }
+    c
 }
 
 /// Checks each key's history and measures the run.
@@ -299,25 +350,12 @@ fn measure(
     p: &Params,
     events: Vec<String>,
 ) -> Report {
-    let mut by_key: BTreeMap<u32, Vec<Op>> = BTreeMap::new();
-    for r in recs {
-        // A read without an answer says nothing; a write without one may
-        // or may not have happened (completed is None).
-        let answered_read = matches!(r.op.kind, Kind::Read(_)) && !r.failed;
-        if answered_read || matches!(r.op.kind, Kind::Write(_)) {
-            by_key.entry(r.key).or_default().push(r.op.clone());
-        }
-    }
-    let (mut violations, mut undecided) = (0, 0);
-    let mut bad_histories = BTreeMap::new();
-    for (k, h) in &by_key {
-        match history::check_bounded(h, p.check_budget) {
-            Verdict::Linearizable => continue,
-            Verdict::Violation(_) => violations += 1,
-            Verdict::Undecided { .. } => undecided += 1,
-        }
-        bad_histories.insert(key_name(*k), h.clone());
-    }
+    let Checked {
+        keys,
+        violations,
+        undecided,
+        bad_histories,
+    } = check_all(recs, p.check_budget);
     let first_ok = |write: bool, s: u64| {
         recs.iter()
             .filter(|r| !r.failed && r.op.invoked >= s)
@@ -358,7 +396,7 @@ fn measure(
             .count(),
         violations,
         undecided,
-        keys: by_key.len(),
+        keys,
         recovery_write_ms: worst(true),
         recovery_read_ms: worst(false),
         error_rate: if recs.is_empty() {
