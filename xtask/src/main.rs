@@ -172,7 +172,8 @@ fn test() -> Result<(), String> {
         cargo().args(["test", "--workspace", "--all-targets"]),
     )?;
     run_tests("doctest", cargo().args(["test", "--workspace", "--doc"]))?;
-    // raftkv's fault matrix, short pass: its nodes arm failpoints, so
+    // raftkv's fault matrix, short pass, and its bounded request path: their
+    // nodes arm failpoints, so
     // raftkv is built with them here (a default build has none).
     run_tests(
         "test (raftkv fault matrix, feature failpoints)",
@@ -184,6 +185,8 @@ fn test() -> Result<(), String> {
             "failpoints",
             "--test",
             "faults",
+            "--test",
+            "overload",
         ]),
     )?;
     run_tests(

@@ -33,6 +33,10 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// value was read).
 pub const INDEX_HEADER: &str = "x-raftkv-index";
 
+/// Client requests a node serves at once, by default; beyond, `503` with
+/// `Retry-After` (each may hold a body of up to [`MAX_CLIENT_BODY`]).
+pub const MAX_CLIENT_REQUESTS: usize = 1024;
+
 /// The largest request body of the clients' API (a value beyond
 /// [`crate::MAX_VALUE`] but under this is refused with `400`; beyond it,
 /// `413`).
@@ -47,9 +51,10 @@ pub fn router(node: Arc<Node>) -> Router {
         .layer(DefaultBodyLimit::max(MAX_RPC_BODY));
     let router = Router::new()
         .route("/kv/{*key}", get(read).put(put).delete(delete))
-        .route("/status", get(status))
         .route("/members", post(members))
         .layer(DefaultBodyLimit::max(MAX_CLIENT_BODY))
+        .layer(axum::middleware::from_fn_with_state(node.clone(), bounded))
+        .route("/status", get(status))
         .merge(raft);
     #[cfg(feature = "failpoints")]
     let router = router
@@ -89,6 +94,30 @@ mod failpoints {
             Ok(()) => text(StatusCode::OK, format!("{name}={actions}")),
             Err(e) => text(StatusCode::BAD_REQUEST, e),
         }
+    }
+}
+
+/// `503` with `Retry-After: 1`: the node is at a limit; the request was not
+/// taken.
+fn busy(msg: &str) -> Response {
+    let mut r = text(StatusCode::SERVICE_UNAVAILABLE, msg);
+    r.headers_mut().insert(
+        header::RETRY_AFTER,
+        axum::http::HeaderValue::from_static("1"),
+    );
+    r
+}
+
+/// Serves a client request while fewer than the node's limit are in
+/// progress; `503` with `Retry-After` beyond it, before the body is read.
+async fn bounded(
+    State(node): State<Arc<Node>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match node.client_slots.clone().try_acquire_owned() {
+        Ok(_permit) => next.run(req).await,
+        Err(_) => busy("too many requests in progress"),
     }
 }
 
@@ -222,6 +251,7 @@ async fn write(node: &Node, cmd: Command, uri: &Uri) -> Response {
         }
         Ok(Outcome::Forward(leader)) => redirect(leader.as_ref(), uri),
         Ok(Outcome::Failed(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e),
+        Ok(Outcome::Busy) => busy("too many writes waiting: the write was not taken"),
     }
 }
 

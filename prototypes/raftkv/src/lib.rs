@@ -28,8 +28,18 @@
 //! `400`. A request that needs the leader and reaches another node is
 //! answered `307` with the leader's URL in `Location` (`curl -L` follows
 //! it); `503` when there is no leader or no majority answered within 5 s —
-//! a write answered `503` may or may not take effect, so retry it with the
-//! same request id.
+//! a write answered `503` that way may or may not take effect: its outcome
+//! is unknown, so retry it with the same request id.
+//!
+//! The request path is bounded. A node serves at most
+//! [`api::MAX_CLIENT_REQUESTS`] client requests at once and queues at most
+//! [`propose::MAX_PENDING`] writes for the next Raft entry
+//! (`--max-client-requests`, `--max-pending-writes`); beyond either, `503`
+//! with `Retry-After: 1` at once, and that write was **not** taken. A write
+//! whose client went away (it disconnected, or its request timed out)
+//! before it was proposed is dropped, never applied. A Raft append whose
+//! body would pass [`network::MAX_RPC_BODY`] is refused to openraft as
+//! `PayloadTooLarge`, which splits the batch.
 //!
 //! # What is durable when a `PUT` returns
 //!

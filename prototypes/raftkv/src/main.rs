@@ -48,6 +48,12 @@ enum Cmd {
         /// Build a snapshot after this many log entries.
         #[arg(long, default_value_t = 20_000)]
         snapshot_logs: u64,
+        /// Writes waiting for a Raft entry before more are answered 503.
+        #[arg(long, default_value_t = raftkv::propose::MAX_PENDING)]
+        max_pending_writes: usize,
+        /// Client requests served at once before more are answered 503.
+        #[arg(long, default_value_t = raftkv::api::MAX_CLIENT_REQUESTS)]
+        max_client_requests: usize,
         /// Raft heartbeat interval, milliseconds.
         #[arg(long, default_value_t = 100)]
         heartbeat_ms: u64,
@@ -230,6 +236,8 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
         snapshot_logs,
         heartbeat_ms,
         election_timeout_ms,
+        max_pending_writes,
+        max_client_requests,
         ..
     } = cmd
     else {
@@ -240,6 +248,8 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
     o.dial = parse_peers(&peer_addr).map_err(|e| e.replace("--peers", "--peer-addr"))?;
     o.init = init;
     o.snapshot_logs = snapshot_logs;
+    o.max_pending_writes = max_pending_writes;
+    o.max_client_requests = max_client_requests;
     o.heartbeat = Duration::from_millis(heartbeat_ms);
     o.election_timeout = Duration::from_millis(election_timeout_ms);
     o.cluster = match cluster_id {

@@ -11,7 +11,8 @@
 
 use crate::types::{NodeId, TypeConfig};
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
+    Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -92,10 +93,31 @@ impl Peer {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let net = |e: &dyn std::error::Error| {
-            RPCError::Network(NetworkError::new(&BadStatus(e.to_string())))
-        };
         let body = postcard::to_stdvec(req).map_err(|e| net(&e))?;
+        self.send(path, body, option, None).await
+    }
+
+    /// Posts `body` to `path`. `entries` is the number of entries of an
+    /// append: a body over [`MAX_RPC_BODY`], or a `413` from the target, is
+    /// then openraft's `PayloadTooLarge` with half as many entries as a
+    /// hint, so replication splits the batch instead of resending it
+    /// forever.
+    async fn send<Resp, E>(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        option: &RPCOption,
+        entries: Option<u64>,
+    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    where
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let too_large =
+            |n: u64| RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint((n / 2).max(1)));
+        if let Some(n) = entries.filter(|_| body.len() > MAX_RPC_BODY) {
+            return Err(too_large(n));
+        }
         let sent = self
             .client
             .post(format!("{}{path}", self.base))
@@ -110,6 +132,9 @@ impl Peer {
             Err(e) => return Err(net(&e)),
         };
         let status = resp.status();
+        if let Some(n) = entries.filter(|_| status == reqwest::StatusCode::PAYLOAD_TOO_LARGE) {
+            return Err(too_large(n));
+        }
         let bytes = resp.bytes().await.map_err(|e| net(&e))?;
         if !status.is_success() {
             let text = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned();
@@ -122,6 +147,13 @@ impl Peer {
             postcard::from_bytes(&bytes).map_err(|e| net(&e))?;
         r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
+}
+
+/// A network error carrying `e`'s message.
+fn net<E: std::error::Error>(
+    e: &dyn std::error::Error,
+) -> RPCError<NodeId, BasicNode, RaftError<NodeId, E>> {
+    RPCError::Network(NetworkError::new(&BadStatus(e.to_string())))
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -146,7 +178,10 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Rpc<AppendEntriesResponse<NodeId>> {
-        self.call("/raft/append", &rpc, &option).await
+        let entries = rpc.entries.len() as u64;
+        let body = postcard::to_stdvec(&rpc).map_err(|e| net(&e))?;
+        self.send("/raft/append", body, &option, Some(entries))
+            .await
     }
 
     async fn install_snapshot(
@@ -163,5 +198,46 @@ impl RaftNetwork<TypeConfig> for Peer {
         option: RPCOption,
     ) -> Rpc<VoteResponse<NodeId>> {
         self.call("/raft/vote", &rpc, &option).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{Batch, Command};
+    use openraft::{Entry, EntryPayload, LogId, Vote};
+
+    #[tokio::test]
+    async fn an_append_over_the_body_limit_asks_openraft_to_split_it() {
+        // Nothing listens there: the append must be refused before it is
+        // sent, not fail on the network.
+        let mut net = Network::new(1, BTreeMap::new()).unwrap();
+        let mut peer = net
+            .new_client(
+                2,
+                &BasicNode {
+                    addr: "127.0.0.1:9".into(),
+                },
+            )
+            .await;
+        let big = |index| Entry::<TypeConfig> {
+            log_id: LogId::new(openraft::CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Normal(Batch(vec![Command::Put {
+                key: b"k".to_vec(),
+                value: vec![7; MAX_RPC_BODY / 3],
+                id: None,
+            }])),
+        };
+        let rpc = AppendEntriesRequest {
+            vote: Vote::new_committed(1, 1),
+            prev_log_id: None,
+            leader_commit: None,
+            entries: (1..=4).map(big).collect(),
+        };
+        let option = RPCOption::new(Duration::from_secs(1));
+        match peer.append_entries(rpc, option).await {
+            Err(RPCError::PayloadTooLarge(p)) => assert_eq!(p.entries_hint(), 2),
+            other => panic!("not PayloadTooLarge: {other:?}"),
+        }
     }
 }

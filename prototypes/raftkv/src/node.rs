@@ -51,6 +51,13 @@ pub struct NodeOptions {
     /// Build a snapshot after this many entries since the last one
     /// (default 20,000); the log keeps 1,000 entries behind it.
     pub snapshot_logs: u64,
+    /// Writes waiting for a Raft entry before more are answered `503`
+    /// (default [`crate::propose::MAX_PENDING`]).
+    pub max_pending_writes: usize,
+    /// Client requests (`/kv`, `/members`) served at once before more are
+    /// answered `503` (default [`crate::api::MAX_CLIENT_REQUESTS`]); the
+    /// Raft RPCs are not counted.
+    pub max_client_requests: usize,
     /// The filesystem (the real one, or a `SimVfs` in tests).
     pub vfs: Arc<dyn Vfs>,
 }
@@ -69,6 +76,8 @@ impl NodeOptions {
             heartbeat: Duration::from_millis(100),
             election_timeout: Duration::from_millis(500),
             snapshot_logs: 20_000,
+            max_pending_writes: crate::propose::MAX_PENDING,
+            max_client_requests: crate::api::MAX_CLIENT_REQUESTS,
             vfs: Arc::new(OsVfs::new()),
         }
     }
@@ -280,6 +289,8 @@ pub struct Node {
     /// The leadership this node resumed at its start, if any: reads served
     /// by it wait for its whole log ([`ResumedLeadership`]).
     pub resumed: Option<ResumedLeadership>,
+    /// Permits for client requests in progress.
+    pub client_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for Node {
@@ -356,7 +367,7 @@ impl Node {
                 .await
                 .map_err(|e| Error::Raft(e.to_string()))?;
         }
-        let proposer = crate::propose::Proposer::start(raft.clone());
+        let proposer = crate::propose::Proposer::start(raft.clone(), o.max_pending_writes);
         Ok(Node {
             id: o.id,
             cluster,
@@ -365,6 +376,7 @@ impl Node {
             log,
             proposer,
             resumed,
+            client_slots: Arc::new(tokio::sync::Semaphore::new(o.max_client_requests.max(1))),
         })
     }
 

@@ -25,6 +25,9 @@ pub const IN_FLIGHT: usize = 2;
 pub const MAX_BATCH: usize = 1024;
 /// The most value bytes in one entry (beyond its first command).
 pub const MAX_BATCH_BYTES: usize = 4 << 20;
+/// Writes waiting for an entry, by default, before more are refused with
+/// [`Outcome::Busy`]: four full entries.
+pub const MAX_PENDING: usize = 4 * MAX_BATCH;
 
 /// How a proposed command ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +44,9 @@ pub enum Outcome {
     Forward(Option<BasicNode>),
     /// Raft failed the write (it may or may not take effect).
     Failed(String),
+    /// The queue of writes waiting for an entry is full: the write was not
+    /// taken (retry later).
+    Busy,
 }
 
 struct Pending {
@@ -58,13 +64,27 @@ fn size(c: &Command) -> usize {
 /// The proposer of one node (cheap to clone).
 #[derive(Debug, Clone)]
 pub struct Proposer {
-    tx: mpsc::UnboundedSender<Pending>,
+    tx: mpsc::Sender<Pending>,
+}
+
+/// The next write of `rx` whose client still waits for it; a write whose
+/// client has gone (it disconnected, or its request timed out) is dropped
+/// here, before it is proposed: nobody would learn its outcome.
+fn next_wanted(rx: &mut mpsc::Receiver<Pending>) -> Option<Pending> {
+    loop {
+        match rx.try_recv() {
+            Ok(p) if p.reply.is_closed() => continue,
+            Ok(p) => return Some(p),
+            Err(_) => return None,
+        }
+    }
 }
 
 impl Proposer {
-    /// Starts the proposer task of `raft` on the current runtime.
-    pub fn start(raft: Raft) -> Proposer {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Pending>();
+    /// Starts the proposer task of `raft` on the current runtime, with
+    /// room for `max_pending` writes waiting for an entry.
+    pub fn start(raft: Raft, max_pending: usize) -> Proposer {
+        let (tx, mut rx) = mpsc::channel::<Pending>(max_pending.max(1));
         let permits = Arc::new(Semaphore::new(IN_FLIGHT));
         tokio::spawn(async move {
             loop {
@@ -76,15 +96,18 @@ impl Proposer {
                 let Some(first) = rx.recv().await else {
                     return;
                 };
+                if first.reply.is_closed() {
+                    continue;
+                }
                 let mut bytes = size(&first.cmd);
                 let mut batch = vec![first];
                 while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
-                    match rx.try_recv() {
-                        Ok(p) => {
+                    match next_wanted(&mut rx) {
+                        Some(p) => {
                             bytes += size(&p.cmd);
                             batch.push(p);
                         }
-                        Err(_) => break,
+                        None => break,
                     }
                 }
                 let raft = raft.clone();
@@ -113,11 +136,17 @@ impl Proposer {
         Proposer { tx }
     }
 
-    /// Proposes `cmd` and waits for its outcome.
+    /// Proposes `cmd` and waits for its outcome; [`Outcome::Busy`] at once
+    /// if the queue is full. Dropping the future before the outcome (the
+    /// client went away) withdraws the write if it was not proposed yet.
     pub async fn propose(&self, cmd: Command) -> Outcome {
         let (reply, rx) = oneshot::channel();
-        if self.tx.send(Pending { cmd, reply }).is_err() {
-            return Outcome::Failed("the node is shutting down".into());
+        match self.tx.try_send(Pending { cmd, reply }) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => return Outcome::Busy,
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                return Outcome::Failed("the node is shutting down".into())
+            }
         }
         rx.await
             .unwrap_or_else(|_| Outcome::Failed("the node is shutting down".into()))
