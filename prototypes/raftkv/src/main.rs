@@ -347,6 +347,18 @@ async fn soak(
     Ok(())
 }
 
+/// Runs `work` until it ends or SIGINT / SIGTERM comes; then it is
+/// dropped, and with it (when the runtime shuts down) every node process
+/// it started: they are killed on drop, never left running.
+async fn interruptible(
+    work: impl std::future::Future<Output = Result<(), String>>,
+) -> Result<(), String> {
+    tokio::select! {
+        r = work => r,
+        _ = stop_signal() => Err("interrupted; the nodes it started are killed".into()),
+    }
+}
+
 fn clock_seed() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -504,7 +516,7 @@ fn main() -> ExitCode {
                 short,
                 out,
                 json,
-            } => faults(names, minutes, runs, seed, short, out, json).await,
+            } => interruptible(faults(names, minutes, runs, seed, short, out, json)).await,
             Cmd::Soak {
                 minutes,
                 kill_every,
@@ -512,7 +524,7 @@ fn main() -> ExitCode {
                 keys,
                 seed,
                 json,
-            } => soak(minutes, kill_every, clients, keys, seed, json).await,
+            } => interruptible(soak(minutes, kill_every, clients, keys, seed, json)).await,
             Cmd::Bench {
                 endpoints,
                 clients,
