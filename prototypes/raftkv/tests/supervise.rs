@@ -3,6 +3,9 @@
 //! SIGTERM to the cluster stops every node. With `--no-restart` a killed
 //! node stays down and the others still serve.
 
+mod common;
+
+use common::kill;
 use raftkv::client::Client;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -74,15 +77,6 @@ impl Drop for Supervisor {
             .status();
         let _ = self.child.wait();
     }
-}
-
-fn kill(sig: &str, pid: u32) {
-    let ok = Command::new("kill")
-        .args([format!("-{sig}"), pid.to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -{sig} {pid}");
 }
 
 /// Whether a process `pid` exists.

@@ -18,6 +18,16 @@ pub fn free_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
+/// `kill -SIG pid`, which must succeed.
+pub fn kill(sig: &str, pid: u32) {
+    let ok = Command::new("kill")
+        .args([format!("-{sig}"), pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig} {pid}");
+}
+
 /// One node process.
 pub struct Proc {
     pub id: u64,
@@ -110,13 +120,7 @@ impl Cluster {
 
     /// Sends `sig` (`"STOP"`, `"CONT"`) to node `i`.
     pub fn signal(&self, i: usize, sig: &str) {
-        let pid = self.nodes[i].child.as_ref().unwrap().id();
-        let ok = Command::new("kill")
-            .args([format!("-{sig}"), pid.to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -{sig} {pid}");
+        kill(sig, self.nodes[i].child.as_ref().unwrap().id());
     }
 
     pub fn endpoints(&self) -> Vec<String> {
