@@ -9,16 +9,19 @@
 //!
 //! 1. starts three nodes, each dialing its peers through a [`proxy::Link`]
 //!    per direction; with `degraded`, `kill -9`s a follower for good;
-//! 2. starts closed-loop clients on many keys (short histories keep the
-//!    checker tractable), half unique-valued puts, half linearizable reads,
-//!    each retried by the client with the same request id;
+//! 2. starts closed-loop clients on 16 keys (contended enough that reads
+//!    meet recent writes; a run short enough that each key's history stays
+//!    tractable for the checker), half unique-valued puts, half
+//!    linearizable reads, each retried by the client with the same request
+//!    id; half the clients send each operation first to a home node;
 //! 3. injects the fault `windows` times, each held for a random time, then
 //!    healed (killed nodes restarted from their directories, paused ones
 //!    resumed, links restored, failpoints disarmed), with a settle time;
-//!    as a node is restarted, a linearizable read of every key waits in its
-//!    backlog (a restarted leader resumes its term, and its
-//!    state machine catches up within milliseconds: reads in those
-//!    milliseconds are where a stale read hides);
+//!    half the holds are under an election timeout; as a node is
+//!    restarted, a linearizable read of every key waits in its backlog (a
+//!    restarted leader may resume its term, and its state machine catches
+//!    up within milliseconds: reads in those milliseconds are where a stale
+//!    read hides);
 //! 4. stops the clients, heals everything, reads every key linearizably
 //!    once more (so a lost write shows), and checks each key's history
 //!    within a step budget: a key is linearizable, a **violation**, or
