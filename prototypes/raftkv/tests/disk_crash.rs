@@ -1,9 +1,13 @@
-//! A node's disk crashing under it: three in-process nodes, each on its own
-//! `SimVfs`. Node 2 is down while clients write, so every write is
-//! committed by nodes 1 and 3; then node 3's disk loses every unsynced
-//! write (a power cut) and node 1 stops for good. Node 3 restarts from what
-//! its disk kept and, with node 2 back, must still hold every acknowledged
-//! write: node 2 never saw them.
+//! Disks crashing under the nodes: three in-process nodes, each on its own
+//! `SimVfs`.
+//!
+//! - With one member down: node 2 is down while clients write, so every
+//!   write is committed by nodes 1 and 3; then node 3's disk loses every
+//!   unsynced write (a power cut) and node 1 stops for good. Node 3
+//!   restarts from what its disk kept and, with node 2 back, must still
+//!   hold every acknowledged write: node 2 never saw them.
+//! - With all members: a power cut on all three at once, right after the
+//!   last acknowledgement; all restart from what their disks kept.
 
 mod common;
 
@@ -77,4 +81,44 @@ async fn a_node_whose_disk_crashed_rejoins_with_nothing_acknowledged_lost() {
     assert_eq!(check_histories(&history), 5);
     stop(n3).await;
     stop(n2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_power_cut_on_every_node_at_once_loses_nothing_acknowledged() {
+    let peers: BTreeMap<u64, String> = (1..=3)
+        .map(|id| (id, format!("127.0.0.1:{}", free_port())))
+        .collect();
+    let sims: Vec<SimVfs> = (0..3).map(|_| SimVfs::new()).collect();
+    let mut nodes = Vec::new();
+    for id in 1..=3 {
+        nodes.push(Some(start(id, &sims[id as usize - 1], &peers).await));
+    }
+    let endpoints: Vec<String> = peers.values().cloned().collect();
+    let base = Instant::now();
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut history = workload(endpoints.clone(), 4, 60, 5, done, base).await;
+    // The power cut everywhere, right after the last acknowledgement: what
+    // each disk kept is what it had synced.
+    let images: Vec<SimVfs> = sims
+        .iter()
+        .map(|s| s.crash(CrashPolicy::DropUnsynced))
+        .collect();
+    for n in &mut nodes {
+        stop(n.take().unwrap()).await;
+    }
+    let mut restarted = Vec::new();
+    for id in 1..=3u64 {
+        restarted.push(start(id, &images[id as usize - 1], &peers).await);
+    }
+    let mut client = Client::new(&endpoints, 1).unwrap();
+    client.deadline = Duration::from_secs(30);
+    for k in 0..5 {
+        history.push(recorded_read(&mut client, &format!("key-{k}"), base).await);
+    }
+    let acked = acknowledged_writes(&history);
+    assert!(acked > 50, "only {acked} writes acknowledged");
+    assert_eq!(check_histories(&history), 5);
+    for r in restarted {
+        stop(r).await;
+    }
 }
