@@ -147,8 +147,8 @@ impl Fault {
     }
 
     /// Whether the node it hits ends by itself (a crash at a failpoint, or
-    /// a Raft core stopped by a failing disk): its run's events must show
-    /// the exit.
+    /// a Raft core stopped by a failing disk): the fault is held until it
+    /// did (10 s at most), and its run's events must show the exit.
     pub fn ends_the_node(self) -> bool {
         self >= Fault::CrashBeforeAppend
     }

@@ -218,15 +218,9 @@ async fn drive(
         let start = nanos(base.elapsed());
         let injected = inject(c, fault, down, rng, &mut said).await?;
         events.extend(said.drain(..).map(|e| stamp(&e)));
-        // Half the faults are short, under an election timeout: a node
-        // back before anyone stood for election (a resumed leadership),
-        // a partition that flaps.
-        let hold = if rng.below(2) == 0 {
-            rng.between(Duration::from_millis(50), Duration::from_millis(400))
-        } else {
-            rng.between(p.hold.0, p.hold.1)
-        };
-        tokio::time::sleep(hold).await;
+        for e in hold(c, fault, &injected, rng, p).await {
+            events.push(stamp(&e));
+        }
         let mut probe = |addr: &str| {
             probes.push(tokio::spawn(workload::probe(
                 addr.to_string(),
@@ -293,6 +287,36 @@ pub(super) async fn final_reads(
         });
     }
     Ok(())
+}
+
+/// Holds a fault in force: half the time 50–400 ms (under an election
+/// timeout: a node back before anyone stood for election, a resumed
+/// leadership; a partition that flaps), else for a time in `p.hold`; a
+/// fault armed to end its node is held until the node exited (a loaded
+/// machine may not reach the k-th hit within a short hold), 10 s at most.
+/// Returns what happened.
+async fn hold(
+    c: &mut ProcCluster,
+    fault: Fault,
+    injected: &super::Injected,
+    rng: &mut Rng,
+    p: &Params,
+) -> Vec<String> {
+    let hold = if rng.below(2) == 0 {
+        rng.between(Duration::from_millis(50), Duration::from_millis(400))
+    } else {
+        rng.between(p.hold.0, p.hold.1)
+    };
+    tokio::time::sleep(hold).await;
+    let mut said = Vec::new();
+    if fault.ends_the_node() {
+        for &t in &injected.killed {
+            if let Some(status) = c.exited(t, Duration::from_secs(10)).await {
+                said.push(format!("node {} exited: {status}", t + 1));
+            }
+        }
+    }
+    said
 }
 
 fn overlaps(r: &Rec, windows: &[(u64, u64)], deadline: Duration) -> bool {
