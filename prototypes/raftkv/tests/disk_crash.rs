@@ -41,14 +41,8 @@ async fn start(id: u64, sim: &SimVfs, peers: &BTreeMap<u64, String>) -> Running 
     Running { node, stop, served }
 }
 
-async fn stop(r: Running) {
-    let _ = r.stop.send(());
-    r.served.await.unwrap().unwrap();
-    drop(r.node);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_node_whose_disk_crashed_rejoins_with_nothing_acknowledged_lost() {
+/// Three nodes on loopback ports, each on its own new `SimVfs`.
+async fn start_three() -> (BTreeMap<u64, String>, Vec<SimVfs>, Vec<Option<Running>>) {
     let peers: BTreeMap<u64, String> = (1..=3)
         .map(|id| (id, format!("127.0.0.1:{}", free_port())))
         .collect();
@@ -57,6 +51,18 @@ async fn a_node_whose_disk_crashed_rejoins_with_nothing_acknowledged_lost() {
     for id in 1..=3 {
         nodes.push(Some(start(id, &sims[id as usize - 1], &peers).await));
     }
+    (peers, sims, nodes)
+}
+
+async fn stop(r: Running) {
+    let _ = r.stop.send(());
+    r.served.await.unwrap().unwrap();
+    drop(r.node);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_whose_disk_crashed_rejoins_with_nothing_acknowledged_lost() {
+    let (peers, sims, mut nodes) = start_three().await;
     stop(nodes[1].take().unwrap()).await;
     let endpoints: Vec<String> = peers.values().cloned().collect();
     let base = Instant::now();
@@ -85,14 +91,7 @@ async fn a_node_whose_disk_crashed_rejoins_with_nothing_acknowledged_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_power_cut_on_every_node_at_once_loses_nothing_acknowledged() {
-    let peers: BTreeMap<u64, String> = (1..=3)
-        .map(|id| (id, format!("127.0.0.1:{}", free_port())))
-        .collect();
-    let sims: Vec<SimVfs> = (0..3).map(|_| SimVfs::new()).collect();
-    let mut nodes = Vec::new();
-    for id in 1..=3 {
-        nodes.push(Some(start(id, &sims[id as usize - 1], &peers).await));
-    }
+    let (peers, sims, mut nodes) = start_three().await;
     let endpoints: Vec<String> = peers.values().cloned().collect();
     let base = Instant::now();
     let done = Arc::new(AtomicUsize::new(0));

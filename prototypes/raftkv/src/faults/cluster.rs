@@ -8,7 +8,7 @@ use crate::api::Status;
 use crate::client::Client;
 use crate::local::{LogTail, NodeCommand};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 use tokio::process::Child;
 
@@ -35,18 +35,19 @@ pub struct ProcCluster {
     probe: Client,
 }
 
-/// A free loopback port for a node, below Linux's ephemeral range
-/// (32768 and up): the proxies' listeners and every outgoing connection
-/// take their ports from that range, and one of them must not take the
-/// port of a node that is down for a while and will listen on it again.
-fn free_port(rng: &mut super::Rng) -> Result<u16, String> {
+/// `n` free consecutive loopback ports for nodes (the first returned),
+/// below Linux's ephemeral range (32768 and up): the proxies' listeners and
+/// every outgoing connection take their ports from that range, and one of
+/// them must not take the port of a node that is down for a while and will
+/// listen on it again.
+pub(super) fn free_ports(rng: &mut super::Rng, n: u16) -> Result<u16, String> {
     for _ in 0..1000 {
-        let port = 20_000 + rng.below(12_000) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return Ok(port);
+        let base = 20_000 + rng.below(12_000) as u16;
+        if (0..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+            return Ok(base);
         }
     }
-    Err("no free port in 20000..32000".into())
+    Err(format!("no {n} free ports in 20000..32000"))
 }
 
 /// Sends `sig` to `pid` through `kill(1)`.
@@ -81,7 +82,7 @@ impl ProcCluster {
         );
         let mut addrs: Vec<String> = Vec::new();
         while addrs.len() < n {
-            let a = format!("127.0.0.1:{}", free_port(&mut rng)?);
+            let a = format!("127.0.0.1:{}", free_ports(&mut rng, 1)?);
             if !addrs.contains(&a) {
                 addrs.push(a);
             }
@@ -141,11 +142,6 @@ impl ProcCluster {
     /// The nodes' addresses.
     pub fn endpoints(&self) -> Vec<String> {
         self.nodes.iter().map(|n| n.cmd.addr.clone()).collect()
-    }
-
-    /// Node `i`'s directory.
-    pub fn dir(&self, i: usize) -> PathBuf {
-        self.nodes[i].cmd.dir.clone()
     }
 
     /// Starts node `i` (from its directory) and waits until it listens.
@@ -263,14 +259,5 @@ impl ProcCluster {
         } else {
             Err(format!("{url}: {}", r.status()))
         }
-    }
-
-    /// Whether node `i` serves failpoints (built with the feature).
-    pub async fn has_failpoints(&self, i: usize) -> bool {
-        let url = format!("http://{}/debug/failpoints", self.nodes[i].cmd.addr);
-        matches!(
-            reqwest::Client::new().get(&url).timeout(Duration::from_secs(2)).send().await,
-            Ok(r) if r.status().is_success()
-        )
     }
 }

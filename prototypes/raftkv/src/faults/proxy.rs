@@ -81,11 +81,6 @@ impl Link {
     pub fn set(&self, mode: Mode) {
         self.mode.send_replace(mode);
     }
-
-    /// What the link does now.
-    pub fn mode(&self) -> Mode {
-        *self.mode.borrow()
-    }
 }
 
 /// Serves one proxied connection: dials the target once the link lets

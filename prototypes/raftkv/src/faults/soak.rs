@@ -56,23 +56,11 @@ pub struct SoakReport {
     pub log: Vec<String>,
 }
 
-/// Three free consecutive loopback ports below the ephemeral range.
-fn free_base(rng: &mut Rng) -> Result<u16, String> {
-    for _ in 0..1000 {
-        let base = 20_000 + rng.below(12_000) as u16;
-        let free = (0..3).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok());
-        if free {
-            return Ok(base);
-        }
-    }
-    Err("no three free ports in 20000..32000".into())
-}
-
 /// Runs the soak in a cluster under `dir`.
 pub async fn soak(s: &Soak, dir: &Path) -> Result<SoakReport, String> {
     let mut rng = Rng::new(s.seed);
     let log = LogTail::default();
-    let mut nodes = NodeCommand::local(3, dir, free_base(&mut rng)?)?;
+    let mut nodes = NodeCommand::local(3, dir, super::cluster::free_ports(&mut rng, 3)?)?;
     for n in &mut nodes {
         n.exe = s.exe.clone();
         n.log = Some(log.clone());
