@@ -37,8 +37,10 @@
 //! - **truncate(log_id)**: a logical truncation record (entries at and
 //!   after `log_id.index` are gone), durable before it returns. Replay
 //!   applies records in log order, so entries appended after it survive it.
-//! - **purge(log_id)**: a purge record, then a *state* record carrying the
-//!   vote, the committed id and the last purged id, both durable; then the
+//! - **purge(log_id)**: once the [`PurgeGate`], if any, says the state
+//!   machine holds the entries durably: a purge record, then a *state*
+//!   record carrying the vote, the committed id and the last purged id,
+//!   both durable; then the
 //!   journal checkpoints at the oldest LSN still needed (the state record,
 //!   or the oldest remaining entry), so segments holding only purged
 //!   entries are recycled.
@@ -90,10 +92,28 @@ pub enum FlushMode {
     Inline,
 }
 
+/// What a purge waits for before it removes entries
+/// ([`JournalLogStore::with_purge_gate`]): called with the last index the
+/// purge removes, it resolves once the state machine holds every entry up
+/// to it durably, or with the error that means it never will.
+///
+/// openraft 0.9 does not wait for that itself: a follower that installs a
+/// snapshot queues the install to its state machine and purges its log up
+/// to the snapshot at once (`Command::PurgeLog` has no condition). A crash
+/// between the two leaves a log purged past what the state machine holds,
+/// with a committed index above it, and openraft cannot start on it: it
+/// must re-apply entries that are gone ("Failed to get log entries").
+pub type PurgeGate = Arc<
+    dyn Fn(u64) -> std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send>>
+        + Send
+        + Sync,
+>;
+
 type Nid<C> = <C as RaftTypeConfig>::NodeId;
 
 struct State<C: RaftTypeConfig> {
     flush: FlushMode,
+    gate: Option<PurgeGate>,
     index: LogIndex<Nid<C>>,
     cache: Cache<C::Entry>,
     vote: Option<Vote<Nid<C>>>,
@@ -233,6 +253,7 @@ where
     pub fn from_journal(journal: Arc<Journal>) -> Result<Self, Error> {
         let mut state = State {
             flush: FlushMode::Task,
+            gate: None,
             index: LogIndex::default(),
             cache: Cache::new(DEFAULT_CACHE_BYTES),
             vote: None,
@@ -262,6 +283,13 @@ where
     /// Sets how appends are made durable ([`FlushMode`]).
     pub fn with_flush_mode(self, mode: FlushMode) -> Self {
         self.shared.state.lock().flush = mode;
+        self
+    }
+
+    /// Makes every purge wait for `gate` before it removes entries (see
+    /// [`PurgeGate`]); a gate that fails fails the purge.
+    pub fn with_purge_gate(self, gate: PurgeGate) -> Self {
+        self.shared.state.lock().gate = Some(gate);
         self
     }
 
@@ -528,6 +556,10 @@ where
     }
 
     async fn purge(&mut self, log_id: LogId<Nid<C>>) -> Result<(), StorageError<Nid<C>>> {
+        let gate = self.shared.state.lock().gate.clone();
+        if let Some(gate) = gate {
+            gate(log_id.index).await.map_err(write_err)?;
+        }
         self.durable(Record::Purge(log_id)).await?;
         let state = {
             let st = self.shared.state.lock();

@@ -243,3 +243,57 @@ impl BlockingAppend for JournalLogStore<TypeConfig> {
         openraft::storage::RaftLogStorageExt::blocking_append(self, e).await
     }
 }
+
+/// A purge waits for its gate: until the gate opens the entries stay, and
+/// a gate that fails fails the purge and removes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_waits_for_its_gate_and_a_failing_gate_removes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (open_tx, open_rx) = tokio::sync::watch::channel(false);
+    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
+    let gate: openraft_log::PurgeGate = Arc::new(move |upto| {
+        let mut rx = open_rx.clone();
+        let entered = entered_tx.clone();
+        Box::pin(async move {
+            if upto > 20 {
+                return Err(std::io::Error::other("the state machine failed"));
+            }
+            let _ = entered.send(upto);
+            rx.wait_for(|open| *open)
+                .await
+                .map(|_| ())
+                .map_err(std::io::Error::other)
+        })
+    });
+    let log = JournalLogStore::<TypeConfig>::open(tmp.path().join("log"), options())
+        .unwrap()
+        .with_purge_gate(gate);
+    let mut writer = log.clone();
+    for i in 1..=30u64 {
+        writer
+            .blocking_append([entry(1, i, &format!("e{i}"))])
+            .await
+            .unwrap();
+    }
+    let id = |i| LogId::new(openraft::CommittedLeaderId::new(1, 0), i);
+
+    let mut failing = log.clone();
+    assert!(failing.purge(id(25)).await.is_err(), "the gate failed it");
+    let mut purger = log.clone();
+    let purge = tokio::spawn(async move { purger.purge(id(10)).await });
+    assert_eq!(entered.recv().await, Some(10), "the purge asked its gate");
+    let mut reader = log.clone();
+    let state = reader.get_log_state().await.unwrap();
+    assert_eq!(
+        state.last_purged_log_id, None,
+        "nothing purged before the gate opens"
+    );
+    assert_eq!(reader.try_get_log_entries(1..=30).await.unwrap().len(), 30);
+    assert!(!purge.is_finished());
+
+    open_tx.send(true).unwrap();
+    purge.await.unwrap().unwrap();
+    let state = reader.get_log_state().await.unwrap();
+    assert_eq!(state.last_purged_log_id.map(|l| l.index), Some(10));
+    assert_eq!(reader.try_get_log_entries(1..=30).await.unwrap().len(), 20);
+}
