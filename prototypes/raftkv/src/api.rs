@@ -62,8 +62,39 @@ pub fn router(node: Arc<Node>) -> Router {
         .route(
             "/debug/failpoints/{name}",
             axum::routing::put(failpoints::set),
-        );
+        )
+        .route("/debug/compact", post(failpoints::compact));
     router.with_state(node)
+}
+
+/// The environment variable `raftkv serve` reads failpoints from at its
+/// start, before Raft starts (see [`arm_failpoints`]).
+pub const FAILPOINTS_ENV: &str = "RAFTKV_FAILPOINTS";
+
+/// Arms the failpoints named in `spec`, `name=actions` pairs separated by
+/// `;` (the form of the `fail` crate's `FAILPOINTS` variable), so a
+/// failpoint is armed before the node starts Raft. A build without the
+/// `failpoints` feature refuses a non-empty `spec`.
+pub fn arm_failpoints(spec: &str) -> Result<(), String> {
+    for part in spec.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, actions) = part
+            .split_once('=')
+            .ok_or_else(|| format!("failpoint {part:?} is not NAME=ACTIONS"))?;
+        arm(name.trim(), actions.trim())?;
+    }
+    Ok(())
+}
+
+#[cfg(feature = "failpoints")]
+fn arm(name: &str, actions: &str) -> Result<(), String> {
+    fail::cfg(name, actions)
+}
+
+#[cfg(not(feature = "failpoints"))]
+fn arm(name: &str, actions: &str) -> Result<(), String> {
+    Err(format!(
+        "failpoint {name}={actions}: this build has no failpoints (feature `failpoints`)"
+    ))
 }
 
 /// `GET /debug/failpoints` (the armed ones, `name=actions` a line) and
@@ -73,9 +104,12 @@ pub fn router(node: Arc<Node>) -> Router {
 #[cfg(feature = "failpoints")]
 mod failpoints {
     use super::text;
-    use axum::extract::Path;
+    use crate::Node;
+    use axum::extract::{Path, State};
     use axum::http::StatusCode;
     use axum::response::Response;
+    use std::sync::Arc;
+    use std::time::Duration;
 
     pub(super) async fn list() -> String {
         fail::list()
@@ -93,6 +127,41 @@ mod failpoints {
         match fail::cfg(&name, actions) {
             Ok(()) => text(StatusCode::OK, format!("{name}={actions}")),
             Err(e) => text(StatusCode::BAD_REQUEST, e),
+        }
+    }
+
+    /// `POST /debug/compact`: builds a snapshot of what this node applied,
+    /// purges its log up to it, and answers once both are done (10 s at
+    /// most), so a member that is behind must be sent the snapshot.
+    pub(super) async fn compact(State(node): State<Arc<Node>>) -> Response {
+        let applied = node.raft.metrics().borrow().last_applied.map(|l| l.index);
+        let Some(upto) = applied else {
+            return text(StatusCode::CONFLICT, "nothing applied");
+        };
+        let wait = || node.raft.wait(Some(Duration::from_secs(10)));
+        let r = async {
+            node.raft
+                .trigger()
+                .snapshot()
+                .await
+                .map_err(|e| e.to_string())?;
+            wait()
+                .metrics(|m| m.snapshot.is_some_and(|s| s.index >= upto), "snapshot")
+                .await
+                .map_err(|e| e.to_string())?;
+            node.raft
+                .trigger()
+                .purge_log(upto)
+                .await
+                .map_err(|e| e.to_string())?;
+            wait()
+                .metrics(|m| m.purged.is_some_and(|p| p.index >= upto), "purge")
+                .await
+                .map_err(|e| e.to_string())
+        };
+        match r.await {
+            Ok(_) => text(StatusCode::OK, format!("ok, purged to {upto}")),
+            Err(e) => text(StatusCode::SERVICE_UNAVAILABLE, e),
         }
     }
 }
@@ -401,6 +470,11 @@ pub struct Status {
     pub last_log_index: Option<u64>,
     /// The index of the last entry applied to its state machine.
     pub applied_index: Option<u64>,
+    /// The last index its latest snapshot covers.
+    pub snapshot_index: Option<u64>,
+    /// The last index purged from its log (a member behind it is sent a
+    /// snapshot).
+    pub purged_index: Option<u64>,
     /// The voters, id to address.
     pub voters: BTreeMap<NodeId, String>,
     /// The learners, id to address.
@@ -431,6 +505,8 @@ async fn status(State(node): State<Arc<Node>>) -> Json<Status> {
         term: m.current_term,
         last_log_index: m.last_log_index,
         applied_index: m.last_applied.map(|l| l.index),
+        snapshot_index: m.snapshot.map(|l| l.index),
+        purged_index: m.purged.map(|l| l.index),
         voters,
         learners,
         error: m.running_state.as_ref().err().map(|e| e.to_string()),

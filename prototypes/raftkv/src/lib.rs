@@ -10,7 +10,7 @@
 //! | `GET /kv/{key}` | `200` and the value, linearizable (read index: leadership confirmed by a majority, then the state machine caught up; see below); `404` if absent |
 //! | `GET /kv/{key}?stale=true` | the value as applied on this node, without asking anyone |
 //! | `DELETE /kv/{key}` | `200` as for a `PUT` |
-//! | `GET /status` | JSON: id, cluster, state, leader, term, last log index, applied index, voters, learners |
+//! | `GET /status` | JSON: id, pid, cluster, state, leader, term, last log index, applied index, snapshot index, purged index, voters, learners, the error that stopped Raft if one did |
 //! | `POST /members` with `{"op":"add","id":4,"addr":"127.0.0.1:7004"}`, `{"op":"promote","id":4}` or `{"op":"remove","id":3}` | `200` once the change is committed (an added learner has caught up) |
 //!
 //! A `200` to a write or a linearizable read carries the header
@@ -81,9 +81,13 @@
 //! store recovers its pages and its own write-ahead log. The store holds
 //! the last applied log id in the same transaction as the writes of that
 //! batch ([`StateMachine`]), so openraft re-applies exactly the entries
-//! after it; the log is purged only below a snapshot's applied id, which
-//! building the snapshot made durable first. A follower too far behind
-//! gets a snapshot, installed by an atomic replace of its store.
+//! after it; the log is purged only below what the store holds durably
+//! (a snapshot's applied id, which building the snapshot made durable
+//! first; an installed snapshot's, once its store is current): the log's
+//! purge waits for it ([`StateMachine::purge_gate`]), since openraft 0.9
+//! purges a follower's log without waiting for its snapshot install. A
+//! follower too far behind gets a snapshot, installed by an atomic replace
+//! of its store.
 //!
 //! # The network
 //!

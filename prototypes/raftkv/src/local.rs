@@ -41,6 +41,9 @@ pub struct NodeCommand {
     pub extra: Vec<String>,
     /// Keep the node's stderr here (default: inherited).
     pub log: Option<LogTail>,
+    /// Environment variables for the process (a fault test's
+    /// [`crate::api::FAILPOINTS_ENV`]).
+    pub env: Vec<(String, String)>,
 }
 
 /// The last lines a process wrote to its stderr (the newest
@@ -89,6 +92,7 @@ impl NodeCommand {
                 peers: peers.join(","),
                 extra: vec!["--threads".into(), "1".into()],
                 log: None,
+                env: Vec::new(),
             })
             .collect())
     }
@@ -108,6 +112,7 @@ impl NodeCommand {
             .args(["--peers", &self.peers])
             .args(&self.extra)
             .args(if self.id == 1 { &["--init"][..] } else { &[] })
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::piped())
             .stderr(stderr)
             .kill_on_drop(true)

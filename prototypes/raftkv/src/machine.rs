@@ -110,6 +110,15 @@ struct Inner {
     dir: PathBuf,
     options: kvstore::Options,
     state: Mutex<State>,
+    /// How far the store is durable: what the Raft log's purge waits for.
+    durable: tokio::sync::watch::Sender<Durable>,
+}
+
+/// The last log index the store holds durably, or why it never will.
+#[derive(Debug, Clone, Default)]
+struct Durable {
+    applied: Option<u64>,
+    failed: Option<String>,
 }
 
 /// The state machine (cheap to clone; clones share it, and its snapshot
@@ -286,11 +295,16 @@ impl StateMachine {
         }
         let store = Store::open_with(vfs.clone(), store_dir(&dir, generation), options)?;
         let (applied, clients) = load(&store)?;
+        let durable = tokio::sync::watch::Sender::new(Durable {
+            applied: applied.log_id.map(|l| l.index),
+            failed: None,
+        });
         Ok(StateMachine {
             inner: Arc::new(Inner {
                 vfs,
                 dir,
                 options,
+                durable,
                 state: Mutex::new(State {
                     store: Arc::new(store),
                     generation,
@@ -318,6 +332,70 @@ impl StateMachine {
     pub fn close(&self) -> Result<(), Error> {
         let store = self.inner.state.lock().store.clone();
         Ok(store.close()?)
+    }
+
+    /// Notes that the store holds everything up to `applied` durably.
+    fn mark_durable(&self, applied: Option<LogId<NodeId>>) {
+        let index = applied.map(|l| l.index);
+        self.inner.durable.send_if_modified(|d| {
+            let newer = index > d.applied;
+            if newer {
+                d.applied = index;
+            }
+            newer
+        });
+    }
+
+    /// Notes that the store failed: a purge waiting for it fails too.
+    fn mark_failed(&self, e: &str) {
+        self.inner
+            .durable
+            .send_modify(|d| d.failed = Some(e.to_string()));
+    }
+
+    /// Makes everything applied durable.
+    fn sync(&self) -> Result<(), Error> {
+        let st = self.inner.state.lock();
+        st.store.sync()?;
+        self.mark_durable(st.applied.log_id);
+        Ok(())
+    }
+
+    /// What the Raft log's purge waits for ([`openraft_log::PurgeGate`]):
+    /// until the store holds every entry up to the purge durably — synced
+    /// now if applied but not yet synced, else once a snapshot install
+    /// under way has made it so — or fails with the store's error. A
+    /// follower's openraft purges its log up to a snapshot without waiting
+    /// for the install; without this a crash between the two leaves a node
+    /// that cannot start.
+    pub fn purge_gate(&self) -> openraft_log::PurgeGate {
+        let sm = self.clone();
+        Arc::new(move |upto| {
+            let sm = sm.clone();
+            Box::pin(async move { sm.durable_through(upto).await })
+        })
+    }
+
+    async fn durable_through(&self, upto: u64) -> std::io::Result<()> {
+        let mut rx = self.inner.durable.subscribe();
+        let held = rx.borrow().applied >= Some(upto);
+        if !held && self.applied().map(|l| l.index) >= Some(upto) {
+            let sm = self.clone();
+            tokio::task::spawn_blocking(move || sm.sync())
+                .await
+                .map_err(std::io::Error::other)?
+                .map_err(std::io::Error::other)?;
+        }
+        let d = rx
+            .wait_for(|d| d.applied >= Some(upto) || d.failed.is_some())
+            .await
+            .map_err(std::io::Error::other)?;
+        match &d.failed {
+            Some(e) if d.applied < Some(upto) => Err(std::io::Error::other(format!(
+                "the state machine failed before it held index {upto}: {e}"
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// Applies `entries` in store transactions of bounded size.
@@ -365,6 +443,7 @@ impl StateMachine {
     fn build(&self) -> Result<Snapshot<TypeConfig>, Error> {
         let mut st = self.inner.state.lock();
         st.store.sync()?;
+        self.mark_durable(st.applied.log_id);
         let pairs = st.store.scan(..)?;
         let data = postcard::to_stdvec(&pairs).map_err(corrupt)?;
         st.snapshots_built += 1;
@@ -420,12 +499,23 @@ impl StateMachine {
             }
             txn.commit_no_wait()?;
         }
+        // A crash here leaves a new store without its applied state, which
+        // `CURRENT` does not name: the next open removes it.
+        fail::fail_point!("raftkv::install", |_| std::process::abort());
         let state = postcard::to_stdvec(&applied).map_err(corrupt)?;
         let mut txn = store.transaction();
         txn.put(layout::APPLIED, &state);
         txn.commit()?;
         let (_, clients) = load(&store)?;
+        // A crash here leaves the new store whole and durable, still not
+        // named: the next open removes it, and the node runs on the old one.
+        fail::fail_point!("raftkv::install-switch", |_| std::process::abort());
         write_current(&*inner.vfs, &inner.dir, generation)?;
+        // A crash here leaves the new store current before openraft purged
+        // the log the snapshot replaces: openraft purges it at the next
+        // start (its log ends below the applied index).
+        self.mark_durable(meta.last_log_id);
+        fail::fail_point!("raftkv::installed", |_| std::process::abort());
         let old = std::mem::replace(&mut st.store, Arc::new(store));
         let old_dir = store_dir(&inner.dir, st.generation);
         st.generation = generation;
@@ -514,7 +604,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<(), StorageError<NodeId>> {
         let sm = self.clone();
         let meta = meta.clone();
-        blocking(move || sm.install(&meta, snapshot.into_inner())).await
+        let r = blocking(move || sm.install(&meta, snapshot.into_inner())).await;
+        if let Err(e) = &r {
+            self.mark_failed(&e.to_string());
+        }
+        r
     }
 
     async fn get_current_snapshot(

@@ -258,6 +258,11 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
         ),
         None => None,
     };
+    // Failpoints a fault test arms before Raft starts (a crash while a
+    // snapshot it is sent at once is installed): `name=actions;...`.
+    if let Ok(spec) = std::env::var(raftkv::api::FAILPOINTS_ENV) {
+        raftkv::api::arm_failpoints(&spec)?;
+    }
     let listener = tokio::net::TcpListener::bind(&listen)
         .await
         .map_err(|e| format!("listen on {listen}: {e}"))?;

@@ -344,6 +344,7 @@ impl Node {
             kvstore::Options::default(),
         )
         .map_err(Error::Machine)?;
+        let log = log.with_purge_gate(machine.purge_gate());
         let resumed = resumed_leadership(&log, o.id).await?;
         let config = raft_config(&o, cluster)?;
         let network =

@@ -48,6 +48,9 @@ async fn every_fault_with_all_members_and_with_one_down_stays_linearizable() {
         if r.ops_in_fault == 0 {
             bad.push(format!("{name}: no operation overlapped the fault"));
         }
+        if r.fault == Fault::ReplaceMember && !r.events.iter().any(|e| e.contains("replaced by")) {
+            bad.push(format!("{name}: no member was replaced: {:#?}", r.events));
+        }
         if r.fault.ends_the_node() && !r.events.iter().any(|e| e.contains("exited")) {
             bad.push(format!(
                 "{name}: the node hit did not exit: {:#?}",

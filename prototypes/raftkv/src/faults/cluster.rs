@@ -21,6 +21,8 @@ pub struct NodeProc {
     pub child: Option<Child>,
     /// Whether it is paused (`SIGSTOP`).
     pub paused: bool,
+    /// Whether it was removed from the membership (never restarted).
+    pub removed: bool,
 }
 
 /// A cluster of node processes with proxied links.
@@ -33,6 +35,10 @@ pub struct ProcCluster {
     /// The nodes' stderr, interleaved.
     pub log: LogTail,
     probe: Client,
+    /// The arguments every node's `raftkv serve` gets.
+    extra: Vec<String>,
+    /// Where the node directories are.
+    dir: std::path::PathBuf,
 }
 
 /// `n` free consecutive loopback ports for nodes (the first returned),
@@ -110,8 +116,8 @@ impl ProcCluster {
                 .filter(|&to| to != i)
                 .map(|to| format!("{}={}", to + 1, links[&(i, to)].addr()))
                 .collect();
-            let mut extra = extra.to_vec();
-            extra.extend(["--peer-addr".into(), dial.join(",")]);
+            let mut extra_i = extra.to_vec();
+            extra_i.extend(["--peer-addr".into(), dial.join(",")]);
             nodes.push(NodeProc {
                 cmd: NodeCommand {
                     exe: exe.to_path_buf(),
@@ -119,11 +125,13 @@ impl ProcCluster {
                     addr: addr.clone(),
                     dir: dir.join(format!("node-{}", i + 1)),
                     peers: peers.join(","),
-                    extra,
+                    extra: extra_i,
                     log: Some(log.clone()),
+                    env: Vec::new(),
                 },
                 child: None,
                 paused: false,
+                removed: false,
             });
         }
         let probe = Client::new(&addrs, 0).map_err(|e| e.to_string())?;
@@ -132,6 +140,8 @@ impl ProcCluster {
             links,
             log,
             probe,
+            extra: extra.to_vec(),
+            dir: dir.to_path_buf(),
         };
         for i in 0..n {
             c.spawn(i).await?;
@@ -150,6 +160,49 @@ impl ProcCluster {
         self.nodes[i].child = Some(child);
         self.nodes[i].paused = false;
         Ok(())
+    }
+
+    /// Starts node `i` with `env` added to its environment this once.
+    pub async fn spawn_with_env(
+        &mut self,
+        i: usize,
+        env: Vec<(String, String)>,
+    ) -> Result<(), String> {
+        let mut cmd = self.nodes[i].cmd.clone();
+        cmd.env.extend(env);
+        let child = cmd.spawn().await?;
+        self.nodes[i].child = Some(child);
+        self.nodes[i].paused = false;
+        Ok(())
+    }
+
+    /// Starts a new node with an empty directory and the next id, not yet
+    /// a member (it joins by `POST /members`); it dials its peers at their
+    /// own addresses, not through proxies. Returns its index.
+    pub async fn add_node(&mut self, rng: &mut super::Rng) -> Result<usize, String> {
+        let i = self.nodes.len();
+        let seed = self.nodes.first().ok_or("no nodes")?.cmd.clone();
+        let addr = loop {
+            let a = format!("127.0.0.1:{}", free_ports(rng, 1)?);
+            if !self.nodes.iter().any(|n| n.cmd.addr == a) {
+                break a;
+            }
+        };
+        self.nodes.push(NodeProc {
+            cmd: NodeCommand {
+                id: i as u64 + 1,
+                addr,
+                dir: self.dir.join(format!("node-{}", i + 1)),
+                extra: self.extra.clone(),
+                env: Vec::new(),
+                ..seed
+            },
+            child: None,
+            paused: false,
+            removed: false,
+        });
+        self.spawn(i).await?;
+        Ok(i)
     }
 
     /// Whether node `i`'s process runs (paused counts as running).
@@ -240,6 +293,25 @@ impl ProcCluster {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         None
+    }
+
+    /// Has node `i` build a snapshot and purge its log up to what it
+    /// applied (`POST /debug/compact`, a `failpoints` build); its answer.
+    pub async fn compact(&self, i: usize) -> Result<String, String> {
+        let url = format!("http://{}/debug/compact", self.nodes[i].cmd.addr);
+        let r = reqwest::Client::new()
+            .post(&url)
+            .timeout(Duration::from_secs(15))
+            .send()
+            .await
+            .map_err(|e| format!("{url}: {e}"))?;
+        let status = r.status();
+        let body = r.text().await.unwrap_or_default();
+        if status.is_success() {
+            Ok(body)
+        } else {
+            Err(format!("{url}: {status} {body}"))
+        }
     }
 
     /// Arms failpoint `name` on node `i` with `actions` (the `fail`

@@ -33,6 +33,7 @@
 //! process (`std::process::abort`): a panic in a tokio task is caught, so
 //! it would be no crash.
 
+mod change;
 pub mod cluster;
 pub mod proxy;
 mod run;
@@ -77,6 +78,11 @@ pub enum Fault {
     LeaderOutboundCut,
     /// Every link of the leader delays each chunk 20–150 ms.
     DelayLeader,
+    /// A dead member (the one down for the run, or a follower killed for
+    /// it) is replaced by a new node with an empty directory (added as a
+    /// learner, promoted, the old one removed), and the leader is killed
+    /// while the change goes on.
+    ReplaceMember,
     /// The leader's log flushes take 20–100 ms longer (failpoint).
     SlowFsyncLeader,
     /// A follower's log flushes take 20–100 ms longer (failpoint).
@@ -96,6 +102,11 @@ pub enum Fault {
     CrashBeforeApply,
     /// A node aborts after it applied a batch, before its answers.
     CrashAfterApply,
+    /// A member that missed entries the leader then purged (the one down
+    /// for the run, or a follower killed for it) comes back, is sent a
+    /// snapshot and aborts while installing it (failpoint, at one of three
+    /// points); restarted, it installs it again.
+    CrashInstallSnapshot,
     /// A follower's log flush fails with EIO: it stops, the rest go on.
     DiskEioFollower,
     /// The leader's log flush fails with ENOSPC.
@@ -104,7 +115,7 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault, in table order.
-    pub const ALL: [Fault; 21] = [
+    pub const ALL: [Fault; 23] = [
         Fault::KillLeader,
         Fault::KillFollower,
         Fault::KillRandom,
@@ -116,6 +127,7 @@ impl Fault {
         Fault::Bridge,
         Fault::LeaderOutboundCut,
         Fault::DelayLeader,
+        Fault::ReplaceMember,
         Fault::SlowFsyncLeader,
         Fault::SlowFsyncFollower,
         Fault::SlowApplyFailover,
@@ -124,6 +136,7 @@ impl Fault {
         Fault::CrashAfterFlush,
         Fault::CrashBeforeApply,
         Fault::CrashAfterApply,
+        Fault::CrashInstallSnapshot,
         Fault::DiskEioFollower,
         Fault::DiskFullLeader,
     ];
@@ -302,6 +315,8 @@ struct Injected {
     killed: Vec<usize>,
     /// Failpoints armed: (node, name).
     armed: Vec<(usize, &'static str)>,
+    /// A membership change under way, finished at the heal.
+    replacing: Option<change::Replacing>,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -349,7 +364,11 @@ async fn inject(
         follower: rng.pick(&followers).unwrap_or(lead),
         any: rng.pick(&live).unwrap_or(lead),
     };
-    if fault.needs_failpoints() {
+    if fault == Fault::ReplaceMember {
+        change::replace(c, t, down, rng, events).await
+    } else if fault == Fault::CrashInstallSnapshot {
+        change::crash_install(c, t, down, rng, events).await
+    } else if fault.needs_failpoints() {
         arm(c, fault, t, rng, events).await
     } else if fault >= Fault::IsolateLeader {
         cut(c, fault, t, rng, events);
@@ -559,7 +578,10 @@ async fn heal(
         if c.running(t) {
             // A crash failpoint not reached, or a disk fault the node
             // survived: disarm what may still be armed.
-            for p in [APPEND, FLUSH, FLUSHED, APPLY, APPLIED, APPLY_DELAY] {
+            for p in [APPEND, FLUSH, FLUSHED, APPLY, APPLIED, APPLY_DELAY]
+                .into_iter()
+                .chain(change::INSTALL_POINTS)
+            {
                 let _ = c.failpoint(t, p, "off").await;
             }
             continue;
@@ -570,6 +592,9 @@ async fn heal(
         before_restart(&c.nodes[t].cmd.addr);
         c.spawn(t).await?;
         events.push(format!("restart node {}", t + 1));
+    }
+    if let Some(r) = injected.replacing {
+        r.finish(c, events).await?;
     }
     Ok(())
 }

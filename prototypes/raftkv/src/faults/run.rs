@@ -240,11 +240,12 @@ async fn drive(
     for t in clients.into_iter().chain(probes) {
         recs.extend(t.await.map_err(|e| e.to_string())?);
     }
-    // Everything healed and running (but the member down for the run):
-    // one more linearizable read of every key, so a lost write shows.
+    // Everything healed and running (but the member down for the run, and
+    // members replaced): one more linearizable read of every key, so a
+    // lost write shows.
     c.heal().await?;
-    for i in all.iter().copied().filter(|&i| Some(i) != down) {
-        if !c.running(i) {
+    for i in 0..c.nodes.len() {
+        if Some(i) != down && !c.nodes[i].removed && !c.running(i) {
             c.spawn(i).await?;
             events.push(stamp(&format!(
                 "restart node {} for the final reads",
