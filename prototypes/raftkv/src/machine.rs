@@ -346,7 +346,9 @@ impl StateMachine {
         });
     }
 
-    /// Notes that the store failed: a purge waiting for it fails too.
+    /// Notes that the store failed (an apply or an install): a purge
+    /// waiting for it fails too, rather than holding openraft's core while
+    /// the install it waits for never comes.
     fn mark_failed(&self, e: &str) {
         self.inner
             .durable
@@ -580,9 +582,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }) {
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
         }
-        let applied = self
-            .apply_entries(entries.into_iter().collect())
-            .map_err(sm_err);
+        let applied = self.apply_entries(entries.into_iter().collect());
+        if let Err(e) = &applied {
+            self.mark_failed(&e.to_string());
+        }
+        let applied = applied.map_err(sm_err);
         fail::fail_point!("raftkv::applied", |_| std::process::abort());
         applied
     }

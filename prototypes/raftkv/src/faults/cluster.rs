@@ -156,10 +156,7 @@ impl ProcCluster {
 
     /// Starts node `i` (from its directory) and waits until it listens.
     pub async fn spawn(&mut self, i: usize) -> Result<(), String> {
-        let child = self.nodes[i].cmd.spawn().await?;
-        self.nodes[i].child = Some(child);
-        self.nodes[i].paused = false;
-        Ok(())
+        self.spawn_with_env(i, Vec::new()).await
     }
 
     /// Starts node `i` with `env` added to its environment this once.
