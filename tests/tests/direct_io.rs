@@ -157,6 +157,7 @@ fn a_refused_direct_write_falls_back_to_the_page_cache_for_good() {
         op: Op::Write,
         nth: 1,
         errno: 22, // EINVAL
+        path: None,
     });
     for i in 3..10u32 {
         let p = payload(1, i, 5000);

@@ -22,7 +22,7 @@ pub enum Error {
         max: usize,
     },
     /// A transaction whose log record (its operations, plus the full
-    /// images of buckets it changes first since a checkpoint) exceeds what
+    /// images of pages it changes first since a checkpoint) exceeds what
     /// one journal record holds; nothing was written.
     TransactionTooLarge {
         /// The record's size.
@@ -42,7 +42,8 @@ pub enum Error {
         /// The data file.
         path: PathBuf,
     },
-    /// A data file or log record of a newer format.
+    /// A data file or log record of another format version (format 1 is
+    /// the hash-bucket store before the B+tree).
     UnsupportedVersion {
         /// The version found.
         found: u16,
@@ -53,6 +54,18 @@ pub enum Error {
         /// The page number.
         page: u32,
     },
+    /// A page whose checksum holds but whose contents make no tree: a
+    /// pointer outside the file, a cycle, a count past the page. Typed,
+    /// never a panic or a loop.
+    Corrupt {
+        /// The page number.
+        page: u32,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// An iterator's snapshot expired: the page versions it needed
+    /// outgrew their bound (a quarter of the cache) while it was open.
+    SnapshotTooOld,
     /// A log record the store cannot decode (its checksum held in the
     /// journal, so this is a bug or a foreign writer).
     BadRecord {
@@ -103,11 +116,19 @@ impl fmt::Display for Error {
                 write!(f, "{}: data file of another store", path.display())
             }
             Error::UnsupportedVersion { found } => {
-                write!(f, "format version {found} is newer than this build")
+                write!(
+                    f,
+                    "format version {found} is not this build's ({})",
+                    crate::FORMAT_VERSION
+                )
             }
             Error::TornPage { page } => write!(
                 f,
                 "page {page} is torn or damaged and the log holds no image of it"
+            ),
+            Error::Corrupt { page, reason } => write!(f, "page {page} is corrupt: {reason}"),
+            Error::SnapshotTooOld => f.write_str(
+                "the iterator's snapshot expired: the page versions it needed outgrew their bound",
             ),
             Error::BadRecord { lsn } => write!(f, "undecodable log record at LSN {lsn}"),
             Error::Locked { dir } => write!(f, "{} is open in another store", dir.display()),

@@ -48,21 +48,26 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-mod bucket;
 mod error;
+mod meta;
 mod page;
+mod pool;
 mod record;
 mod store;
+mod tree;
 
 pub use error::{Error, Result};
 pub use page::{FORMAT_VERSION, PAGE_SIZE};
 pub use record::Op;
-pub use store::{CheckpointInfo, Options, RecoveryInfo, Store, Transaction, DATA_FILE, WAL_DIR};
+pub use store::{
+    CacheStats, CheckpointInfo, Iter, Options, RecoveryInfo, Store, Transaction, DATA_FILE, WAL_DIR,
+};
 
 /// The longest key.
 pub const MAX_KEY: usize = 1024;
-/// The longest value.
-pub const MAX_VALUE: usize = 64 * 1024;
+/// The longest value (longer than a page's inline share, a value is
+/// stored in a chain of overflow pages).
+pub const MAX_VALUE: usize = 1 << 20;
 
 /// The value `kvstore bench` writes for `key`: derived from the key, so a
 /// reader (a crash test) can tell a written value from any other bytes.

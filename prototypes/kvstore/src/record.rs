@@ -1,27 +1,33 @@
-//! The log record of one transaction: per bucket it touches, the bucket's
-//! full image when this is its first change since a checkpoint began, and
-//! the operations. Replay is idempotent: an operation applies only to a
-//! bucket whose pageLSN is below the record's LSN.
+//! The log record of one transaction: physiological redo, one operation
+//! per page change (ARIES; PostgreSQL's heap and btree records).
 //!
-//! The image is the bucket's whole content (serialized entries) with its
-//! pageLSN: its pages are a pure function of that, so it restores torn
-//! pages as page bytes would, without logging their free space (as
-//! PostgreSQL leaves the free "hole" of a page out of its images).
+//! - a leaf change is logged as the cell put or the key removed, so the
+//!   log written per put does not grow with the data;
+//! - a page's first change after a checkpoint began is logged as the
+//!   page's full image after the change (PostgreSQL's full_page_writes):
+//!   it repairs a page a crash tore while it was written home;
+//! - a structural change (a split, a page freed or allocated, a root
+//!   replaced) logs the images of every page it rewrote, and the new meta
+//!   values, all in the transaction's one record: a split replays whole or
+//!   not at all.
+//!
+//! Redo applies a record's operations on a page only if the page's LSN is
+//! below the record's (images always apply): idempotent.
 //!
 //! ```text
-//! 0 4 magic "KVTX"   4 2 version   6 2 sections
-//! per section: 4 bucket, 1 has image, 4 operations,
-//!              [image: 8 pageLSN, 4 length, serialized entries],
-//!              operations × (1 kind: 1 put, 2 delete; 2 key length;
-//!                            4 value length; key; value)
+//! 0 4 magic "KVT2"   4 2 version   6 2 zero   8 4 operations
+//! per operation, 1 kind:
+//!   1 image:  4 page, 2 head length, 2 tail length, head, tail
+//!   2 put:    4 page, 4 cell length, leaf cell
+//!   3 delete: 4 page, 2 key length, key
+//!   4 meta:   4 root, 4 end, 4 free-list head
 //! ```
 
-use crate::page::FORMAT_VERSION;
-use journal_core::Lsn;
+use crate::page::{PageNo, FORMAT_VERSION};
 
-const MAGIC: &[u8; 4] = b"KVTX";
+const MAGIC: &[u8; 4] = b"KVT2";
 
-/// One operation.
+/// One operation of a transaction, as the user gave it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     /// Insert or replace.
@@ -39,60 +45,82 @@ impl Op {
     }
 }
 
-/// A transaction's changes to one bucket.
-#[derive(Debug)]
-pub(crate) struct Section {
-    pub bucket: u32,
-    /// The bucket's full image before these operations (its pageLSN and
-    /// serialized entries), if this is its first change in the epoch.
-    pub image: Option<(Lsn, Vec<u8>)>,
-    pub ops: Vec<Op>,
+/// One logged page change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LogOp {
+    /// The page's image after the change: bytes below and above its hole.
+    Image {
+        page: PageNo,
+        head: Vec<u8>,
+        tail: Vec<u8>,
+    },
+    /// A leaf cell put (replacing the cell of the same key).
+    Put { page: PageNo, cell: Vec<u8> },
+    /// A leaf key removed.
+    Delete { page: PageNo, key: Vec<u8> },
+    /// The meta page's new values.
+    Meta {
+        root: PageNo,
+        end: PageNo,
+        free_head: PageNo,
+    },
+}
+
+impl LogOp {
+    fn encoded_len(&self) -> usize {
+        match self {
+            LogOp::Image { head, tail, .. } => 9 + head.len() + tail.len(),
+            LogOp::Put { cell, .. } => 9 + cell.len(),
+            LogOp::Delete { key, .. } => 7 + key.len(),
+            LogOp::Meta { .. } => 13,
+        }
+    }
 }
 
 /// The record's size, before encoding it.
-pub(crate) fn encoded_len(sections: &[Section]) -> usize {
-    8 + sections
-        .iter()
-        .map(|s| {
-            9 + s.image.as_ref().map_or(0, |(_, b)| 12 + b.len())
-                + s.ops
-                    .iter()
-                    .map(|o| {
-                        7 + match o {
-                            Op::Put(k, v) => k.len() + v.len(),
-                            Op::Delete(k) => k.len(),
-                        }
-                    })
-                    .sum::<usize>()
-        })
-        .sum::<usize>()
+pub(crate) fn encoded_len(ops: &[LogOp]) -> usize {
+    12 + ops.iter().map(LogOp::encoded_len).sum::<usize>()
 }
 
-/// Encodes a transaction.
-pub(crate) fn encode(sections: &[Section]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(encoded_len(sections));
+/// Encodes a transaction's record.
+pub(crate) fn encode(ops: &[LogOp]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(encoded_len(ops));
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    out.extend_from_slice(&(sections.len() as u16).to_le_bytes());
-    for s in sections {
-        out.extend_from_slice(&s.bucket.to_le_bytes());
-        out.push(u8::from(s.image.is_some()));
-        out.extend_from_slice(&(s.ops.len() as u32).to_le_bytes());
-        if let Some((lsn, bytes)) = &s.image {
-            out.extend_from_slice(&lsn.0.to_le_bytes());
-            out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-            out.extend_from_slice(bytes);
-        }
-        for o in &s.ops {
-            let (kind, k, v): (u8, &[u8], &[u8]) = match o {
-                Op::Put(k, v) => (1, k, v),
-                Op::Delete(k) => (2, k, &[]),
-            };
-            out.push(kind);
-            out.extend_from_slice(&(k.len() as u16).to_le_bytes());
-            out.extend_from_slice(&(v.len() as u32).to_le_bytes());
-            out.extend_from_slice(k);
-            out.extend_from_slice(v);
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+    for op in ops {
+        match op {
+            LogOp::Image { page, head, tail } => {
+                out.push(1);
+                out.extend_from_slice(&page.to_le_bytes());
+                out.extend_from_slice(&(head.len() as u16).to_le_bytes());
+                out.extend_from_slice(&(tail.len() as u16).to_le_bytes());
+                out.extend_from_slice(head);
+                out.extend_from_slice(tail);
+            }
+            LogOp::Put { page, cell } => {
+                out.push(2);
+                out.extend_from_slice(&page.to_le_bytes());
+                out.extend_from_slice(&(cell.len() as u32).to_le_bytes());
+                out.extend_from_slice(cell);
+            }
+            LogOp::Delete { page, key } => {
+                out.push(3);
+                out.extend_from_slice(&page.to_le_bytes());
+                out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+                out.extend_from_slice(key);
+            }
+            LogOp::Meta {
+                root,
+                end,
+                free_head,
+            } => {
+                out.push(4);
+                for v in [root, end, free_head] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+            }
         }
     }
     out
@@ -103,8 +131,8 @@ pub(crate) fn encode(sections: &[Section]) -> Vec<u8> {
 pub(crate) enum Undecodable {
     /// Not a transaction record, or cut short.
     Malformed,
-    /// A newer format.
-    Newer(u16),
+    /// Another format version.
+    Version(u16),
 }
 
 struct Cursor<'a> {
@@ -114,76 +142,83 @@ struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], Undecodable> {
-        let s = self
-            .b
-            .get(self.at..self.at + n)
-            .ok_or(Undecodable::Malformed)?;
-        self.at += n;
+        let end = self.at.checked_add(n).ok_or(Undecodable::Malformed)?;
+        let s = self.b.get(self.at..end).ok_or(Undecodable::Malformed)?;
+        self.at = end;
         Ok(s)
     }
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], Undecodable> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(N)?);
-        Ok(a)
-    }
     fn u16(&mut self) -> Result<u16, Undecodable> {
-        self.array().map(u16::from_le_bytes)
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
     }
     fn u32(&mut self) -> Result<u32, Undecodable> {
-        self.array().map(u32::from_le_bytes)
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 }
 
 /// Decodes a transaction record.
-pub(crate) fn decode(b: &[u8]) -> Result<Vec<Section>, Undecodable> {
+pub(crate) fn decode(b: &[u8]) -> Result<Vec<LogOp>, Undecodable> {
     let mut c = Cursor { b, at: 0 };
-    if c.take(4)? != MAGIC {
-        return Err(Undecodable::Malformed);
-    }
+    let magic = c.take(4)?;
     let version = c.u16()?;
-    if version != FORMAT_VERSION {
-        return Err(Undecodable::Newer(version));
+    if magic != MAGIC {
+        // Format 1's records ("KVTX") name their version too.
+        return Err(if magic == b"KVTX" {
+            Undecodable::Version(version)
+        } else {
+            Undecodable::Malformed
+        });
     }
-    let n = c.u16()?;
-    // A section takes at least 9 bytes: the capacity is bounded by the
-    // record's length, not by a count read from it.
-    let mut sections = Vec::with_capacity((n as usize).min(b.len() / 9));
+    if version != FORMAT_VERSION {
+        return Err(Undecodable::Version(version));
+    }
+    c.take(2)?;
+    let n = c.u32()? as usize;
+    // An operation takes at least 7 bytes: the capacity is bounded by the
+    // record's length, not by the count read from it.
+    let mut ops = Vec::with_capacity(n.min(b.len() / 7));
     for _ in 0..n {
-        let bucket = c.u32()?;
-        let has_image = c.take(1)?[0];
-        let ops = c.u32()?;
-        let image = match has_image {
-            0 => None,
+        let kind = c.take(1)?[0];
+        ops.push(match kind {
             1 => {
-                let lsn = Lsn(u64::from_le_bytes(c.array()?));
-                let len = c.u32()? as usize;
-                Some((lsn, c.take(len)?.to_vec()))
+                let page = c.u32()?;
+                let h = c.u16()? as usize;
+                let t = c.u16()? as usize;
+                LogOp::Image {
+                    page,
+                    head: c.take(h)?.to_vec(),
+                    tail: c.take(t)?.to_vec(),
+                }
             }
+            2 => {
+                let page = c.u32()?;
+                let len = c.u32()? as usize;
+                LogOp::Put {
+                    page,
+                    cell: c.take(len)?.to_vec(),
+                }
+            }
+            3 => {
+                let page = c.u32()?;
+                let len = c.u16()? as usize;
+                LogOp::Delete {
+                    page,
+                    key: c.take(len)?.to_vec(),
+                }
+            }
+            4 => LogOp::Meta {
+                root: c.u32()?,
+                end: c.u32()?,
+                free_head: c.u32()?,
+            },
             _ => return Err(Undecodable::Malformed),
-        };
-        let mut list = Vec::with_capacity(ops.min(1 << 16) as usize);
-        for _ in 0..ops {
-            let kind = c.take(1)?[0];
-            let klen = c.u16()? as usize;
-            let vlen = c.u32()? as usize;
-            let k = c.take(klen)?.to_vec();
-            let v = c.take(vlen)?.to_vec();
-            list.push(match kind {
-                1 => Op::Put(k, v),
-                2 => Op::Delete(k),
-                _ => return Err(Undecodable::Malformed),
-            });
-        }
-        sections.push(Section {
-            bucket,
-            image,
-            ops: list,
         });
     }
     if c.at != b.len() {
         return Err(Undecodable::Malformed);
     }
-    Ok(sections)
+    Ok(ops)
 }
 
 #[cfg(test)]
@@ -191,35 +226,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn records_round_trip() {
-        let s = vec![
-            Section {
-                bucket: 3,
-                image: Some((Lsn(7), b"image".to_vec())),
-                ops: vec![
-                    Op::Put(b"k".to_vec(), b"v".to_vec()),
-                    Op::Delete(b"z".to_vec()),
-                ],
+    fn records_round_trip_and_a_cut_record_is_malformed() {
+        let ops = vec![
+            LogOp::Image {
+                page: 3,
+                head: vec![1; 40],
+                tail: vec![2; 100],
             },
-            Section {
-                bucket: 9,
-                image: None,
-                ops: vec![Op::Put(vec![1; 1024], vec![2; 65536])],
+            LogOp::Put {
+                page: 9,
+                cell: vec![7; 30],
+            },
+            LogOp::Delete {
+                page: 9,
+                key: b"k".to_vec(),
+            },
+            LogOp::Meta {
+                root: 3,
+                end: 12,
+                free_head: 0,
             },
         ];
-        let b = encode(&s);
-        assert_eq!(b.len(), encoded_len(&s));
-        let d = decode(&b).unwrap();
-        assert_eq!(d.len(), 2);
-        assert_eq!(
-            (d[0].bucket, d[0].image.is_some(), &d[0].ops),
-            (3, true, &s[0].ops)
-        );
-        assert_eq!(d[0].image, s[0].image);
-        assert_eq!((d[1].bucket, &d[1].ops), (9, &s[1].ops));
-        assert_eq!(
-            decode(&b[..b.len() - 1]).unwrap_err(),
-            Undecodable::Malformed
-        );
+        let b = encode(&ops);
+        assert_eq!(b.len(), encoded_len(&ops));
+        assert_eq!(decode(&b).unwrap(), ops);
+        for cut in [0, 5, 11, b.len() - 1] {
+            assert!(decode(&b[..cut]).is_err(), "{cut}");
+        }
+        let mut old = b.clone();
+        old[..4].copy_from_slice(b"KVTX");
+        old[4..6].copy_from_slice(&1u16.to_le_bytes());
+        assert_eq!(decode(&old).unwrap_err(), Undecodable::Version(1));
     }
 }

@@ -1,6 +1,7 @@
 //! The store's crash campaign on SimVfs, under both crash policies:
 //! transactions from several threads, checkpoints running, a crash at a
-//! random moment (also in the middle of a checkpoint writing pages home),
+//! random moment (also in the middle of a checkpoint writing pages home,
+//! or of the pool stealing a page: the cache holds 24 pages),
 //! recovery, and the checks: every transaction whose `commit()` returned is
 //! there whole; no transaction is there in part; nothing appears that was
 //! never written; `check` finds the pages sound. Seeded; a failure prints
@@ -17,7 +18,6 @@ use std::time::Instant;
 
 fn options() -> Options {
     Options {
-        buckets: 16,
         journal: journal_core::Options {
             segment_size: 256 << 10,
             logbufs: 4,
@@ -25,6 +25,9 @@ fn options() -> Options {
             max_segments: 8,
             ..journal_core::Options::default()
         },
+        // 24 frames: pages are stolen (written home and evicted between
+        // checkpoints) all the time, so crashes land among those writes too.
+        cache_bytes: 24 * (4096 + 128),
         checkpoint_interval: None,
         checkpoint_log_bytes: u64::MAX,
         ..Options::default()

@@ -1,11 +1,13 @@
-//! Hostile data files: one to three fields of a page — the meta page's
-//! version and bucket count, a page's LSN, number, next-page link, kind
-//! and payload length, or a count or length inside a bucket's serialized
-//! entries — set to values a damaged or malicious file could hold, the
-//! page's CRC re-sealed so the damage gets past the checksum. Opening the
-//! store, reading every key, scanning and writing must each answer with a
-//! typed error or with data: never a panic, a hang, or an allocation sized
-//! by a count read from the file.
+//! Hostile data files: one to three fields of a page — a meta page's
+//! version, sequence, root, end or free-list head; a tree page's LSN,
+//! number, kind, cell count, free-space bounds, link (leftmost child, next
+//! overflow or free page), a slot, or a length, flag or child pointer
+//! inside a cell — set to values a damaged or malicious file could hold,
+//! the page's CRC re-sealed so the damage gets past the checksum. Child
+//! pointers outside the file, cycles and counts past the page all come
+//! out of this. Opening the store, reading every key, iterating, checking
+//! and writing must each answer with a typed error or with data: never a
+//! panic, a hang, or an allocation sized by a count read from the file.
 //!
 //! `cargo test` runs a fixed number of cases; `JOURNAL_FUZZ_SECONDS` runs
 //! for a time budget instead (`cargo xtask fuzz --minutes N`).
@@ -23,7 +25,6 @@ const CASES: u64 = 1000;
 
 fn options() -> Options {
     Options {
-        buckets: 8,
         journal: journal_core::Options {
             segment_size: 1 << 20,
             logbsize: 64 << 10,
@@ -40,16 +41,27 @@ fn open(vfs: &SimVfs) -> kvstore::Result<Store> {
     Store::open_with(v, "/db", options())
 }
 
-/// A closed store: keys home in the data file (chains of several pages
-/// for the larger buckets), a few more only in the journal.
+/// Keys the base store holds.
+const KEYS: u32 = 1500;
+
+/// A closed store: a tree of three levels with overflow chains and free
+/// pages, home in the data file; a few more keys only in the journal.
 fn base() -> SimVfs {
     let vfs = SimVfs::new();
     let s = open(&vfs).unwrap();
     let mut rng = SplitMix64::new(7);
-    for i in 0..120u32 {
-        let mut v = vec![0u8; rng.range(1, 3000) as usize];
+    for i in 0..KEYS {
+        let len = if i % 10 == 0 {
+            rng.range(1, 9000)
+        } else {
+            rng.range(1, 300)
+        };
+        let mut v = vec![0u8; len as usize];
         rng.fill(&mut v);
-        s.put(format!("key-{i}").as_bytes(), &v).unwrap();
+        s.put(format!("key-{i:05}").as_bytes(), &v).unwrap();
+    }
+    for i in (0..KEYS).step_by(7) {
+        s.delete(format!("key-{i:05}").as_bytes()).unwrap();
     }
     s.checkpoint().unwrap();
     for i in 0..10u32 {
@@ -79,30 +91,47 @@ fn mutate(base: &SimVfs, rng: &mut SplitMix64) -> SimVfs {
     let image = base.crash(CrashPolicy::DropUnsynced);
     let mut data = image.live_contents(Path::new(DATA)).unwrap();
     let pages = data.len() / PAGE;
-    // The meta page one case in eight; else a page in use (non-zero).
+    // A meta page one case in eight (the newer one: it is the one read);
+    // else a page in use, branches and leaves more often than the rest.
     let p = if rng.chance(1, 8) {
-        0
+        let seq = |p: usize| field(&data[p * PAGE..], 32, 8);
+        usize::from(seq(1) > seq(0))
     } else {
-        let used: Vec<usize> = (1..pages)
-            .filter(|&p| data[p * PAGE..p * PAGE + 4] == *b"KVPG")
+        let kind = |p: usize| data[p * PAGE + 20];
+        let used: Vec<usize> = (2..pages)
+            .filter(|&p| data[p * PAGE..p * PAGE + 4] == *b"KVB2")
             .collect();
-        used[rng.below(used.len() as u64) as usize]
+        let nodes: Vec<usize> = used.iter().copied().filter(|&p| kind(p) <= 2).collect();
+        let pick = if rng.chance(3, 4) { &nodes } else { &used };
+        pick[rng.below(pick.len() as u64) as usize]
     };
     let page = &mut data[p * PAGE..(p + 1) * PAGE];
     for _ in 0..rng.range(1, 3) {
-        let (off, width) = if p == 0 {
-            [(8, 2), (10, 2), (12, 4)][rng.below(3) as usize]
+        let (off, width) = if p < 2 {
+            [(8, 2), (32, 8), (40, 4), (44, 4), (48, 4)][rng.below(5) as usize]
         } else {
-            match rng.below(8) {
-                0 => (8, 8),      // page LSN
-                1 => (16, 4),     // page number
-                2 => (20, 4),     // next page of the chain
-                3 => (24, 2),     // kind
-                4 => (26, 2),     // payload bytes
-                5 => (HEADER, 4), // a head's entry count
-                // A key or value length somewhere in the entries.
-                6 => (HEADER + rng.below((PAGE - HEADER - 4) as u64) as usize, 2),
-                _ => (HEADER + rng.below((PAGE - HEADER - 4) as u64) as usize, 4),
+            let upper = match field(page, 26, 2) as usize {
+                0 => PAGE,
+                u => u.clamp(HEADER, PAGE),
+            };
+            let count = field(page, 22, 2) as usize;
+            match rng.below(10) {
+                0 => (8, 8),  // page LSN
+                1 => (16, 4), // page number
+                2 => (20, 1), // kind
+                3 => (22, 2), // cell count
+                4 => (24, 2), // end of the slot array
+                5 => (26, 2), // start of the cells
+                6 => (28, 4), // leftmost child / next page
+                // A slot.
+                7 => (
+                    HEADER + 2 * rng.below(count.clamp(1, 1000) as u64) as usize,
+                    2,
+                ),
+                // A cell's length, flag or child pointer.
+                8 if upper < PAGE - 8 => (rng.range(upper as u64, (PAGE - 8) as u64) as usize, 2),
+                _ if upper < PAGE - 8 => (rng.range(upper as u64, (PAGE - 8) as u64) as usize, 4),
+                _ => (28, 4),
             }
         };
         let v = rng.hostile(field(page, off, width), width);
@@ -122,10 +151,14 @@ fn exercise(image: &SimVfs) -> bool {
     let Ok(s) = open(image) else {
         return false;
     };
-    for i in 0..120u32 {
-        let _ = s.get(format!("key-{i}").as_bytes());
+    for i in 0..KEYS {
+        let _ = s.get(format!("key-{i:05}").as_bytes());
     }
     let _ = s.scan(..);
+    if let Ok(it) = s.range(b"key-00500".to_vec()..b"key-00900".to_vec()) {
+        let _ = it.count();
+    }
+    let _ = s.check();
     let _ = s.put(b"after", b"a write after a hostile open");
     let _ = s.checkpoint();
     let _ = s.close();

@@ -95,8 +95,9 @@ pub struct Applied {
 
 /// The longest key a client may use, in bytes.
 pub const MAX_KEY: usize = kvstore::MAX_KEY - 1;
-/// The longest value a client may store, in bytes.
-pub const MAX_VALUE: usize = kvstore::MAX_VALUE;
+/// The longest value a client may store, in bytes: 64 KiB, well under
+/// kvstore's own limit, so that a batch of them stays a modest Raft entry.
+pub const MAX_VALUE: usize = 64 * 1024;
 
 /// Why a key or value is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -67,7 +67,6 @@ fn open(vfs: Arc<dyn Vfs>) -> StateMachine {
     // Small segments: a SimVfs holds every preallocated byte in memory.
     let options = kvstore::Options {
         checkpoint_interval: None,
-        buckets: 16,
         journal: journal_core::Options {
             segment_size: 1 << 20,
             logbsize: 256 << 10,

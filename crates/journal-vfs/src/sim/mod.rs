@@ -76,15 +76,20 @@ pub enum CrashPolicy {
 }
 
 /// An injected fault: the `nth` call (1-based, counted from injection) of
-/// kind `op` fails with `errno` and changes nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// kind `op` — on `path` only, if set — fails with `errno` and changes
+/// nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fault {
     /// The kind of call that fails.
     pub op: Op,
-    /// Which call, counting from 1 at the time of injection.
+    /// Which call, counting from 1 at the time of injection (calls on
+    /// `path` only, if set).
     pub nth: u64,
     /// The errno it fails with.
     pub errno: i32,
+    /// Only calls on this path count and fail (`None`: any path): aims a
+    /// fault at one file, e.g. a data file's writes but not the log's.
+    pub path: Option<PathBuf>,
 }
 
 impl Fault {
@@ -94,6 +99,7 @@ impl Fault {
             op,
             nth,
             errno: Errno::IO.raw_os_error(),
+            path: None,
         }
     }
     /// The `nth` call of `op` fails with ENOSPC.
@@ -102,6 +108,15 @@ impl Fault {
             op,
             nth,
             errno: Errno::NOSPC.raw_os_error(),
+            path: None,
+        }
+    }
+
+    /// The same fault, counted and fired on calls on `path` only.
+    pub fn on(self, path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: Some(path.into()),
+            ..self
         }
     }
 }
@@ -194,8 +209,8 @@ struct State {
     pending_ns: Vec<NsOp>,
     dirs: BTreeSet<PathBuf>,
     locks: BTreeSet<PathBuf>,
-    /// Armed faults: (op, calls left before it fires, errno).
-    faults: Vec<(Op, u64, i32)>,
+    /// Armed faults: (op, calls left before it fires, errno, path).
+    faults: Vec<(Op, u64, i32, Option<PathBuf>)>,
     calls: HashMap<Op, u64>,
     sync_latency: Duration,
     write_latency: Duration,
@@ -251,8 +266,8 @@ impl State {
             }
         }
         let mut fired = None;
-        self.faults.retain_mut(|(fop, left, errno)| {
-            if *fop != op || fired.is_some() {
+        self.faults.retain_mut(|(fop, left, errno, on)| {
+            if *fop != op || fired.is_some() || on.as_deref().is_some_and(|p| p != path) {
                 return true;
             }
             *left -= 1;
@@ -318,7 +333,7 @@ impl SimVfs {
             .state
             .lock()
             .faults
-            .push((fault.op, fault.nth, fault.errno));
+            .push((fault.op, fault.nth, fault.errno, fault.path));
     }
 
     /// Disarms every fault not yet fired.

@@ -1,23 +1,26 @@
-//! The store: open and recover, transactions, reads, checkpoints.
+//! The store: open and recover, transactions, reads, snapshots and
+//! iterators, checkpoints.
 
-use crate::bucket::{self, Bucket};
-use crate::page::{self, Meta, MetaCheck, Page, PAGE_SIZE};
-use crate::record::{self, Op, Section, Undecodable};
-use crate::{Error, Result, MAX_KEY, MAX_VALUE};
+use crate::page::{PageNo, PAGE_SIZE};
+use crate::pool::Pool;
+use crate::record::Op;
+use crate::tree::{self, TreeMeta};
+use crate::{Error, Result};
 use journal_core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use journal_core::sync::{thread, Condvar, Deadline, Mutex, MutexGuard};
-use journal_core::vfs::{OpenOptions, OsVfs, Vfs, VfsFile};
+use journal_core::sync::{thread, Condvar, Mutex};
+use journal_core::vfs::{OsVfs, Vfs};
 use journal_core::{Journal, Lsn, RecoveryReport};
-use std::collections::{BTreeMap, BTreeSet};
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
+mod check;
+mod iter;
 mod recovery;
 mod write;
 
-use recovery::{apply_op, check_dir, create_data_file, read_page, recover};
+pub use iter::Iter;
 
 /// The journal directory inside a store directory.
 pub const WAL_DIR: &str = "wal";
@@ -29,18 +32,18 @@ pub const DATA_FILE: &str = "data.kv";
 pub struct Options {
     /// Create the store if there is none (default true).
     pub create_if_missing: bool,
-    /// Buckets of the hash table (default 4096, a 16 MiB data file at
-    /// creation; fixed at creation). Each
-    /// bucket's head page is written at creation.
-    pub buckets: u32,
-    /// The journal's options. The default uses 1 MiB log buffers, so a
-    /// transaction that carries full bucket images fits one record.
+    /// Bytes of the buffer pool (default 64 MiB): the pages in memory,
+    /// and a quarter of it again at most for the page versions open
+    /// iterators read.
+    pub cache_bytes: usize,
+    /// The journal's options. The default uses 1 MiB log buffers.
     pub journal: journal_core::Options,
     /// Checkpoint in the background this often (default 10 s; `None`: only
     /// by [`Store::checkpoint`] and by log volume).
     pub checkpoint_interval: Option<Duration>,
     /// Also checkpoint once this many log bytes were written since the
-    /// last checkpoint began (default 64 MiB).
+    /// last checkpoint began (default 256 MiB). It bounds recovery: open
+    /// replays at most about this much log.
     pub checkpoint_log_bytes: u64,
 }
 
@@ -48,13 +51,13 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             create_if_missing: true,
-            buckets: 4096,
+            cache_bytes: 64 << 20,
             journal: journal_core::Options {
                 logbsize: 1 << 20,
                 ..journal_core::Options::default()
             },
             checkpoint_interval: Some(Duration::from_secs(10)),
-            checkpoint_log_bytes: 64 << 20,
+            checkpoint_log_bytes: 256 << 20,
         }
     }
 }
@@ -66,15 +69,16 @@ pub struct RecoveryInfo {
     pub journal: RecoveryReport,
     /// Transaction records read from the checkpoint on.
     pub records: u64,
-    /// Operations replayed into buckets whose pageLSN was below them.
+    /// Page operations replayed onto pages whose pageLSN was below them.
     pub ops_applied: u64,
-    /// Operations skipped: their bucket's pages already held them.
+    /// Page operations skipped: their page already held them.
     pub ops_skipped: u64,
-    /// Buckets restored from the full image logged by their first change
-    /// after the checkpoint.
+    /// Pages restored from a full image in the log (a torn page among
+    /// them is repaired so).
     pub images_restored: u64,
-    /// Of those, buckets whose pages on disk were torn or damaged.
-    pub torn_pages_repaired: u64,
+    /// Data-file pages read by recovery (the pages the log since the
+    /// checkpoint touches without an image, and the meta pages).
+    pub pages_read: u64,
 }
 
 /// What a checkpoint did.
@@ -82,54 +86,54 @@ pub struct RecoveryInfo {
 pub struct CheckpointInfo {
     /// The log position the checkpoint moved the tail to.
     pub redo_lsn: Lsn,
-    /// Buckets written home.
-    pub buckets_written: u64,
     /// Pages written home.
     pub pages_written: u64,
 }
 
-/// Free pages of the data file: used only by checkpoints.
-#[derive(Debug, Default)]
-struct Allocator {
-    /// The first page number never used.
-    end: u32,
-    free: BTreeSet<u32>,
+/// Counters of the buffer pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Frames the pool holds at most.
+    pub capacity_pages: usize,
+    /// Frames in use.
+    pub pages: usize,
+    /// Of those, pages changed since written home.
+    pub dirty_pages: usize,
+    /// Bytes of page versions kept for open iterators.
+    pub version_bytes: usize,
+    /// Pages in the data file's tree, free list and meta pages.
+    pub file_pages: u32,
 }
 
-impl Allocator {
-    fn alloc(&mut self) -> u32 {
-        match self.free.pop_first() {
-            Some(n) => n,
-            None => {
-                self.end += 1;
-                self.end - 1
-            }
-        }
-    }
-}
-
-struct Inner {
+pub(crate) struct Inner {
     dir: PathBuf,
     options: Options,
     journal: Journal,
-    data: Box<dyn VfsFile>,
-    buckets: Vec<Mutex<Bucket>>,
-    /// Bumped by every checkpoint as it picks its redo position; the first
-    /// change of a bucket in a newer epoch logs the bucket's full image.
+    pool: Pool,
+    /// The tree's shape. Writers hold it exclusively while they change
+    /// pages and append their record; readers and a snapshot's opening
+    /// hold it shared, so none sees half a transaction. (A std `RwLock`:
+    /// journal-sync has none; this prototype is not model-checked.)
+    tree: RwLock<TreeMeta>,
+    /// The LSN of the last transaction applied: a new snapshot reads as of
+    /// it.
+    applied: AtomicU64,
+    /// Bumped by every checkpoint as it picks its redo position; a page's
+    /// first change in a newer epoch logs the page's full image.
     epoch: AtomicU64,
-    /// Held shared across the choice "image or not" and the append, and
-    /// exclusively by a checkpoint while it bumps the epoch and reads the
-    /// log's end: every record below a checkpoint's redo position was
-    /// decided in an older epoch, every record above it in the new one.
-    /// (A std `RwLock`: journal-sync has none, and this prototype is not
-    /// model-checked.)
-    gate: std::sync::RwLock<()>,
-    pages: Mutex<Allocator>,
+    /// The data file's length in pages, as last grown.
+    file_pages: AtomicU64,
+    /// The meta page's sequence number last written.
+    meta_seq: AtomicU64,
+    journal_id: journal_core::JournalId,
     /// One checkpoint at a time.
     checkpointing: Mutex<()>,
     /// The log position the last checkpoint began at.
     last_redo: AtomicU64,
     closed: AtomicBool,
+    /// The first write error on the data file or the log: every later
+    /// call returns it.
+    poison: Mutex<Option<Error>>,
     worker: Mutex<WorkerState>,
     wake: Condvar,
     recovery: RecoveryInfo,
@@ -138,8 +142,9 @@ struct Inner {
 #[derive(Default)]
 struct WorkerState {
     stop: bool,
-    nudged: bool,
-    last_error: Option<Error>,
+    checkpoint: bool,
+    clean: bool,
+    grow: bool,
 }
 
 /// An embedded key-value store on the journal. `Send + Sync`: share it
@@ -190,99 +195,65 @@ impl Transaction<'_> {
     }
 }
 
-fn bucket_of(key: &[u8], buckets: u32) -> u32 {
-    crc32c::crc32c(key) % buckets
+impl Inner {
+    fn read_tree(&self) -> RwLockReadGuard<'_, TreeMeta> {
+        self.tree.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write_tree(&self) -> RwLockWriteGuard<'_, TreeMeta> {
+        self.tree.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn check(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if let Some(e) = &*self.poison.lock() {
+            return Err(e.clone());
+        }
+        Ok(())
+    }
+
+    /// Records the first fatal error; returns it.
+    pub(super) fn poison_with(&self, e: Error) -> Error {
+        let mut p = self.poison.lock();
+        p.get_or_insert(e).clone()
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.check()?;
+        let tree = self.read_tree();
+        let fetch = |no: PageNo| self.pool.fetch(no, &self.journal);
+        let path = tree::descend(tree.root, tree.end, key, fetch)?;
+        let leaf = &path[path.len() - 1].1;
+        match leaf.search(key) {
+            Ok(i) => Ok(Some(tree::read_value(leaf, i, tree.end, fetch)?)),
+            Err(_) => Ok(None),
+        }
+    }
 }
 
 impl Store {
     /// Opens (creating it if asked) the store in `dir` on the real
-    /// filesystem, recovering it: pages are read and checked, buckets with
-    /// torn pages restored from the images in the log, and the log replayed
-    /// from the last checkpoint.
+    /// filesystem, recovering it: the meta page is read, and the log
+    /// replayed from the last checkpoint onto the pages it touches (full
+    /// images first, so torn pages are repaired).
     pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Store> {
         Self::open_with(Arc::new(OsVfs::new()), dir, options)
     }
 
     /// Like [`Store::open`], on any filesystem (a `SimVfs` in tests).
     pub fn open_with(vfs: Arc<dyn Vfs>, dir: impl AsRef<Path>, options: Options) -> Result<Store> {
-        let dir = dir.as_ref().to_path_buf();
-        if options.buckets == 0 || options.buckets > page::MAX_BUCKETS {
-            return Err(Error::Journal(journal_core::Error::InvalidOptions {
-                option: "buckets",
-                reason: format!("{} is outside 1..=1048576", options.buckets),
-            }));
-        }
-        check_dir(&*vfs, &dir, &options)?;
-        let journal = Journal::open_with(
-            vfs.clone(),
-            dir.join(WAL_DIR),
-            journal_core::Options {
-                create_if_missing: options.create_if_missing,
-                ..options.journal
-            },
-        )?;
-        let data_path = dir.join(DATA_FILE);
-        let fresh = journal.appended_lsn() == Lsn(0) && journal.redo_lsn() == Lsn(0);
-        if !vfs.exists(&data_path)? {
-            if !fresh {
-                return Err(Error::NotAStore {
-                    path: data_path,
-                    reason: "the data file is missing",
-                });
-            }
-            create_data_file(&*vfs, &dir, &data_path, options.buckets, journal.id())?;
-        }
-        let mut data = vfs.open(&data_path, OpenOptions::write())?;
-        let meta = loop {
-            let len = data.len()?;
-            match read_page(&*data, 0, len)?.map(|p| page::decode_meta(&p)) {
-                Some(MetaCheck::Valid(m)) => break m,
-                Some(MetaCheck::Newer(v)) => return Err(Error::UnsupportedVersion { found: v }),
-                // A creation cut short by a crash: nothing was logged yet.
-                Some(MetaCheck::Zeroes) | None if fresh => {
-                    drop(data);
-                    create_data_file(&*vfs, &dir, &data_path, options.buckets, journal.id())?;
-                    data = vfs.open(&data_path, OpenOptions::write())?;
-                }
-                _ => {
-                    return Err(Error::NotAStore {
-                        path: data_path,
-                        reason: "no valid meta page",
-                    })
-                }
-            }
-        };
-        if meta.journal_id != journal.id() {
-            return Err(Error::ForeignDataFile { path: data_path });
-        }
-        journal.register_data_file(&data_path)?;
-        let (buckets, alloc, recovery) = recover(&journal, &*data, &meta)?;
-        let redo = journal.redo_lsn();
-        let replayed = recovery.ops_applied > 0 || recovery.images_restored > 0;
-        let inner = Arc::new(Inner {
-            dir,
-            options,
-            journal,
-            data,
-            buckets: buckets.into_iter().map(Mutex::new).collect(),
-            epoch: AtomicU64::new(1),
-            gate: std::sync::RwLock::new(()),
-            pages: Mutex::new(alloc),
-            checkpointing: Mutex::new(()),
-            last_redo: AtomicU64::new(redo.0),
-            closed: AtomicBool::new(false),
-            worker: Mutex::new(WorkerState::default()),
-            wake: Condvar::new(),
-            recovery,
-        });
+        let inner = Arc::new(recovery::open(vfs, dir.as_ref(), options)?);
+        let replayed = inner.recovery.records > 0;
         if replayed {
-            // Write the recovered buckets home now, repairing torn pages.
+            // Write the recovered pages home now, repairing torn ones.
             inner.checkpoint()?;
         }
         let i2 = inner.clone();
         let worker = thread::Builder::new()
             .name("kvstore-checkpointer".into())
-            .spawn(move || i2.checkpointer())
+            .spawn(move || i2.background())
             .map_err(|e| {
                 Error::from(journal_core::VfsError::new(
                     journal_core::vfs::Op::Spawn,
@@ -311,16 +282,25 @@ impl Store {
         &self.inner.recovery
     }
 
-    /// The value of `key`, if present. Sees every committed transaction,
-    /// including ones committed without waiting.
+    /// The buffer pool's counters.
+    pub fn cache_stats(&self) -> CacheStats {
+        let (pages, dirty_pages) = self.inner.pool.usage();
+        CacheStats {
+            capacity_pages: self.inner.pool.capacity(),
+            pages,
+            dirty_pages,
+            version_bytes: self.inner.pool.version_bytes(),
+            file_pages: self.inner.read_tree().end,
+        }
+    }
+
+    /// The value of `key`, if present. Sees every applied transaction:
+    /// one committed with [`Transaction::commit_no_wait`] at once, and one
+    /// committed with [`Transaction::commit`] as soon as it is applied —
+    /// before its commit returns (and so, for an instant, before it is
+    /// durable: readers are not held back by the flush).
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.inner.check()?;
-        let b = bucket_of(key, self.inner.buckets.len() as u32);
-        Ok(self.inner.buckets[b as usize]
-            .lock()
-            .entries
-            .get(key)
-            .cloned())
+        self.inner.get(key)
     }
 
     /// Puts `key` in a transaction of its own; durable when this returns.
@@ -334,21 +314,38 @@ impl Store {
         self.inner.apply(vec![Op::Delete(key.to_vec())], true)
     }
 
-    /// The entries whose keys fall in `range`, in key order.
-    pub fn scan<R: RangeBounds<Vec<u8>>>(&self, range: R) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    /// A lazy iterator over the entries whose keys fall in `range`, in key
+    /// order, as of one snapshot: every transaction applied before this
+    /// call, none after (never half of one). It does not block writers.
+    pub fn range<R: RangeBounds<Vec<u8>>>(&self, range: R) -> Result<Iter> {
         self.inner.check()?;
-        let mut out = Vec::new();
-        for b in &self.inner.buckets {
-            let g = b.lock();
-            out.extend(
-                g.entries
-                    .iter()
-                    .filter(|(k, _)| range.contains(*k))
-                    .map(|(k, v)| (k.clone(), v.clone())),
-            );
-        }
-        out.sort();
-        Ok(out)
+        Ok(Iter::new(
+            self.inner.clone(),
+            range.start_bound().cloned(),
+            range.end_bound().cloned(),
+        ))
+    }
+
+    /// A lazy iterator over the entries whose keys start with `prefix`
+    /// (see [`Store::range`]).
+    pub fn prefix(&self, prefix: &[u8]) -> Result<Iter> {
+        use std::ops::Bound;
+        let end = match iter::prefix_end(prefix) {
+            Some(e) => Bound::Excluded(e),
+            None => Bound::Unbounded,
+        };
+        self.inner.check()?;
+        Ok(Iter::new(
+            self.inner.clone(),
+            Bound::Included(prefix.to_vec()),
+            end,
+        ))
+    }
+
+    /// The entries whose keys fall in `range`, in key order, collected
+    /// from [`Store::range`].
+    pub fn scan<R: RangeBounds<Vec<u8>>>(&self, range: R) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.range(range)?.collect()
     }
 
     /// A new transaction.
@@ -362,26 +359,25 @@ impl Store {
     /// Makes every transaction committed so far durable.
     pub fn sync(&self) -> Result<Lsn> {
         self.inner.check()?;
-        Ok(self.inner.journal.force_all()?)
+        self.inner
+            .journal
+            .force_all()
+            .map_err(|e| self.inner.poison_with(e.into()))
     }
 
-    /// Writes every changed bucket home and moves the log's tail past what
-    /// they hold (segments are recycled as it moves). The data file gets no
-    /// fsync of its own: the journal's PREFLUSH makes the pages stable
-    /// before the tail moves.
+    /// Writes every changed page home and moves the log's tail to the
+    /// position the checkpoint began at (segments are recycled as it
+    /// moves). The data file gets no fsync of its own: the journal's
+    /// PREFLUSH makes the pages stable before the tail moves. A failed
+    /// page write poisons the store: the tail never moves past a change
+    /// that is not home.
     pub fn checkpoint(&self) -> Result<CheckpointInfo> {
         self.inner.check()?;
         self.inner.checkpoint()
     }
 
-    /// The last error of the background checkpointer, if any (it stops at
-    /// the first).
-    pub fn background_error(&self) -> Option<Error> {
-        self.inner.worker.lock().last_error.clone()
-    }
-
-    /// Stops the background checkpointer, checkpoints, and closes the
-    /// journal. Later calls return [`Error::Closed`].
+    /// Stops the background worker, checkpoints, and closes the journal.
+    /// Later calls return [`Error::Closed`].
     pub fn close(&self) -> Result<()> {
         self.inner.check()?;
         self.stop_worker();
@@ -399,53 +395,14 @@ impl Store {
         }
     }
 
-    /// Checks the data file as written home: every page's CRC, every chain
-    /// well formed and every page owned once, every key in its bucket and
-    /// found once, and the pages holding what the store holds. Returns one
-    /// line per problem (none: the store is sound). Checkpoints first, so
-    /// that the pages are current.
+    /// Checks the tree as it stands, read-only (no checkpoint first): every
+    /// page reachable once, keys in order and inside their separators,
+    /// every leaf at one depth, overflow chains whole, pageLSNs not past
+    /// the log, and the free list holding exactly the pages the tree does
+    /// not. Returns one line per problem (none: the store is sound).
     pub fn check(&self) -> Result<Vec<String>> {
-        self.checkpoint()?;
-        let inner = &self.inner;
-        let _one = inner.checkpointing.lock();
-        let len = inner.data.len()?;
-        let n = inner.buckets.len() as u32;
-        let mut problems = Vec::new();
-        let mut owner: BTreeMap<u32, u32> = BTreeMap::new();
-        let mut pages: BTreeMap<u32, Page> = BTreeMap::new();
-        for p in 0..(len / PAGE_SIZE as u64) as u32 {
-            if let Some(page) = read_page(&*inner.data, p, len)? {
-                pages.insert(p, page);
-            }
-        }
-        for b in 0..n {
-            let head = 1 + b;
-            match bucket::read_chain(head, |p| pages.get(&p).map(|x| &**x), pages.len()) {
-                None => problems.push(format!(
-                    "bucket {b}: torn or damaged chain from page {head}"
-                )),
-                Some((entries, chain, _)) => {
-                    for p in &chain {
-                        if let Some(other) = owner.insert(*p, b) {
-                            problems.push(format!("page {p} is owned by buckets {other} and {b}"));
-                        }
-                    }
-                    for k in entries.keys() {
-                        if bucket_of(k, n) != b {
-                            problems.push(format!(
-                                "bucket {b} holds a key of bucket {}",
-                                bucket_of(k, n)
-                            ));
-                        }
-                    }
-                    let mem = inner.buckets[b as usize].lock();
-                    if mem.entries != entries {
-                        problems.push(format!("bucket {b}: its pages differ from the store"));
-                    }
-                }
-            }
-        }
-        Ok(problems)
+        self.inner.check()?;
+        check::check(&self.inner)
     }
 }
 
@@ -453,4 +410,9 @@ impl Drop for Store {
     fn drop(&mut self) {
         self.stop_worker();
     }
+}
+
+/// The bytes of `n` pages.
+pub(crate) fn pages_bytes(n: u64) -> u64 {
+    n * PAGE_SIZE as u64
 }

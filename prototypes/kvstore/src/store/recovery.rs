@@ -1,28 +1,16 @@
-//! Opening a store: the directory checked, the data file created, and
-//! recovery — the buckets read from their pages, full images restored,
-//! operations replayed by pageLSN.
+//! Opening a store: the directory checked, the data file created, the meta
+//! page read, and redo — the log from the last checkpoint replayed onto
+//! the pages it touches, never the whole data file.
 
 use super::*;
-
-pub(super) fn read_page(data: &dyn VfsFile, n: u32, len: u64) -> Result<Option<Page>> {
-    let off = n as u64 * PAGE_SIZE as u64;
-    if off + PAGE_SIZE as u64 > len {
-        return Ok(None);
-    }
-    let mut p = page::zero_page();
-    let mut got = 0;
-    while got < PAGE_SIZE {
-        let r = data.read_at(&mut p[got..], off + got as u64)?;
-        if r == 0 {
-            return Ok(None);
-        }
-        got += r;
-    }
-    Ok(Some(p))
-}
+use crate::meta::{decode_meta, encode_meta, Meta, MetaCheck};
+use crate::page::{Kind, Page, FIRST_PAGE};
+use crate::record::{self, LogOp, Undecodable};
+use journal_core::vfs::{OpenOptions, VfsFile};
+use std::collections::HashMap;
 
 /// Refuses a directory that holds something other than a store.
-pub(super) fn check_dir(vfs: &dyn Vfs, dir: &Path, options: &Options) -> Result<()> {
+fn check_dir(vfs: &dyn Vfs, dir: &Path, options: &Options) -> Result<()> {
     if !vfs.exists(dir)? {
         if !options.create_if_missing {
             return Err(Error::NotAStore {
@@ -53,194 +41,265 @@ pub(super) fn check_dir(vfs: &dyn Vfs, dir: &Path, options: &Options) -> Result<
     Ok(())
 }
 
-/// Creates the data file: the meta page and every bucket's (empty) head
-/// page, durably, name included.
-pub(super) fn create_data_file(
+/// Creates the data file: the first meta page and an empty root leaf,
+/// durably, name included.
+fn create_data_file(
     vfs: &dyn Vfs,
     dir: &Path,
     path: &Path,
-    buckets: u32,
-    journal_id: journal_core::JournalId,
+    id: journal_core::JournalId,
 ) -> Result<()> {
     let f = vfs.open(path, OpenOptions::create())?;
     f.set_len(0)?;
-    let empty = bucket::serialize(&bucket::Entries::new());
-    let mut bytes = Vec::with_capacity((1 + buckets as usize) * PAGE_SIZE);
-    bytes.extend_from_slice(
-        &page::encode_meta(&Meta {
-            buckets,
-            journal_id,
-        })[..],
-    );
-    for b in 0..buckets {
-        let (_, p) = bucket::to_pages(&[1 + b], Lsn(0), &empty).remove(0);
-        bytes.extend_from_slice(&p[..]);
-    }
+    let mut bytes = Vec::with_capacity(3 * PAGE_SIZE);
+    let meta = Meta {
+        journal_id: id,
+        sequence: 1,
+        root: FIRST_PAGE,
+        end: FIRST_PAGE + 1,
+        free_head: 0,
+    };
+    bytes.extend_from_slice(&encode_meta(&meta)[..]);
+    bytes.extend_from_slice(&[0u8; PAGE_SIZE]);
+    bytes.extend_from_slice(&Page::new(FIRST_PAGE, Kind::Leaf).sealed().bytes()[..]);
     f.write_at(&bytes, 0)?;
     f.sync_all()?;
     vfs.sync_dir(dir)?;
     Ok(())
 }
 
-/// Reads the buckets from the data file and replays the log into them:
-/// pass 1 restores every bucket whose first change since the checkpoint
-/// logged its full image (torn pages included); pass 2 applies every
-/// operation whose record LSN is above its bucket's pageLSN.
-pub(super) fn recover(
-    journal: &Journal,
-    data: &dyn VfsFile,
-    meta: &Meta,
-) -> Result<(Vec<Bucket>, Allocator, RecoveryInfo)> {
-    let (mut buckets, mut torn, file_pages) = read_buckets(data, meta.buckets)?;
+fn read_raw(data: &dyn VfsFile, n: u64) -> Result<Option<Box<[u8; PAGE_SIZE]>>> {
+    let mut p = Box::new([0u8; PAGE_SIZE]);
+    let mut got = 0;
+    while got < PAGE_SIZE {
+        let r = data.read_at(&mut p[got..], pages_bytes(n) + got as u64)?;
+        if r == 0 {
+            return Ok(None);
+        }
+        got += r;
+    }
+    Ok(Some(p))
+}
+
+/// What the two meta pages say: the valid one with the higher sequence.
+enum MetaFound {
+    Valid(Meta),
+    /// Neither was ever written (a creation cut short).
+    Unwritten,
+    Version(u16),
+    Bad,
+}
+
+fn read_meta(data: &dyn VfsFile) -> Result<MetaFound> {
+    let mut best: Option<Meta> = None;
+    let mut unwritten = 0;
+    for slot in 0..2 {
+        match read_raw(data, slot)?.map(|p| decode_meta(&p)) {
+            Some(MetaCheck::Valid(m)) => {
+                if best.is_none_or(|b| m.sequence > b.sequence) {
+                    best = Some(m);
+                }
+            }
+            Some(MetaCheck::Version(v)) => return Ok(MetaFound::Version(v)),
+            Some(MetaCheck::Zeroes) | None => unwritten += 1,
+            Some(MetaCheck::Bad) => {}
+        }
+    }
+    Ok(match best {
+        Some(m) => MetaFound::Valid(m),
+        None if unwritten == 2 => MetaFound::Unwritten,
+        None => MetaFound::Bad,
+    })
+}
+
+/// Opens the journal and the data file and recovers the tree.
+pub(super) fn open(vfs: Arc<dyn Vfs>, dir: &Path, options: Options) -> Result<Inner> {
+    check_dir(&*vfs, dir, &options)?;
+    let journal = Journal::open_with(
+        vfs.clone(),
+        dir.join(WAL_DIR),
+        journal_core::Options {
+            create_if_missing: options.create_if_missing,
+            ..options.journal
+        },
+    )?;
+    let data_path = dir.join(DATA_FILE);
+    let fresh = journal.appended_lsn() == Lsn(0) && journal.redo_lsn() == Lsn(0);
+    if !vfs.exists(&data_path)? {
+        if !fresh {
+            return Err(Error::NotAStore {
+                path: data_path,
+                reason: "the data file is missing",
+            });
+        }
+        create_data_file(&*vfs, dir, &data_path, journal.id())?;
+    }
+    let mut data = vfs.open(&data_path, OpenOptions::write())?;
+    let meta = loop {
+        match read_meta(&*data)? {
+            MetaFound::Valid(m) => break m,
+            MetaFound::Version(v) => return Err(Error::UnsupportedVersion { found: v }),
+            // A creation cut short by a crash: nothing was logged yet.
+            MetaFound::Unwritten if fresh => {
+                drop(data);
+                create_data_file(&*vfs, dir, &data_path, journal.id())?;
+                data = vfs.open(&data_path, OpenOptions::write())?;
+            }
+            _ => {
+                return Err(Error::NotAStore {
+                    path: data_path,
+                    reason: "no valid meta page",
+                })
+            }
+        }
+    };
+    if meta.journal_id != journal.id() {
+        return Err(Error::ForeignDataFile { path: data_path });
+    }
+    journal.register_data_file(&data_path)?;
+    let file_pages = data.len()? / PAGE_SIZE as u64;
+    if u64::from(meta.end) > file_pages {
+        return Err(Error::Corrupt {
+            page: 0,
+            reason: "the meta page's end is past the data file",
+        });
+    }
+    let pool = Pool::new(data, options.cache_bytes);
+    let mut tree = TreeMeta {
+        root: meta.root,
+        end: meta.end,
+        free_head: meta.free_head,
+    };
+    let recovery = redo(&journal, &pool, &mut tree)?;
+    let redo_lsn = journal.redo_lsn();
+    let applied = journal.appended_lsn();
+    Ok(Inner {
+        dir: dir.to_path_buf(),
+        options,
+        journal_id: meta.journal_id,
+        journal,
+        pool,
+        tree: RwLock::new(tree),
+        applied: AtomicU64::new(applied.0),
+        epoch: AtomicU64::new(1),
+        meta_seq: AtomicU64::new(meta.sequence),
+        file_pages: AtomicU64::new(file_pages),
+        checkpointing: Mutex::new(()),
+        last_redo: AtomicU64::new(redo_lsn.0),
+        closed: AtomicBool::new(false),
+        poison: Mutex::new(None),
+        worker: Mutex::new(WorkerState::default()),
+        wake: Condvar::new(),
+        recovery,
+    })
+}
+
+fn decode(lsn: Lsn, bytes: &[u8]) -> Result<Vec<LogOp>> {
+    record::decode(bytes).map_err(|e| match e {
+        Undecodable::Version(v) => Error::UnsupportedVersion { found: v },
+        Undecodable::Malformed => Error::BadRecord { lsn },
+    })
+}
+
+/// Replays the log from the checkpoint: an image replaces its page; a
+/// leaf operation applies if its page's LSN is below the record's (the
+/// decision taken once per page and record); meta operations set the
+/// tree's shape. Pages rebuilt stay dirty in the pool; when they fill it,
+/// some are written home (the log is durable: it is being read).
+fn redo(journal: &Journal, pool: &Pool, tree: &mut TreeMeta) -> Result<RecoveryInfo> {
     let mut info = RecoveryInfo {
         journal: journal.recovery_report().clone(),
         records: 0,
         ops_applied: 0,
         ops_skipped: 0,
         images_restored: 0,
-        torn_pages_repaired: 0,
+        pages_read: 2,
     };
-    let restored = restore_images(journal, &mut buckets, &mut torn, &mut info)?;
-    if let Some(b) = torn.iter().position(|t| *t) {
-        return Err(Error::TornPage { page: 1 + b as u32 });
-    }
-    let alloc = allocator(&buckets, &restored, meta.buckets, file_pages);
-    replay_ops(journal, &mut buckets, &mut info)?;
-    Ok((buckets, alloc, info))
-}
-
-/// Every bucket as its pages on disk say (`torn`: its chain did not read
-/// back whole), and the data file's length in pages.
-pub(super) fn read_buckets(data: &dyn VfsFile, n: u32) -> Result<(Vec<Bucket>, Vec<bool>, u32)> {
-    let len = data.len()?;
-    let file_pages = (len / PAGE_SIZE as u64) as u32;
-    let mut pages: BTreeMap<u32, Page> = BTreeMap::new();
-    for p in 1..file_pages {
-        if let Some(page) = read_page(data, p, len)? {
-            pages.insert(p, page);
-        }
-    }
-    let mut buckets: Vec<Bucket> = Vec::with_capacity(n as usize);
-    let mut torn = vec![false; n as usize];
-    for b in 0..n {
-        match bucket::read_chain(1 + b, |p| pages.get(&p).map(|x| &**x), pages.len()) {
-            Some((entries, chain, lsn)) => buckets.push(Bucket {
-                entries,
-                chain,
-                lsn,
-                ..Bucket::default()
-            }),
-            None => {
-                torn[b as usize] = true;
-                buckets.push(Bucket::default());
-            }
-        }
-    }
-    Ok((buckets, torn, file_pages))
-}
-
-/// Pass 1: each bucket's first full image since the checkpoint replaces
-/// it (repairing a torn one). Returns which buckets were restored.
-pub(super) fn restore_images(
-    journal: &Journal,
-    buckets: &mut [Bucket],
-    torn: &mut [bool],
-    info: &mut RecoveryInfo,
-) -> Result<Vec<bool>> {
-    let n = buckets.len();
-    let mut restored = vec![false; n];
     for r in journal.read_from(journal.redo_lsn())? {
         let (lsn, bytes) = r?;
         info.records += 1;
-        for s in decode(lsn, &bytes)? {
-            let b = s.bucket as usize;
-            let Some((image_lsn, content)) = s.image.filter(|_| b < n && !restored[b]) else {
-                continue;
-            };
-            let entries = bucket::deserialize(&content).ok_or(Error::BadRecord { lsn })?;
-            restored[b] = true;
-            info.images_restored += 1;
-            if torn[b] {
-                info.torn_pages_repaired += 1;
-                torn[b] = false;
+        // Per page of this record: apply its operations or not.
+        let mut decided: HashMap<PageNo, bool> = HashMap::new();
+        for op in decode(lsn, &bytes)? {
+            let bad = || Error::BadRecord { lsn };
+            match op {
+                LogOp::Image { page, head, tail } => {
+                    let p = Page::from_image(page, &head, &tail, lsn).map_err(|_| bad())?;
+                    pool.install_recovered(page, p);
+                    decided.insert(page, true);
+                    info.images_restored += 1;
+                }
+                LogOp::Put { page, .. } | LogOp::Delete { page, .. } => {
+                    if page < FIRST_PAGE {
+                        return Err(bad());
+                    }
+                    let apply = match decided.get(&page) {
+                        Some(a) => *a,
+                        None => {
+                            info.pages_read += 1;
+                            let a = pool.fetch(page, journal)?.lsn() < lsn;
+                            decided.insert(page, a);
+                            a
+                        }
+                    };
+                    if !apply {
+                        info.ops_skipped += 1;
+                        continue;
+                    }
+                    let mut p = Page::clone(&*pool.fetch(page, journal)?);
+                    if p.kind() != Some(Kind::Leaf) || !redo_leaf_op(&mut p, &op) {
+                        return Err(bad());
+                    }
+                    p.set_lsn(lsn);
+                    pool.install_recovered(page, p);
+                    info.ops_applied += 1;
+                }
+                LogOp::Meta {
+                    root,
+                    end,
+                    free_head,
+                } => {
+                    let inside = |p: PageNo| (FIRST_PAGE..end).contains(&p);
+                    if !inside(root) || (free_head != 0 && !inside(free_head)) {
+                        return Err(bad());
+                    }
+                    *tree = TreeMeta {
+                        root,
+                        end,
+                        free_head,
+                    };
+                }
             }
-            buckets[b] = Bucket {
-                entries,
-                chain: vec![1 + s.bucket],
-                lsn: image_lsn,
-                dirty: true,
-                image_epoch: 0,
-            };
+        }
+        let (frames, _) = pool.usage();
+        if frames > pool.capacity() {
+            let victims = pool.dirty_in_clock_order(frames - pool.capacity() + 64);
+            pool.write_back(&victims, journal)?;
+            pool.shrink();
         }
     }
-    Ok(restored)
+    Ok(info)
 }
 
-/// The page allocator after recovery: pages in use are every head, and
-/// the chains of the buckets read from disk (a restored bucket's old chain
-/// may be stale: it gets new pages).
-pub(super) fn allocator(
-    buckets: &[Bucket],
-    restored: &[bool],
-    n: u32,
-    file_pages: u32,
-) -> Allocator {
-    let mut used: BTreeSet<u32> = (0..=n).collect();
-    for (b, bucket) in buckets.iter().enumerate() {
-        if !restored[b] {
-            used.extend(bucket.chain.iter().copied());
-        }
-    }
-    let end = file_pages
-        .max(n + 1)
-        .max(used.iter().next_back().map_or(0, |m| m + 1));
-    Allocator {
-        end,
-        free: (0..end).filter(|p| !used.contains(p)).collect(),
-    }
-}
-
-/// Pass 2: replay every operation above its bucket's pageLSN (idempotent).
-pub(super) fn replay_ops(
-    journal: &Journal,
-    buckets: &mut [Bucket],
-    info: &mut RecoveryInfo,
-) -> Result<()> {
-    for r in journal.read_from(journal.redo_lsn())? {
-        let (lsn, bytes) = r?;
-        for s in decode(lsn, &bytes)? {
-            let Some(bucket) = buckets.get_mut(s.bucket as usize) else {
-                return Err(Error::BadRecord { lsn });
-            };
-            if lsn <= bucket.lsn {
-                info.ops_skipped += s.ops.len() as u64;
-                continue;
-            }
-            for op in s.ops {
-                apply_op(&mut bucket.entries, op);
-                info.ops_applied += 1;
-            }
-            bucket.lsn = lsn;
-            bucket.dirty = true;
-        }
-    }
-    Ok(())
-}
-
-pub(super) fn decode(lsn: Lsn, bytes: &[u8]) -> Result<Vec<Section>> {
-    record::decode(bytes).map_err(|e| match e {
-        Undecodable::Newer(v) => Error::UnsupportedVersion { found: v },
-        Undecodable::Malformed => Error::BadRecord { lsn },
-    })
-}
-
-pub(super) fn apply_op(entries: &mut bucket::Entries, op: Op) {
+/// Applies a logged leaf operation; `false` if it cannot apply (the page
+/// is not the one it was logged against).
+fn redo_leaf_op(p: &mut Page, op: &LogOp) -> bool {
     match op {
-        Op::Put(k, v) => {
-            entries.insert(k, v);
+        LogOp::Put { cell, .. } => {
+            let probe = crate::page::leaf_cell_key(cell);
+            let Some(key) = probe else { return false };
+            match p.search(key) {
+                Ok(i) => p.put_cell(i, cell, true),
+                Err(i) => p.put_cell(i, cell, false),
+            }
         }
-        Op::Delete(k) => {
-            entries.remove(&k);
-        }
+        LogOp::Delete { key, .. } => match p.search(key) {
+            Ok(i) => {
+                p.remove_cell(i);
+                true
+            }
+            Err(_) => false,
+        },
+        _ => false,
     }
 }

@@ -1,26 +1,22 @@
-//! Writing: transactions applied to the buckets and logged, checkpoints
-//! (the background checkpointer included).
+//! Writing: transactions applied to the tree and logged, checkpoints, and
+//! the background worker that runs them and keeps clean pages in the pool.
 
 use super::*;
+use crate::meta::{encode_meta, Meta};
+use crate::record;
+use crate::tree::Txn;
+use crate::{MAX_KEY, MAX_VALUE};
+use journal_core::sync::Deadline;
+
+/// The data file is grown when the tree's end comes this close to it.
+const GROW_SLACK: u64 = 64;
+
+/// Pages written home per batch (one log force each).
+const WRITE_BATCH: usize = 64;
 
 impl Inner {
-    pub(super) fn check(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        Ok(())
-    }
-
-    /// The full image of a bucket as it stands: its pageLSN and content
-    /// (its pages are a pure function of them).
-    pub(super) fn image(bucket: &Bucket) -> (Lsn, Vec<u8>) {
-        (bucket.lsn, bucket::serialize(&bucket.entries))
-    }
-
-    /// Commits `ops` atomically: one log record; `wait`: durable on return.
-    pub(super) fn apply(&self, ops: Vec<Op>, wait: bool) -> Result<Lsn> {
-        self.check()?;
-        for op in &ops {
+    fn validate(ops: &[Op]) -> Result<()> {
+        for op in ops {
             if op.key().len() > MAX_KEY {
                 return Err(Error::KeyTooLarge {
                     len: op.key().len(),
@@ -36,152 +32,204 @@ impl Inner {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Brings the pages the operations will change into the pool under the
+    /// shared lock, so the exclusive section rarely waits for a read.
+    fn prefetch(&self, ops: &[Op]) {
+        let tree = self.read_tree();
+        for op in ops.iter().take(64) {
+            let _ = tree::descend(tree.root, tree.end, op.key(), |no| {
+                self.pool.fetch(no, &self.journal)
+            });
+        }
+    }
+
+    /// Commits `ops` atomically: one log record; `wait`: durable on return.
+    pub(super) fn apply(&self, ops: Vec<Op>, wait: bool) -> Result<Lsn> {
+        self.check()?;
+        Self::validate(&ops)?;
         if ops.is_empty() {
             return Ok(self.journal.appended_lsn());
         }
-        let n = self.buckets.len() as u32;
-        // One section per bucket, in ascending bucket order (a single-op
-        // transaction, the common case, allocates nothing more here).
-        let mut sections: Vec<Section> = if ops.len() == 1 {
-            let bucket = bucket_of(ops[0].key(), n);
-            vec![Section {
-                bucket,
-                image: None,
-                ops,
-            }]
-        } else {
-            let mut by_bucket: BTreeMap<u32, Vec<Op>> = BTreeMap::new();
-            for op in ops {
-                by_bucket
-                    .entry(bucket_of(op.key(), n))
-                    .or_default()
-                    .push(op);
+        self.prefetch(&ops);
+        let mut tree = self.write_tree();
+        self.check()?;
+        let mut txn = Txn::new(&self.pool, &self.journal, *tree);
+        for op in ops {
+            let r = match op {
+                Op::Put(k, v) => txn.put(&k, &v),
+                Op::Delete(k) => txn.delete(&k).map(|_| ()),
+            };
+            if let Err(e) = r {
+                txn.rollback();
+                return Err(e);
             }
-            by_bucket
-                .into_iter()
-                .map(|(bucket, ops)| Section {
-                    bucket,
-                    image: None,
-                    ops,
-                })
-                .collect()
-        };
-        // Buckets are locked in ascending order: no deadlock.
-        let mut guards: Vec<MutexGuard<'_, Bucket>> = sections
-            .iter()
-            .map(|s| self.buckets[s.bucket as usize].lock())
-            .collect();
+        }
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let (log_ops, stamp) = txn.finish(epoch);
+        if log_ops.is_empty() {
+            // Deletes of absent keys: nothing changed.
+            txn.rollback();
+            return Ok(self.journal.appended_lsn());
+        }
+        let bytes = record::encoded_len(&log_ops);
         let max = self.journal.options().max_record();
-        let (lsn, epoch) = loop {
-            let epoch = self.epoch.load(Ordering::Acquire);
-            for (s, g) in sections.iter_mut().zip(&guards) {
-                s.image = (g.image_epoch < epoch).then(|| Self::image(g));
+        if bytes > max {
+            txn.rollback();
+            return Err(Error::TransactionTooLarge { bytes, max });
+        }
+        let lsn = match self.journal.append(&record::encode(&log_ops)) {
+            Ok(lsn) => lsn,
+            Err(e) => {
+                // Nothing was logged: undo, and leave the store usable
+                // (the journal poisons itself if it must).
+                txn.rollback();
+                return Err(e.into());
             }
-            let bytes = record::encoded_len(&sections);
-            if bytes > max {
-                return Err(Error::TransactionTooLarge { bytes, max });
-            }
-            let record = record::encode(&sections);
-            // Shared: transactions append side by side; a checkpoint takes
-            // it exclusively for the instant it bumps the epoch.
-            let gate = self.gate.read().unwrap_or_else(|e| e.into_inner());
-            if self.epoch.load(Ordering::Acquire) != epoch {
-                // A checkpoint began meanwhile: decide the images again.
-                continue;
-            }
-            let lsn = self.journal.append(&record)?;
-            drop(gate);
-            break (lsn, epoch);
         };
-        for (g, s) in guards.iter_mut().zip(sections) {
-            for op in s.ops {
-                apply_op(&mut g.entries, op);
-            }
-            g.lsn = lsn;
-            g.dirty = true;
-            g.image_epoch = epoch;
-        }
-        drop(guards);
-        // Committed after the append, like a thread calling `commit`:
-        // opening the commit before building the record
-        // (`Journal::begin_commit`) measured slower here (leaders waited
-        // for committers still building theirs).
+        self.pool.stamp(&stamp, lsn, epoch);
+        let end = txn.meta.end;
+        *tree = txn.meta;
+        self.applied.store(lsn.0, Ordering::Release);
+        drop(tree);
         if wait {
-            self.journal.commit(lsn)?;
+            // Applied but not durable: nothing may be served any more.
+            self.journal
+                .commit(lsn)
+                .map_err(|e| self.poison_with(e.into()))?;
         }
-        // (From our own LSN: the log's end would cost the ring's lock.)
-        let since = lsn.0.saturating_sub(self.last_redo.load(Ordering::Relaxed));
-        if since > self.options.checkpoint_log_bytes {
-            self.worker.lock().nudged = true;
-            self.wake.notify_all();
+        let (frames, _) = self.pool.usage();
+        if frames > self.pool.capacity() {
+            self.pool
+                .relieve(&self.journal)
+                .map_err(|e| self.poison_with(e))?;
         }
+        self.after_write(lsn, end);
         Ok(lsn)
     }
 
-    /// Writes the changed buckets home, then moves the log's tail.
-    pub(super) fn checkpoint(&self) -> Result<CheckpointInfo> {
-        let _one = self.checkpointing.lock();
-        let redo = {
-            let _gate = self.gate.write().unwrap_or_else(|e| e.into_inner());
-            self.epoch.fetch_add(1, Ordering::AcqRel);
-            self.journal.appended_lsn()
-        };
-        self.last_redo.store(redo.0, Ordering::Relaxed);
-        let mut writes = Vec::new();
-        let mut buckets_written = 0;
-        {
-            let mut alloc = self.pages.lock();
-            for (i, b) in self.buckets.iter().enumerate() {
-                let mut g = b.lock();
-                if !g.dirty {
-                    continue;
-                }
-                let content = bucket::serialize(&g.entries);
-                let need = bucket::pages_needed(content.len());
-                let mut chain = std::mem::take(&mut g.chain);
-                if chain.is_empty() {
-                    chain.push(1 + i as u32);
-                }
-                let keep = need.min(chain.len());
-                alloc.free.extend(chain.drain(keep..));
-                while chain.len() < need {
-                    chain.push(alloc.alloc());
-                }
-                writes.extend(bucket::to_pages(&chain, g.lsn, &content));
-                g.chain = chain;
-                g.dirty = false;
-                buckets_written += 1;
+    /// Grows the data file by an extent (an eighth of it, 1–64 MiB) once
+    /// the tree's end comes within a few pages of it, so page writes land
+    /// in space the file already has. Best effort: a write past the end
+    /// still extends the file, and fails (poisoning) only if the disk is
+    /// full.
+    pub(super) fn grow(&self, end: PageNo) {
+        let f = self.pool.file();
+        let Ok(len) = f.len() else { return };
+        let want = pages_bytes(u64::from(end) + GROW_SLACK);
+        if len < want {
+            let extent = (len / 8).clamp(1 << 20, 64 << 20);
+            let new_len = (want + extent).next_multiple_of(PAGE_SIZE as u64);
+            if f.set_len(new_len).is_ok() {
+                self.file_pages
+                    .store(new_len / PAGE_SIZE as u64, Ordering::Relaxed);
             }
         }
-        // Write-ahead: the log is durable over every page's LSN before
-        // any page goes home.
-        self.journal.force_all()?;
-        for (n, p) in &writes {
-            self.data.write_at(&p[..], *n as u64 * PAGE_SIZE as u64)?;
+    }
+
+    /// Wakes the worker when the log since the checkpoint grew past its
+    /// trigger, or dirty pages fill half the pool.
+    fn after_write(&self, lsn: Lsn, end: PageNo) {
+        self.pool.bound_versions();
+        let grow = u64::from(end) + GROW_SLACK >= self.file_pages.load(Ordering::Relaxed);
+        let since = lsn.0.saturating_sub(self.last_redo.load(Ordering::Relaxed));
+        let checkpoint = since > self.options.checkpoint_log_bytes;
+        let (frames, dirty) = self.pool.usage();
+        let clean = dirty * 2 > self.pool.capacity() || frames > self.pool.capacity();
+        if checkpoint || clean || grow {
+            let mut w = self.worker.lock();
+            w.checkpoint |= checkpoint;
+            w.clean |= clean;
+            w.grow |= grow;
+            drop(w);
+            self.wake.notify_all();
         }
-        self.journal.checkpoint(redo)?;
+    }
+
+    /// Writes every page dirty when it began home, then the meta page, then
+    /// moves the log's tail. Holds the tree lock only to pick the redo
+    /// position; a failed write poisons the store and the tail stays.
+    pub(super) fn checkpoint(&self) -> Result<CheckpointInfo> {
+        let _one = self.checkpointing.lock();
+        let (redo, meta) = {
+            let tree = self.write_tree();
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+            (self.journal.appended_lsn(), *tree)
+        };
+        self.last_redo.store(redo.0, Ordering::Relaxed);
+        self.grow(meta.end);
+        let dirty = self.pool.dirty_pages();
+        let mut written = 0u64;
+        for chunk in dirty.chunks(WRITE_BATCH) {
+            written += self
+                .pool
+                .write_back_opt(chunk, &self.journal, true)
+                .map_err(|e| self.poison_with(e))? as u64;
+        }
+        // The pages (and the file's length) are durable before the meta
+        // page can name them: a meta page never points past the file.
+        self.pool
+            .file()
+            .sync_data()
+            .map_err(|e| self.poison_with(e.into()))?;
+        let seq = self.meta_seq.load(Ordering::Acquire) + 1;
+        let page = encode_meta(&Meta {
+            journal_id: self.journal_id,
+            sequence: seq,
+            root: meta.root,
+            end: meta.end,
+            free_head: meta.free_head,
+        });
+        self.pool
+            .file()
+            .write_at(&page[..], pages_bytes(seq % 2))
+            .map_err(|e| self.poison_with(e.into()))?;
+        self.meta_seq.store(seq, Ordering::Release);
+        self.journal
+            .checkpoint(redo)
+            .map_err(|e| self.poison_with(e.into()))?;
         Ok(CheckpointInfo {
             redo_lsn: redo,
-            buckets_written,
-            pages_written: writes.len() as u64,
+            pages_written: written,
         })
     }
 
-    /// The background checkpointer: every interval, or when nudged by log
-    /// volume, until stopped.
-    pub(super) fn checkpointer(&self) {
+    /// Cleans dirty pages in clock order until a quarter of the pool is
+    /// dirty, so evictions find clean pages; then evicts down to capacity.
+    fn clean(&self) -> Result<()> {
         loop {
-            {
+            let (_, dirty) = self.pool.usage();
+            if dirty * 4 <= self.pool.capacity() {
+                self.pool.shrink();
+                return Ok(());
+            }
+            let batch = self.pool.dirty_in_clock_order(WRITE_BATCH);
+            if batch.is_empty() {
+                return Ok(());
+            }
+            if self.pool.write_back(&batch, &self.journal)? == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The background worker: checkpoints every interval or when nudged by
+    /// log volume; cleans pages when dirty ones fill half the pool; stops
+    /// at its first error, which poisons the store.
+    pub(super) fn background(&self) {
+        loop {
+            let (checkpoint, _clean, grow) = {
                 let mut st = self.worker.lock();
                 let deadline = self.options.checkpoint_interval.map(Deadline::after);
-                while !st.stop && !st.nudged {
+                let mut expired = false;
+                while !st.stop && !st.checkpoint && !st.clean && !st.grow && !expired {
                     match &deadline {
                         Some(d) => {
-                            let (g, expired) = self.wake.wait_deadline(st, d);
+                            let (g, e) = self.wake.wait_deadline(st, d);
                             st = g;
-                            if expired {
-                                break;
-                            }
+                            expired = e;
                         }
                         None => st = self.wake.wait(st),
                     }
@@ -189,10 +237,25 @@ impl Inner {
                 if st.stop {
                     return;
                 }
-                st.nudged = false;
+                let r = (st.checkpoint || expired, st.clean, st.grow);
+                st.checkpoint = false;
+                st.clean = false;
+                st.grow = false;
+                r
+            };
+            if self.check().is_err() {
+                return;
             }
-            if let Err(e) = self.checkpoint() {
-                self.worker.lock().last_error = Some(e);
+            if grow {
+                self.grow(self.read_tree().end);
+            }
+            let r = if checkpoint {
+                self.checkpoint().map(|_| ())
+            } else {
+                self.clean()
+            };
+            if let Err(e) = r {
+                self.poison_with(e);
                 return;
             }
         }

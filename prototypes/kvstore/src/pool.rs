@@ -1,0 +1,578 @@
+//! The buffer pool: the data file's pages in memory, bounded by a number
+//! of frames, read on demand and evicted by clock (second chance).
+//!
+//! - **Steal**: a dirty page may be written home and evicted at any time
+//!   between checkpoints, once the log is durable up to its pageLSN
+//!   (write-ahead); only the pages a transaction is changing are pinned
+//!   until its record is appended.
+//! - **Copy-on-write**: a frame holds an `Arc<Page>`; a writer never
+//!   changes a page a reader holds, it installs a new copy. A reader keeps
+//!   the `Arc`s it needs, not frames, so an open iterator cannot pin the
+//!   pool full.
+//! - **Versions for snapshots**: while a snapshot is open, the version a
+//!   writer replaces is kept (`versions`) so the snapshot still reads the
+//!   tree as it was; their bytes are bounded, and beyond the bound the
+//!   oldest snapshot is expired ([`crate::Error::SnapshotTooOld`]).
+//! - **I/O in progress**: a page being read is a `Loading` slot that
+//!   others wait on, and a page being written stays in its frame, so no
+//!   one ever reads a stale copy from disk.
+
+use crate::page::{Invalid, Page, PageNo, PAGE_SIZE};
+use crate::{Error, Result};
+use journal_core::sync::atomic::{AtomicBool, Ordering};
+use journal_core::sync::{Condvar, Mutex, MutexGuard};
+use journal_core::vfs::VfsFile;
+use journal_core::{ForceMode, Journal, Lsn};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+/// The pageLSN of a page changed by a transaction whose record is not yet
+/// appended: above every snapshot, so none reads it.
+pub(crate) const PENDING: Lsn = Lsn(u64::MAX);
+
+/// Bytes a frame costs: the page and its bookkeeping.
+pub(crate) const FRAME_BYTES: usize = PAGE_SIZE + 128;
+
+struct Frame {
+    page: Arc<Page>,
+    dirty: bool,
+    referenced: bool,
+    /// Changed by the transaction in progress: not written, not evicted.
+    pinned: bool,
+    /// Being written home.
+    writing: bool,
+    /// The checkpoint epoch of the last full image logged of this page.
+    image_epoch: u64,
+}
+
+enum Slot {
+    Loading,
+    Ready(Frame),
+}
+
+/// Open snapshots and the page versions they still need.
+#[derive(Default)]
+struct Versions {
+    /// Open snapshots by (LSN, id), with their "expired" flag.
+    open: BTreeMap<(Lsn, u64), Arc<AtomicBool>>,
+    next_id: u64,
+    /// Replaced versions of a page, oldest first.
+    pages: HashMap<PageNo, Vec<Arc<Page>>>,
+    bytes: usize,
+}
+
+impl Versions {
+    fn stash(&mut self, no: PageNo, old: &Arc<Page>) {
+        let wanted = self
+            .open
+            .keys()
+            .next_back()
+            .is_some_and(|(s, _)| *s >= old.lsn());
+        if wanted && old.lsn() != PENDING {
+            self.pages.entry(no).or_default().push(old.clone());
+            self.bytes += FRAME_BYTES;
+        }
+    }
+
+    /// Drops the versions no open snapshot reads: version `i` is read by
+    /// the snapshots in [its LSN, the next version's LSN).
+    fn prune(&mut self) {
+        let open = &self.open;
+        let mut bytes = 0;
+        self.pages.retain(|_, list| {
+            let lsns: Vec<Lsn> = list.iter().map(|p| p.lsn()).collect();
+            let mut i = 0;
+            list.retain(|_| {
+                let lo = (lsns[i], 0);
+                let keep = match lsns.get(i + 1) {
+                    Some(next) => open.range(lo..(*next, 0)).next().is_some(),
+                    None => open.range(lo..).next().is_some(),
+                };
+                i += 1;
+                keep
+            });
+            bytes += list.len() * FRAME_BYTES;
+            !list.is_empty()
+        });
+        self.bytes = bytes;
+    }
+}
+
+/// The pool's state, under its mutex.
+pub(crate) struct State {
+    frames: HashMap<PageNo, Slot>,
+    clock: VecDeque<PageNo>,
+    dirty: usize,
+    versions: Versions,
+}
+
+/// The buffer pool of one data file.
+pub(crate) struct Pool {
+    data: Box<dyn VfsFile>,
+    capacity: usize,
+    version_limit: usize,
+    state: Mutex<State>,
+    cond: Condvar,
+}
+
+/// A snapshot's registration: dropping it lets its versions go.
+pub(crate) struct SnapshotHandle {
+    key: (Lsn, u64),
+    expired: Arc<AtomicBool>,
+}
+
+impl SnapshotHandle {
+    /// The snapshot's LSN: it reads every page as of it.
+    pub(crate) fn lsn(&self) -> Lsn {
+        self.key.0
+    }
+}
+
+fn invalid(no: PageNo, e: Invalid) -> Error {
+    match e {
+        Invalid::Checksum => Error::TornPage { page: no },
+        Invalid::Structure(reason) => Error::Corrupt { page: no, reason },
+    }
+}
+
+impl Pool {
+    /// A pool of `cache_bytes` over `data`.
+    pub(crate) fn new(data: Box<dyn VfsFile>, cache_bytes: usize) -> Pool {
+        Pool {
+            data,
+            capacity: (cache_bytes / FRAME_BYTES).max(16),
+            version_limit: (cache_bytes / 4).max(64 * FRAME_BYTES),
+            state: Mutex::new(State {
+                frames: HashMap::new(),
+                clock: VecDeque::new(),
+                dirty: 0,
+                versions: Versions::default(),
+            }),
+            cond: Condvar::new(),
+        }
+    }
+
+    /// The data file.
+    pub(crate) fn file(&self) -> &dyn VfsFile {
+        &*self.data
+    }
+
+    /// Frames the pool holds at most (between evictions).
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Frames in use and dirty frames.
+    pub(crate) fn usage(&self) -> (usize, usize) {
+        let st = self.state.lock();
+        (st.frames.len(), st.dirty)
+    }
+
+    /// Reads page `no` from disk, checked.
+    pub(crate) fn read_disk(&self, no: PageNo) -> Result<Page> {
+        let mut buf = Box::new([0u8; PAGE_SIZE]);
+        let off = u64::from(no) * PAGE_SIZE as u64;
+        let mut got = 0;
+        while got < PAGE_SIZE {
+            let r = self.data.read_at(&mut buf[got..], off + got as u64)?;
+            if r == 0 {
+                return Err(Error::Corrupt {
+                    page: no,
+                    reason: "a page past the data file's end",
+                });
+            }
+            got += r;
+        }
+        Page::from_disk(buf, no).map_err(|e| invalid(no, e))
+    }
+
+    /// Page `no` as it stands (the caller holds the tree lock, so no
+    /// transaction is half applied from its point of view).
+    pub(crate) fn fetch(&self, no: PageNo, journal: &Journal) -> Result<Arc<Page>> {
+        self.fetch_inner(no, None, journal)
+    }
+
+    /// Page `no` as snapshot `at` reads it.
+    pub(crate) fn fetch_at(
+        &self,
+        no: PageNo,
+        snap: &SnapshotHandle,
+        journal: &Journal,
+    ) -> Result<Arc<Page>> {
+        if snap.expired.load(Ordering::Acquire) {
+            return Err(Error::SnapshotTooOld);
+        }
+        self.fetch_inner(no, Some(snap.lsn()), journal)
+    }
+
+    fn pick(st: &State, page: &Arc<Page>, no: PageNo, at: Option<Lsn>) -> Result<Arc<Page>> {
+        match at {
+            Some(s) if page.lsn() > s => st
+                .versions
+                .pages
+                .get(&no)
+                .and_then(|l| l.iter().rev().find(|p| p.lsn() <= s))
+                .cloned()
+                .ok_or(Error::SnapshotTooOld),
+            _ => Ok(page.clone()),
+        }
+    }
+
+    fn fetch_inner(&self, no: PageNo, at: Option<Lsn>, journal: &Journal) -> Result<Arc<Page>> {
+        let mut st = self.state.lock();
+        loop {
+            match st.frames.get_mut(&no) {
+                Some(Slot::Ready(f)) => {
+                    f.referenced = true;
+                    let page = f.page.clone();
+                    return Self::pick(&st, &page, no, at);
+                }
+                Some(Slot::Loading) => st = self.cond.wait(st),
+                None => break,
+            }
+        }
+        st.frames.insert(no, Slot::Loading);
+        drop(st);
+        let read = self.read_disk(no);
+        let mut st = self.state.lock();
+        let page = match read {
+            Ok(p) => Arc::new(p),
+            Err(e) => {
+                st.frames.remove(&no);
+                self.cond.notify_all();
+                return Err(e);
+            }
+        };
+        st.frames.insert(
+            no,
+            Slot::Ready(Frame {
+                page: page.clone(),
+                dirty: false,
+                referenced: true,
+                pinned: false,
+                writing: false,
+                image_epoch: 0,
+            }),
+        );
+        st.clock.push_back(no);
+        self.cond.notify_all();
+        let picked = Self::pick(&st, &page, no, at);
+        let victims = self.evict(&mut st);
+        drop(st);
+        if !victims.is_empty() {
+            // Nothing clean to evict: write some dirty pages home so the
+            // next eviction finds them clean.
+            self.write_back(&victims, journal)?;
+            self.evict(&mut self.state.lock());
+        }
+        picked
+    }
+
+    /// Evicts clean frames while over capacity; returns dirty frames to
+    /// write home if that was not enough.
+    fn evict(&self, st: &mut MutexGuard<'_, State>) -> Vec<PageNo> {
+        let mut dirty = Vec::new();
+        let want = st.frames.len().saturating_sub(self.capacity).max(32);
+        let mut budget = 2 * st.clock.len();
+        while st.frames.len() > self.capacity && budget > 0 {
+            budget -= 1;
+            let Some(no) = st.clock.pop_front() else {
+                break;
+            };
+            let Some(Slot::Ready(f)) = st.frames.get_mut(&no) else {
+                continue;
+            };
+            if f.pinned || f.writing || f.referenced || f.dirty {
+                if f.dirty && !f.pinned && !f.writing && dirty.len() < want {
+                    dirty.push(no);
+                }
+                f.referenced = false;
+                st.clock.push_back(no);
+                continue;
+            }
+            st.frames.remove(&no);
+        }
+        if st.frames.len() > self.capacity {
+            dirty
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Evicts clean frames while the pool is over capacity.
+    pub(crate) fn shrink(&self) {
+        self.evict(&mut self.state.lock());
+    }
+
+    /// Brings the pool back within capacity: evicts clean frames, and if
+    /// that is not enough, writes dirty ones home (the log forced first)
+    /// and evicts them. For a writer that pushed the pool over its bound
+    /// faster than the background cleaner drained it.
+    pub(crate) fn relieve(&self, journal: &Journal) -> Result<()> {
+        for _ in 0..4 {
+            let victims = self.evict(&mut self.state.lock());
+            if victims.is_empty() {
+                return Ok(());
+            }
+            self.write_back(&victims, journal)?;
+        }
+        self.shrink();
+        Ok(())
+    }
+
+    /// Installs a transaction's new copy of page `no`, pinned and dirty
+    /// (its LSN is [`PENDING`] until [`Pool::stamp`]).
+    pub(crate) fn put(&self, no: PageNo, mut page: Page) {
+        page.set_lsn(PENDING);
+        let page = Arc::new(page);
+        let mut st = self.state.lock();
+        let st = &mut *st;
+        match st.frames.get_mut(&no) {
+            Some(Slot::Ready(f)) => {
+                st.versions.stash(no, &f.page);
+                f.page = page;
+                f.pinned = true;
+                f.referenced = true;
+                if !f.dirty {
+                    f.dirty = true;
+                    st.dirty += 1;
+                }
+            }
+            _ => {
+                st.frames.insert(
+                    no,
+                    Slot::Ready(Frame {
+                        page,
+                        dirty: true,
+                        referenced: true,
+                        pinned: true,
+                        writing: false,
+                        image_epoch: 0,
+                    }),
+                );
+                st.dirty += 1;
+                st.clock.push_back(no);
+            }
+        }
+    }
+
+    /// The frame of `no` as it stands, for a rollback: its page and
+    /// whether it was dirty (`None`: not in the pool).
+    pub(crate) fn before(&self, no: PageNo) -> Option<(Arc<Page>, bool, u64)> {
+        match self.state.lock().frames.get(&no) {
+            Some(Slot::Ready(f)) => Some((f.page.clone(), f.dirty, f.image_epoch)),
+            _ => None,
+        }
+    }
+
+    /// Undoes [`Pool::put`] for a transaction that failed before its
+    /// record was appended.
+    pub(crate) fn restore(&self, no: PageNo, before: Option<(Arc<Page>, bool, u64)>) {
+        let mut st = self.state.lock();
+        let was_dirty = matches!(st.frames.get(&no), Some(Slot::Ready(f)) if f.dirty);
+        match before {
+            Some((page, dirty, image_epoch)) => {
+                if let Some(Slot::Ready(f)) = st.frames.get_mut(&no) {
+                    f.page = page;
+                    f.dirty = dirty;
+                    f.pinned = false;
+                    f.image_epoch = image_epoch;
+                }
+                if was_dirty && !dirty {
+                    st.dirty -= 1;
+                }
+            }
+            None => {
+                st.frames.remove(&no);
+                if was_dirty {
+                    st.dirty -= 1;
+                }
+            }
+        }
+        self.cond.notify_all();
+    }
+
+    /// The checkpoint epoch of the last image logged of `no` (0: unknown).
+    pub(crate) fn image_epoch(&self, no: PageNo) -> u64 {
+        match self.state.lock().frames.get(&no) {
+            Some(Slot::Ready(f)) => f.image_epoch,
+            _ => 0,
+        }
+    }
+
+    /// The page a transaction installed, for its log record.
+    pub(crate) fn current(&self, no: PageNo) -> Option<Arc<Page>> {
+        match self.state.lock().frames.get(&no) {
+            Some(Slot::Ready(f)) => Some(f.page.clone()),
+            _ => None,
+        }
+    }
+
+    /// Gives the pages of an appended transaction their LSN and unpins
+    /// them; `imaged` pages were logged whole in `epoch`.
+    pub(crate) fn stamp(&self, pages: &[(PageNo, bool)], lsn: Lsn, epoch: u64) {
+        let mut st = self.state.lock();
+        for (no, imaged) in pages {
+            if let Some(Slot::Ready(f)) = st.frames.get_mut(no) {
+                Arc::make_mut(&mut f.page).set_lsn(lsn);
+                f.pinned = false;
+                if *imaged {
+                    f.image_epoch = epoch;
+                }
+            }
+        }
+        self.cond.notify_all();
+    }
+
+    /// Installs a page rebuilt by recovery: dirty, not pinned.
+    pub(crate) fn install_recovered(&self, no: PageNo, page: Page) {
+        let lsn = page.lsn();
+        self.put(no, page);
+        self.stamp(&[(no, false)], lsn, 0);
+    }
+
+    /// The dirty pages, in page order.
+    pub(crate) fn dirty_pages(&self) -> Vec<PageNo> {
+        let st = self.state.lock();
+        let mut v: Vec<PageNo> = st
+            .frames
+            .iter()
+            .filter_map(|(no, s)| match s {
+                Slot::Ready(f) if f.dirty => Some(*no),
+                _ => None,
+            })
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Dirty pages to clean, in clock order, at most `n`.
+    pub(crate) fn dirty_in_clock_order(&self, n: usize) -> Vec<PageNo> {
+        let st = self.state.lock();
+        st.clock
+            .iter()
+            .filter(|no| matches!(st.frames.get(no), Some(Slot::Ready(f)) if f.dirty && !f.pinned))
+            .take(n)
+            .copied()
+            .collect()
+    }
+
+    /// Writes the dirty pages among `nos` home: the log forced over their
+    /// pageLSNs first; a page is marked clean only once its write succeeded
+    /// and only if no one changed it meanwhile. With `wait`, waits for a
+    /// pinned page to be unpinned (a checkpoint must write every page).
+    /// Returns the pages written.
+    pub(crate) fn write_back_opt(
+        &self,
+        nos: &[PageNo],
+        journal: &Journal,
+        wait: bool,
+    ) -> Result<usize> {
+        let mut batch: Vec<(PageNo, Arc<Page>)> = Vec::with_capacity(nos.len());
+        {
+            let mut st = self.state.lock();
+            for no in nos {
+                loop {
+                    match st.frames.get_mut(no) {
+                        Some(Slot::Ready(f)) if f.dirty && !f.writing => {
+                            if f.pinned {
+                                if wait {
+                                    st = self.cond.wait(st);
+                                    continue;
+                                }
+                                break;
+                            }
+                            f.writing = true;
+                            batch.push((*no, f.page.clone()));
+                        }
+                        Some(Slot::Ready(f)) if f.writing && wait => {
+                            // Another writer has it: wait for its outcome.
+                            st = self.cond.wait(st);
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    break;
+                }
+            }
+        }
+        let result = self.write_batch(&batch, journal);
+        let mut st = self.state.lock();
+        let st = &mut *st;
+        for (no, written) in &batch {
+            if let Some(Slot::Ready(f)) = st.frames.get_mut(no) {
+                f.writing = false;
+                if result.is_ok() && Arc::ptr_eq(&f.page, written) && f.dirty {
+                    f.dirty = false;
+                    st.dirty -= 1;
+                }
+            }
+        }
+        self.cond.notify_all();
+        result.map(|()| batch.len())
+    }
+
+    /// [`Pool::write_back_opt`] without waiting for pinned pages.
+    pub(crate) fn write_back(&self, nos: &[PageNo], journal: &Journal) -> Result<usize> {
+        self.write_back_opt(nos, journal, false)
+    }
+
+    fn write_batch(&self, batch: &[(PageNo, Arc<Page>)], journal: &Journal) -> Result<()> {
+        let Some(max) = batch.iter().map(|(_, p)| p.lsn()).max() else {
+            return Ok(());
+        };
+        // Write-ahead: the log is durable over every page's LSN first.
+        if max > journal.durable_lsn() {
+            journal.force(max, ForceMode::Durable)?;
+        }
+        for (no, page) in batch {
+            let sealed = page.sealed();
+            self.data
+                .write_at(&sealed.bytes()[..], u64::from(*no) * PAGE_SIZE as u64)?;
+        }
+        Ok(())
+    }
+
+    /// Opens a snapshot at `lsn` (the caller holds the tree lock shared,
+    /// so no transaction is half applied).
+    pub(crate) fn open_snapshot(&self, lsn: Lsn) -> SnapshotHandle {
+        let mut st = self.state.lock();
+        let id = st.versions.next_id;
+        st.versions.next_id += 1;
+        let expired = Arc::new(AtomicBool::new(false));
+        st.versions.open.insert((lsn, id), expired.clone());
+        SnapshotHandle {
+            key: (lsn, id),
+            expired,
+        }
+    }
+
+    /// Closes a snapshot: the versions only it read go.
+    pub(crate) fn close_snapshot(&self, h: &SnapshotHandle) {
+        let mut st = self.state.lock();
+        if st.versions.open.remove(&h.key).is_some() {
+            st.versions.prune();
+        }
+    }
+
+    /// Expires the oldest snapshots while the kept versions exceed their
+    /// bound; returns how many were expired.
+    pub(crate) fn bound_versions(&self) -> usize {
+        let mut st = self.state.lock();
+        let mut n = 0;
+        while st.versions.bytes > self.version_limit {
+            let Some((_, flag)) = st.versions.open.pop_first() else {
+                break;
+            };
+            flag.store(true, Ordering::Release);
+            st.versions.prune();
+            n += 1;
+        }
+        n
+    }
+
+    /// Bytes of page versions kept for snapshots.
+    pub(crate) fn version_bytes(&self) -> usize {
+        self.state.lock().versions.bytes
+    }
+}

@@ -1,0 +1,431 @@
+//! The B+tree: lookups for readers, and a transaction's changes — leaf
+//! puts and removes, splits, overflow chains, the free list — gathered
+//! with the log operations that redo them (see `record.rs`).
+//!
+//! A leaf change is logged as its cell operation; anything structural (a
+//! split, a page allocated or freed, a branch changed) logs the image of
+//! the page after it. All of a transaction's operations go in one record,
+//! so a split replays whole. Pages are freed when they empty, not merged
+//! when underfull (PostgreSQL's nbtree does the same): a store that shrinks
+//! reuses the freed pages through the free list.
+
+use crate::page::{
+    branch_cell, leaf_cell, Kind, Page, PageNo, Value, FIRST_PAGE, MAX_INLINE_CELL,
+    OVERFLOW_PAYLOAD,
+};
+use crate::pool::Pool;
+use crate::record::LogOp;
+use crate::{Error, Result};
+use journal_core::Journal;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The deepest tree a lookup follows: a deeper path is a cycle or damage.
+pub(crate) const MAX_HEIGHT: usize = 24;
+
+/// The tree's shape, as the meta page and the log's meta operations hold
+/// it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TreeMeta {
+    /// The root page.
+    pub root: PageNo,
+    /// The first page number never used.
+    pub end: PageNo,
+    /// The first free page (0: none).
+    pub free_head: PageNo,
+}
+
+fn corrupt(page: PageNo, reason: &'static str) -> Error {
+    Error::Corrupt { page, reason }
+}
+
+/// One step of a path from the root: the page, and for a branch the
+/// position of the child taken.
+pub(crate) type Step = (PageNo, Arc<Page>, usize);
+
+/// The path from the root to the leaf that holds (or would hold) `key`,
+/// fetching pages with `fetch`.
+pub(crate) fn descend(
+    root: PageNo,
+    end: PageNo,
+    key: &[u8],
+    mut fetch: impl FnMut(PageNo) -> Result<Arc<Page>>,
+) -> Result<Vec<Step>> {
+    let mut path = Vec::with_capacity(8);
+    let mut no = root;
+    loop {
+        if !(FIRST_PAGE..end).contains(&no) {
+            return Err(corrupt(no, "a page pointer outside the file"));
+        }
+        if path.len() >= MAX_HEIGHT {
+            return Err(corrupt(no, "a path deeper than any tree (a cycle?)"));
+        }
+        let page = fetch(no)?;
+        match page.kind() {
+            Some(Kind::Leaf) => {
+                path.push((no, page, 0));
+                return Ok(path);
+            }
+            Some(Kind::Branch) => {
+                let j = page.child_for(key);
+                let child = page.nth_child(j);
+                path.push((no, page, j));
+                no = child;
+            }
+            _ => return Err(corrupt(no, "a tree pointer to a page that is not a node")),
+        }
+    }
+}
+
+/// Reads the value of leaf cell `i`, following its overflow chain.
+pub(crate) fn read_value(
+    leaf: &Page,
+    i: usize,
+    end: PageNo,
+    mut fetch: impl FnMut(PageNo) -> Result<Arc<Page>>,
+) -> Result<Vec<u8>> {
+    match leaf.value(i) {
+        Value::Inline(v) => Ok(v.to_vec()),
+        Value::Overflow { len, first } => {
+            let len = len as usize;
+            if len > crate::MAX_VALUE {
+                return Err(corrupt(leaf.number(), "a value longer than any value"));
+            }
+            let mut out = Vec::with_capacity(len);
+            let mut no = first;
+            while out.len() < len {
+                if !(FIRST_PAGE..end).contains(&no) {
+                    return Err(corrupt(no, "an overflow pointer outside the file"));
+                }
+                let p = fetch(no)?;
+                if p.kind() != Some(Kind::Overflow) || p.payload().is_empty() {
+                    return Err(corrupt(
+                        no,
+                        "an overflow chain through a page that is not one",
+                    ));
+                }
+                let take = p.payload().len().min(len - out.len());
+                out.extend_from_slice(&p.payload()[..take]);
+                no = p.link();
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// How a page changed in a transaction: by leaf operations, or
+/// structurally (logged as its image).
+enum Touch {
+    Ops(Vec<LogOp>),
+    Image,
+}
+
+/// A rollback entry: the frame before the transaction touched it.
+type Before = (PageNo, Option<(Arc<Page>, bool, u64)>);
+
+/// A transaction's changes in progress (under the tree's write lock).
+pub(crate) struct Txn<'a> {
+    pool: &'a Pool,
+    journal: &'a Journal,
+    pub(crate) meta: TreeMeta,
+    orig_meta: TreeMeta,
+    touched: BTreeMap<PageNo, Touch>,
+    before: Vec<Before>,
+}
+
+impl<'a> Txn<'a> {
+    /// A transaction on the tree `meta`.
+    pub(crate) fn new(pool: &'a Pool, journal: &'a Journal, meta: TreeMeta) -> Self {
+        Txn {
+            pool,
+            journal,
+            meta,
+            orig_meta: meta,
+            touched: BTreeMap::new(),
+            before: Vec::new(),
+        }
+    }
+
+    fn read(&self, no: PageNo) -> Result<Arc<Page>> {
+        if !(FIRST_PAGE..self.meta.end).contains(&no) {
+            return Err(corrupt(no, "a page pointer outside the file"));
+        }
+        self.pool.fetch(no, self.journal)
+    }
+
+    fn write(&mut self, no: PageNo, page: Page, op: Option<LogOp>) {
+        if !self.touched.contains_key(&no) {
+            self.before.push((no, self.pool.before(no)));
+        }
+        self.pool.put(no, page);
+        let t = self.touched.entry(no).or_insert(Touch::Ops(Vec::new()));
+        match (t, op) {
+            (Touch::Ops(list), Some(op)) => list.push(op),
+            (t, _) => *t = Touch::Image,
+        }
+    }
+
+    fn alloc(&mut self) -> Result<PageNo> {
+        if self.meta.free_head != 0 {
+            let no = self.meta.free_head;
+            let p = self.read(no)?;
+            if p.kind() != Some(Kind::Free) {
+                return Err(corrupt(no, "the free list reaches a page in use"));
+            }
+            self.meta.free_head = p.link();
+            return Ok(no);
+        }
+        let no = self.meta.end;
+        self.meta.end = no
+            .checked_add(1)
+            .ok_or(corrupt(no, "the data file is full (2^32 pages)"))?;
+        Ok(no)
+    }
+
+    fn free(&mut self, no: PageNo) {
+        self.write(no, Page::free(no, self.meta.free_head), None);
+        self.meta.free_head = no;
+    }
+
+    fn descend(&self, key: &[u8]) -> Result<Vec<Step>> {
+        descend(self.meta.root, self.meta.end, key, |no| {
+            self.pool.fetch(no, self.journal)
+        })
+    }
+
+    fn write_overflow(&mut self, value: &[u8]) -> Result<PageNo> {
+        let chunks: Vec<&[u8]> = value.chunks(OVERFLOW_PAYLOAD).collect();
+        let mut nos = Vec::with_capacity(chunks.len());
+        for _ in &chunks {
+            nos.push(self.alloc()?);
+        }
+        for (i, chunk) in chunks.iter().enumerate() {
+            let next = nos.get(i + 1).copied().unwrap_or(0);
+            self.write(nos[i], Page::overflow(nos[i], chunk, next), None);
+        }
+        Ok(nos[0])
+    }
+
+    fn free_value(&mut self, leaf: &Page, i: usize) -> Result<()> {
+        let Value::Overflow { len, first } = leaf.value(i) else {
+            return Ok(());
+        };
+        let pages = (len as usize).div_ceil(OVERFLOW_PAYLOAD);
+        let mut no = first;
+        for _ in 0..pages {
+            let p = self.read(no)?;
+            if p.kind() != Some(Kind::Overflow) {
+                return Err(corrupt(
+                    no,
+                    "an overflow chain through a page that is not one",
+                ));
+            }
+            let next = p.link();
+            self.free(no);
+            no = next;
+        }
+        Ok(())
+    }
+
+    /// Inserts or replaces `key`.
+    pub(crate) fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        let path = self.descend(key)?;
+        let cell = if 7 + key.len() + value.len() <= MAX_INLINE_CELL {
+            leaf_cell(key, Value::Inline(value))
+        } else {
+            let first = self.write_overflow(value)?;
+            leaf_cell(
+                key,
+                Value::Overflow {
+                    len: value.len() as u32,
+                    first,
+                },
+            )
+        };
+        let (leaf_no, leaf, _) = &path[path.len() - 1];
+        let leaf_no = *leaf_no;
+        let mut page = Page::clone(leaf);
+        let (pos, replace) = match page.search(key) {
+            Ok(i) => (i, true),
+            Err(i) => (i, false),
+        };
+        if replace {
+            self.free_value(&page, pos)?;
+        }
+        if page.put_cell(pos, &cell, replace) {
+            let op = LogOp::Put {
+                page: leaf_no,
+                cell,
+            };
+            self.write(leaf_no, page, Some(op));
+            return Ok(());
+        }
+        let mut cells = page.cells();
+        if replace {
+            cells[pos] = cell;
+        } else {
+            cells.insert(pos, cell);
+        }
+        let mid = split_point(&cells);
+        let right_no = self.alloc()?;
+        let right = Page::from_cells(right_no, Kind::Leaf, 0, &cells[mid..]);
+        let sep = right.key(0).to_vec();
+        self.write(
+            leaf_no,
+            Page::from_cells(leaf_no, Kind::Leaf, 0, &cells[..mid]),
+            None,
+        );
+        self.write(right_no, right, None);
+        self.insert_separator(&path, path.len() - 1, &sep, right_no)
+    }
+
+    /// After `path[level]` split, adds `right` (keys from `sep` on) to its
+    /// parent, splitting upwards as needed.
+    fn insert_separator(
+        &mut self,
+        path: &[Step],
+        level: usize,
+        sep: &[u8],
+        right: PageNo,
+    ) -> Result<()> {
+        let cell = branch_cell(sep, right);
+        if level == 0 {
+            let root = self.alloc()?;
+            let left = path[0].0;
+            self.write(
+                root,
+                Page::from_cells(root, Kind::Branch, left, &[cell]),
+                None,
+            );
+            self.meta.root = root;
+            return Ok(());
+        }
+        let (pno, parent, j) = &path[level - 1];
+        let (pno, j) = (*pno, *j);
+        let mut page = Page::clone(parent);
+        if page.put_cell(j, &cell, false) {
+            self.write(pno, page, None);
+            return Ok(());
+        }
+        let mut cells = page.cells();
+        cells.insert(j, cell);
+        let mid = split_point(&cells);
+        let up = Page::from_cells(0, Kind::Branch, 0, &cells[mid..=mid]);
+        let (up_key, up_child) = (up.key(0).to_vec(), up.child(0));
+        let right_no = self.alloc()?;
+        let left = Page::from_cells(pno, Kind::Branch, page.link(), &cells[..mid]);
+        let right_page = Page::from_cells(right_no, Kind::Branch, up_child, &cells[mid + 1..]);
+        self.write(pno, left, None);
+        self.write(right_no, right_page, None);
+        self.insert_separator(path, level - 1, &up_key, right_no)
+    }
+
+    /// Removes `key`; `false` if it was absent (nothing changes).
+    pub(crate) fn delete(&mut self, key: &[u8]) -> Result<bool> {
+        let path = self.descend(key)?;
+        let (leaf_no, leaf, _) = &path[path.len() - 1];
+        let leaf_no = *leaf_no;
+        let Ok(i) = leaf.search(key) else {
+            return Ok(false);
+        };
+        let mut page = Page::clone(leaf);
+        self.free_value(&page, i)?;
+        page.remove_cell(i);
+        if page.count() == 0 && path.len() > 1 {
+            self.free(leaf_no);
+            self.remove_child(&path, path.len() - 2);
+        } else {
+            let op = LogOp::Delete {
+                page: leaf_no,
+                key: key.to_vec(),
+            };
+            self.write(leaf_no, page, Some(op));
+        }
+        Ok(true)
+    }
+
+    /// `path[level]`, a branch, loses the child its step took (freed).
+    fn remove_child(&mut self, path: &[Step], level: usize) {
+        let (bno, branch, j) = &path[level];
+        let (bno, j) = (*bno, *j);
+        let mut page = Page::clone(branch);
+        if j == 0 {
+            if page.count() == 0 {
+                if level == 0 {
+                    // The last child of the root: the tree is empty.
+                    self.write(bno, Page::new(bno, Kind::Leaf), None);
+                } else {
+                    self.free(bno);
+                    self.remove_child(path, level - 1);
+                }
+                return;
+            }
+            page.set_link(page.child(0));
+            page.remove_cell(0);
+        } else {
+            page.remove_cell(j - 1);
+        }
+        if level == 0 && page.count() == 0 {
+            // A root with one child: the child becomes the root.
+            self.meta.root = page.link();
+            self.free(bno);
+            return;
+        }
+        self.write(bno, page, None);
+    }
+
+    /// The log operations of the transaction: per page touched, its image
+    /// (structural change, or its first change since checkpoint `epoch`
+    /// began) or its leaf operations; then the meta values if they
+    /// changed. Also the pages to stamp, with whether each was imaged.
+    pub(crate) fn finish(&self, epoch: u64) -> (Vec<LogOp>, Vec<(PageNo, bool)>) {
+        let mut ops = Vec::new();
+        let mut stamp = Vec::with_capacity(self.touched.len());
+        for (no, touch) in &self.touched {
+            let image = matches!(touch, Touch::Image) || self.pool.image_epoch(*no) < epoch;
+            match (touch, image) {
+                (Touch::Ops(list), false) => ops.extend(list.iter().cloned()),
+                _ => {
+                    if let Some(p) = self.pool.current(*no) {
+                        let (head, tail) = p.image();
+                        ops.push(LogOp::Image {
+                            page: *no,
+                            head: head.to_vec(),
+                            tail: tail.to_vec(),
+                        });
+                    }
+                }
+            }
+            stamp.push((*no, image));
+        }
+        if self.meta != self.orig_meta {
+            ops.push(LogOp::Meta {
+                root: self.meta.root,
+                end: self.meta.end,
+                free_head: self.meta.free_head,
+            });
+        }
+        (ops, stamp)
+    }
+
+    /// Undoes every page change (the record was not appended).
+    pub(crate) fn rollback(self) {
+        for (no, before) in self.before.into_iter().rev() {
+            self.pool.restore(no, before);
+        }
+    }
+}
+
+/// Where to split `cells` so both halves hold about as many bytes (each
+/// side gets at least one cell).
+fn split_point(cells: &[Vec<u8>]) -> usize {
+    let total: usize = cells.iter().map(|c| c.len() + 2).sum();
+    let mut acc = 0;
+    for (i, c) in cells.iter().enumerate() {
+        acc += c.len() + 2;
+        if acc * 2 >= total {
+            return (i + 1).clamp(1, cells.len() - 1);
+        }
+    }
+    cells.len() / 2
+}

@@ -1,0 +1,334 @@
+//! The B+tree engine: a model check against a `BTreeMap` (puts, deletes,
+//! overflow values, splits and freed pages, a cache small enough to evict
+//! constantly, reopens); iterators that see one snapshot under concurrent
+//! writers, never half a transaction; the bound on the page versions a
+//! long iterator may hold; space reuse; memory bounded by the cache; and a
+//! data-file write failure during a checkpoint, which poisons the store
+//! and loses nothing.
+
+use journal_core::vfs::{CrashPolicy, Fault, Op as VfsOp, SimVfs, SplitMix64, Vfs};
+use kvstore::{Error, Options, Store};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Options with a cache of `pages` frames (at least 16).
+fn options(cache_pages: usize) -> Options {
+    Options {
+        cache_bytes: cache_pages * (4096 + 128),
+        journal: journal_core::Options {
+            segment_size: 1 << 20,
+            logbsize: 256 << 10,
+            background_preallocation: false,
+            ..journal_core::Options::default()
+        },
+        checkpoint_interval: None,
+        checkpoint_log_bytes: 4 << 20,
+        ..Options::default()
+    }
+}
+
+fn sim_open(vfs: &SimVfs, o: Options) -> kvstore::Result<Store> {
+    let v: Arc<dyn Vfs> = Arc::new(vfs.clone());
+    Store::open_with(v, "/db", o)
+}
+
+fn value(rng: &mut SplitMix64) -> Vec<u8> {
+    let len = match rng.below(100) {
+        0..=89 => rng.below(200),
+        90..=97 => rng.range(200, 3000),
+        _ => rng.range(3000, 20_000),
+    };
+    let mut v = vec![0u8; len as usize];
+    rng.fill(&mut v);
+    v
+}
+
+fn key(rng: &mut SplitMix64) -> Vec<u8> {
+    let n = rng.below(1500);
+    let mut k = format!("k{n:05}").into_bytes();
+    k.resize(6 + (n % 7) as usize * 9, b'.');
+    k
+}
+
+fn compare(s: &Store, model: &BTreeMap<Vec<u8>, Vec<u8>>, rng: &mut SplitMix64, ctx: &str) {
+    for _ in 0..40 {
+        let k = key(rng);
+        assert_eq!(s.get(&k).unwrap().as_ref(), model.get(&k), "{ctx}: get");
+    }
+    let (a, b) = (key(rng), key(rng));
+    let (a, b) = if a <= b { (a, b) } else { (b, a) };
+    let got: Vec<_> = s
+        .range(a.clone()..b.clone())
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let want: Vec<_> = model
+        .range(a..b)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    assert_eq!(got, want, "{ctx}: range");
+    let p = format!("k0{}", rng.below(10)).into_bytes();
+    let got = s.prefix(&p).unwrap().count();
+    assert_eq!(
+        got,
+        model.keys().filter(|k| k.starts_with(&p)).count(),
+        "{ctx}: prefix"
+    );
+}
+
+#[test]
+fn the_tree_matches_a_model_through_splits_deletes_evictions_and_reopens() {
+    for seed in 0..4u64 {
+        let vfs = SimVfs::new();
+        let mut s = sim_open(&vfs, options(24)).unwrap();
+        let mut model = BTreeMap::new();
+        let mut rng = SplitMix64::new(seed);
+        for i in 0..4000u32 {
+            let ctx = format!("seed {seed} op {i}");
+            let mut t = s.transaction();
+            let mut staged = model.clone();
+            for _ in 0..if rng.chance(1, 10) {
+                rng.range(2, 9)
+            } else {
+                1
+            } {
+                let k = key(&mut rng);
+                if rng.chance(3, 10) {
+                    t.delete(&k);
+                    staged.remove(&k);
+                } else {
+                    let v = value(&mut rng);
+                    t.put(&k, &v);
+                    staged.insert(k, v);
+                }
+            }
+            t.commit().unwrap();
+            model = staged;
+            if i % 500 == 499 {
+                compare(&s, &model, &mut rng, &ctx);
+            }
+            if i == 2000 {
+                s.checkpoint().unwrap();
+            }
+            if i == 3000 {
+                // A crash with everything committed durable: redo rebuilds.
+                let image = vfs.crash(CrashPolicy::DropUnsynced);
+                drop(s);
+                s = sim_open(&image, options(24)).unwrap();
+                compare(&s, &model, &mut rng, &format!("{ctx} after a crash"));
+            }
+        }
+        let all: Vec<_> = s.scan(..).unwrap();
+        assert_eq!(all.len(), model.len(), "seed {seed}");
+        assert!(all
+            .iter()
+            .zip(&model)
+            .all(|(a, b)| (&a.0, &a.1) == (b.0, b.1)));
+        assert_eq!(s.check().unwrap(), Vec::<String>::new(), "seed {seed}");
+        let stats = s.cache_stats();
+        assert!(stats.pages <= stats.capacity_pages + 64, "{stats:?}");
+    }
+}
+
+/// Writers rewrite whole groups of ten keys in one transaction each;
+/// iterators must always find every group uniform.
+#[test]
+fn iterators_see_one_snapshot_never_half_a_transaction() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Arc::new(Store::open(tmp.path().join("db"), options(48)).unwrap());
+    let groups = 60u32;
+    let mut t = s.transaction();
+    for g in 0..groups {
+        for i in 0..10 {
+            t.put(format!("g{g:03}/{i}").as_bytes(), b"0");
+        }
+    }
+    t.commit().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..2u64)
+        .map(|w| {
+            let (s, stop) = (s.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut rng = SplitMix64::new(w);
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) && n < 3000 {
+                    n += 1;
+                    let g = rng.below(u64::from(groups));
+                    let v = format!("{w}-{n}-{}", "x".repeat(rng.below(300) as usize));
+                    let mut t = s.transaction();
+                    for i in 0..10 {
+                        t.put(format!("g{g:03}/{i}").as_bytes(), v.as_bytes());
+                    }
+                    if n.is_multiple_of(2) {
+                        t.commit().unwrap();
+                    } else {
+                        t.commit_no_wait().unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for round in 0..40 {
+        let it = s.prefix(b"g").unwrap();
+        // A key written after the iterator was made is not in it.
+        s.put(format!("late-{round}").as_bytes(), b"x").unwrap();
+        let mut rows = Vec::new();
+        for (n, r) in it.enumerate() {
+            rows.push(r.unwrap());
+            if n % 50 == 0 {
+                std::thread::yield_now();
+            }
+        }
+        assert_eq!(rows.len(), groups as usize * 10, "round {round}");
+        for chunk in rows.chunks(10) {
+            assert!(
+                chunk.iter().all(|(_, v)| *v == chunk[0].1),
+                "round {round}: half a transaction in {:?}",
+                String::from_utf8_lossy(&chunk[0].0)
+            );
+        }
+        let mut all = s.range(b"late-".to_vec()..b"late.".to_vec()).unwrap();
+        assert!(all.all(|r| r.is_ok()));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert_eq!(s.check().unwrap(), Vec::<String>::new());
+    assert_eq!(
+        s.cache_stats().version_bytes,
+        0,
+        "closed iterators keep no versions"
+    );
+}
+
+#[test]
+fn a_long_iterator_expires_instead_of_holding_the_cache() {
+    let vfs = SimVfs::new();
+    let s = sim_open(&vfs, options(64)).unwrap();
+    let v = vec![7u8; 150];
+    for i in 0..6000u32 {
+        s.put(format!("key-{i:05}").as_bytes(), &v).unwrap();
+    }
+    let mut it = s.range(..).unwrap();
+    assert!(it.next().unwrap().is_ok());
+    // Rewrite every leaf many times over while the iterator is open.
+    for round in 0..3u8 {
+        let mut t = s.transaction();
+        for i in 0..6000u32 {
+            t.put(format!("key-{i:05}").as_bytes(), &[round; 150]);
+            if i % 200 == 199 {
+                std::mem::replace(&mut t, s.transaction()).commit().unwrap();
+            }
+        }
+        t.commit().unwrap();
+    }
+    let stats = s.cache_stats();
+    // The bound: a quarter of the cache, and never under 64 frames.
+    let limit = 64 * (4096 + 128);
+    assert!(stats.version_bytes <= limit, "{stats:?}");
+    let rest: Vec<_> = it.by_ref().collect();
+    assert!(
+        matches!(rest.last(), Some(Err(Error::SnapshotTooOld))),
+        "the iterator expired: {:?}",
+        rest.last().map(|r| r.as_ref().map(|_| ()))
+    );
+    drop(it);
+    assert_eq!(s.cache_stats().version_bytes, 0);
+}
+
+#[test]
+fn deleting_half_the_keys_frees_pages_that_inserts_reuse() {
+    let vfs = SimVfs::new();
+    let s = sim_open(&vfs, options(256)).unwrap();
+    let v = vec![1u8; 100];
+    let put_all = |prefix: &str| {
+        for c in 0..20u32 {
+            let mut t = s.transaction();
+            for i in 0..1000u32 {
+                t.put(format!("{prefix}{:05}", c * 1000 + i).as_bytes(), &v);
+            }
+            t.commit().unwrap();
+        }
+    };
+    put_all("a");
+    assert_eq!(s.scan(..).unwrap().len(), 20_000);
+    let full = s.cache_stats().file_pages;
+    for c in 0..10u32 {
+        let mut t = s.transaction();
+        for i in 0..1000u32 {
+            t.delete(format!("a{:05}", c * 1000 + i).as_bytes());
+        }
+        t.commit().unwrap();
+    }
+    // Half the keys again, under new names: the freed pages take them.
+    for c in 0..10u32 {
+        let mut t = s.transaction();
+        for i in 0..1000u32 {
+            t.put(format!("b{:05}", c * 1000 + i).as_bytes(), &v);
+        }
+        t.commit().unwrap();
+    }
+    let after = s.cache_stats().file_pages;
+    assert!(after <= full + full / 10, "{full} pages, then {after}");
+    assert_eq!(s.scan(..).unwrap().len(), 20_000);
+    assert_eq!(s.check().unwrap(), Vec::<String>::new());
+}
+
+#[test]
+fn memory_stays_within_the_cache_while_the_data_outgrows_it() {
+    let vfs = SimVfs::new();
+    let s = sim_open(&vfs, options(128)).unwrap();
+    let mut rng = SplitMix64::new(3);
+    for c in 0..40u32 {
+        let mut t = s.transaction();
+        for i in 0..1000u32 {
+            let mut v = vec![0u8; 100];
+            rng.fill(&mut v);
+            t.put(
+                format!("{:08}", (c * 1000 + i).wrapping_mul(2_654_435_761)).as_bytes(),
+                &v,
+            );
+        }
+        t.commit().unwrap();
+        let st = s.cache_stats();
+        assert!(st.pages <= st.capacity_pages + 64, "after {c}: {st:?}");
+    }
+    let st = s.cache_stats();
+    assert!(st.file_pages as usize > 8 * st.capacity_pages, "{st:?}");
+    assert_eq!(s.scan(..).unwrap().len(), 40_000);
+    assert!(s.cache_stats().pages <= st.capacity_pages + 64);
+}
+
+#[test]
+fn a_failed_page_write_in_a_checkpoint_poisons_and_loses_nothing() {
+    let vfs = SimVfs::new();
+    let s = sim_open(&vfs, options(512)).unwrap();
+    let val = |i: u32| format!("value-{i}-{}", "v".repeat((i % 50) as usize)).into_bytes();
+    for c in 0..4u32 {
+        let mut t = s.transaction();
+        for i in c * 500..(c + 1) * 500 {
+            t.put(format!("key-{i:05}").as_bytes(), &val(i));
+        }
+        t.commit().unwrap();
+    }
+    vfs.inject(Fault::eio(VfsOp::Write, 3).on("/db/data.kv"));
+    let e = s.checkpoint().unwrap_err();
+    assert!(matches!(e, Error::Journal(_)), "{e}");
+    // Poisoned: every call, reads included, answers the error.
+    assert!(s.get(b"key-00001").is_err());
+    assert!(s.put(b"more", b"x").is_err());
+    assert!(s.range(..).is_err());
+    let image = vfs.crash(CrashPolicy::DropUnsynced);
+    drop(s);
+    let s = sim_open(&image, options(512)).unwrap();
+    for i in 0..2000u32 {
+        assert_eq!(
+            s.get(format!("key-{i:05}").as_bytes()).unwrap(),
+            Some(val(i)),
+            "key {i}"
+        );
+    }
+    assert_eq!(s.check().unwrap(), Vec::<String>::new());
+}
