@@ -150,6 +150,15 @@ pub fn leaf_cell_key(cell: &[u8]) -> Option<&[u8]> {
     cell.get(7..7 + klen)
 }
 
+/// The key of a whole, well-formed branch cell.
+pub fn branch_cell_key(cell: &[u8]) -> Option<&[u8]> {
+    if cell_len(Kind::Branch, cell)? != cell.len() {
+        return None;
+    }
+    let klen = u16_at(cell, 0) as usize;
+    cell.get(6..6 + klen)
+}
+
 /// Builds a branch cell: keys at and above `key` live under `child`.
 pub fn branch_cell(key: &[u8], child: PageNo) -> Vec<u8> {
     let mut c = Vec::with_capacity(6 + key.len());
@@ -415,6 +424,14 @@ impl Page {
             // The lowest cell went: the hole grows instead of a fragment.
             let next = (0..n - 1).map(|j| self.slot(j)).min().unwrap_or(PAGE_SIZE);
             self.set_upper(next);
+        }
+    }
+
+    /// Removes every cell from `key` on (a split's left half).
+    pub fn truncate_from(&mut self, key: &[u8]) {
+        let from = self.search(key).unwrap_or_else(|i| i);
+        for i in (from..self.count()).rev() {
+            self.remove_cell(i);
         }
     }
 

@@ -19,7 +19,7 @@
 
 use crate::page::{Invalid, Page, PageNo, PAGE_SIZE};
 use crate::{Error, Result};
-use journal_core::sync::atomic::{AtomicBool, Ordering};
+use journal_core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use journal_core::sync::{Condvar, Mutex, MutexGuard};
 use journal_core::vfs::VfsFile;
 use journal_core::{ForceMode, Journal, Lsn};
@@ -113,7 +113,17 @@ pub(crate) struct Pool {
     version_limit: usize,
     state: Mutex<State>,
     cond: Condvar,
+    /// Frames, dirty frames and version bytes, as of the last change
+    /// (read without the mutex).
+    frames_n: AtomicUsize,
+    dirty_n: AtomicUsize,
+    versions_n: AtomicUsize,
 }
+
+/// A frame as it was before a transaction changed it (for a rollback):
+/// its page, whether it was dirty, its image epoch; `None`: not in the
+/// pool.
+pub(crate) type Before = Option<(Arc<Page>, bool, u64)>;
 
 /// A snapshot's registration: dropping it lets its versions go.
 pub(crate) struct SnapshotHandle {
@@ -149,7 +159,17 @@ impl Pool {
                 versions: Versions::default(),
             }),
             cond: Condvar::new(),
+            frames_n: AtomicUsize::new(0),
+            dirty_n: AtomicUsize::new(0),
+            versions_n: AtomicUsize::new(0),
         }
+    }
+
+    /// Publishes the counters after a change under the mutex.
+    fn publish(&self, st: &State) {
+        self.frames_n.store(st.frames.len(), Ordering::Relaxed);
+        self.dirty_n.store(st.dirty, Ordering::Relaxed);
+        self.versions_n.store(st.versions.bytes, Ordering::Relaxed);
     }
 
     /// The data file.
@@ -164,8 +184,27 @@ impl Pool {
 
     /// Frames in use and dirty frames.
     pub(crate) fn usage(&self) -> (usize, usize) {
-        let st = self.state.lock();
-        (st.frames.len(), st.dirty)
+        (
+            self.frames_n.load(Ordering::Relaxed),
+            self.dirty_n.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Looks pages up without I/O, under one lock: `f` gets a lookup that
+    /// answers `None` for a page not in the pool.
+    pub(crate) fn with_cached<R>(
+        &self,
+        f: impl FnOnce(&mut dyn FnMut(PageNo) -> Option<Arc<Page>>) -> R,
+    ) -> R {
+        let mut st = self.state.lock();
+        let mut look = |no: PageNo| match st.frames.get_mut(&no) {
+            Some(Slot::Ready(f)) => {
+                f.referenced = true;
+                Some(f.page.clone())
+            }
+            _ => None,
+        };
+        f(&mut look)
     }
 
     /// Reads page `no` from disk, checked.
@@ -239,6 +278,7 @@ impl Pool {
             Ok(p) => Arc::new(p),
             Err(e) => {
                 st.frames.remove(&no);
+                self.publish(&st);
                 self.cond.notify_all();
                 return Err(e);
             }
@@ -255,6 +295,7 @@ impl Pool {
             }),
         );
         st.clock.push_back(no);
+        self.publish(&st);
         self.cond.notify_all();
         let picked = Self::pick(&st, &page, no, at);
         let victims = self.evict(&mut st);
@@ -292,6 +333,7 @@ impl Pool {
             }
             st.frames.remove(&no);
         }
+        self.publish(st);
         if st.frames.len() > self.capacity {
             dirty
         } else {
@@ -321,28 +363,31 @@ impl Pool {
     }
 
     /// Installs a transaction's new copy of page `no`, pinned and dirty
-    /// (its LSN is [`PENDING`] until [`Pool::stamp`]).
-    pub(crate) fn put(&self, no: PageNo, mut page: Page) {
+    /// (its LSN is [`PENDING`] until [`Pool::stamp`]). Returns the frame
+    /// as it was, its image epoch, and the copy installed.
+    pub(crate) fn put(&self, no: PageNo, mut page: Page) -> (Before, u64, Arc<Page>) {
         page.set_lsn(PENDING);
         let page = Arc::new(page);
-        let mut st = self.state.lock();
-        let st = &mut *st;
-        match st.frames.get_mut(&no) {
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let r = match st.frames.get_mut(&no) {
             Some(Slot::Ready(f)) => {
+                let before = Some((f.page.clone(), f.dirty, f.image_epoch));
                 st.versions.stash(no, &f.page);
-                f.page = page;
+                f.page = page.clone();
                 f.pinned = true;
                 f.referenced = true;
                 if !f.dirty {
                     f.dirty = true;
                     st.dirty += 1;
                 }
+                (before, f.image_epoch, page)
             }
             _ => {
                 st.frames.insert(
                     no,
                     Slot::Ready(Frame {
-                        page,
+                        page: page.clone(),
                         dirty: true,
                         referenced: true,
                         pinned: true,
@@ -352,22 +397,16 @@ impl Pool {
                 );
                 st.dirty += 1;
                 st.clock.push_back(no);
+                (None, 0, page)
             }
-        }
-    }
-
-    /// The frame of `no` as it stands, for a rollback: its page and
-    /// whether it was dirty (`None`: not in the pool).
-    pub(crate) fn before(&self, no: PageNo) -> Option<(Arc<Page>, bool, u64)> {
-        match self.state.lock().frames.get(&no) {
-            Some(Slot::Ready(f)) => Some((f.page.clone(), f.dirty, f.image_epoch)),
-            _ => None,
-        }
+        };
+        self.publish(st);
+        r
     }
 
     /// Undoes [`Pool::put`] for a transaction that failed before its
     /// record was appended.
-    pub(crate) fn restore(&self, no: PageNo, before: Option<(Arc<Page>, bool, u64)>) {
+    pub(crate) fn restore(&self, no: PageNo, before: Before) {
         let mut st = self.state.lock();
         let was_dirty = matches!(st.frames.get(&no), Some(Slot::Ready(f)) if f.dirty);
         match before {
@@ -389,23 +428,8 @@ impl Pool {
                 }
             }
         }
+        self.publish(&st);
         self.cond.notify_all();
-    }
-
-    /// The checkpoint epoch of the last image logged of `no` (0: unknown).
-    pub(crate) fn image_epoch(&self, no: PageNo) -> u64 {
-        match self.state.lock().frames.get(&no) {
-            Some(Slot::Ready(f)) => f.image_epoch,
-            _ => 0,
-        }
-    }
-
-    /// The page a transaction installed, for its log record.
-    pub(crate) fn current(&self, no: PageNo) -> Option<Arc<Page>> {
-        match self.state.lock().frames.get(&no) {
-            Some(Slot::Ready(f)) => Some(f.page.clone()),
-            _ => None,
-        }
     }
 
     /// Gives the pages of an appended transaction their LSN and unpins
@@ -421,6 +445,7 @@ impl Pool {
                 }
             }
         }
+        self.publish(&st);
         self.cond.notify_all();
     }
 
@@ -508,6 +533,7 @@ impl Pool {
                 }
             }
         }
+        self.publish(st);
         self.cond.notify_all();
         result.map(|()| batch.len())
     }
@@ -552,12 +578,16 @@ impl Pool {
         let mut st = self.state.lock();
         if st.versions.open.remove(&h.key).is_some() {
             st.versions.prune();
+            self.publish(&st);
         }
     }
 
     /// Expires the oldest snapshots while the kept versions exceed their
     /// bound; returns how many were expired.
     pub(crate) fn bound_versions(&self) -> usize {
+        if self.versions_n.load(Ordering::Relaxed) <= self.version_limit {
+            return 0;
+        }
         let mut st = self.state.lock();
         let mut n = 0;
         while st.versions.bytes > self.version_limit {
@@ -568,11 +598,12 @@ impl Pool {
             st.versions.prune();
             n += 1;
         }
+        self.publish(&st);
         n
     }
 
     /// Bytes of page versions kept for snapshots.
     pub(crate) fn version_bytes(&self) -> usize {
-        self.state.lock().versions.bytes
+        self.versions_n.load(Ordering::Relaxed)
     }
 }

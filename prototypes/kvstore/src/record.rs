@@ -6,10 +6,14 @@
 //! - a page's first change after a checkpoint began is logged as the
 //!   page's full image after the change (PostgreSQL's full_page_writes):
 //!   it repairs a page a crash tore while it was written home;
-//! - a structural change (a split, a page freed or allocated, a root
-//!   replaced) logs the images of every page it rewrote, and the new meta
-//!   values, all in the transaction's one record: a split replays whole or
-//!   not at all.
+//! - a leaf split logs the new right page's image, the left page's
+//!   truncation at the separator (and the put, if the new cell went left)
+//!   and the separator's insertion into the parent (PostgreSQL's nbtree
+//!   split record has the same shape); other structural changes (a page
+//!   freed or allocated, a branch split or emptied, a root replaced) log
+//!   the images of every page they rewrote; meta values are logged when
+//!   they change. All of it goes in the transaction's one record: a split
+//!   replays whole or not at all.
 //!
 //! Redo applies a record's operations on a page only if the page's LSN is
 //! below the record's (images always apply): idempotent.
@@ -21,6 +25,8 @@
 //!   2 put:    4 page, 4 cell length, leaf cell
 //!   3 delete: 4 page, 2 key length, key
 //!   4 meta:   4 root, 4 end, 4 free-list head
+//!   5 truncate: 4 page, 2 key length, key (a leaf's cells from key on go)
+//!   6 branch put: 4 page, 4 cell length, branch cell
 //! ```
 
 use crate::page::{PageNo, FORMAT_VERSION};
@@ -58,6 +64,10 @@ pub(crate) enum LogOp {
     Put { page: PageNo, cell: Vec<u8> },
     /// A leaf key removed.
     Delete { page: PageNo, key: Vec<u8> },
+    /// A leaf's cells from `key` on removed (the left half of a split).
+    Truncate { page: PageNo, key: Vec<u8> },
+    /// A branch cell inserted (a split's separator in the parent).
+    BranchPut { page: PageNo, cell: Vec<u8> },
     /// The meta page's new values.
     Meta {
         root: PageNo,
@@ -70,8 +80,8 @@ impl LogOp {
     fn encoded_len(&self) -> usize {
         match self {
             LogOp::Image { head, tail, .. } => 9 + head.len() + tail.len(),
-            LogOp::Put { cell, .. } => 9 + cell.len(),
-            LogOp::Delete { key, .. } => 7 + key.len(),
+            LogOp::Put { cell, .. } | LogOp::BranchPut { cell, .. } => 9 + cell.len(),
+            LogOp::Delete { key, .. } | LogOp::Truncate { key, .. } => 7 + key.len(),
             LogOp::Meta { .. } => 13,
         }
     }
@@ -99,14 +109,22 @@ pub(crate) fn encode(ops: &[LogOp]) -> Vec<u8> {
                 out.extend_from_slice(head);
                 out.extend_from_slice(tail);
             }
-            LogOp::Put { page, cell } => {
-                out.push(2);
+            LogOp::Put { page, cell } | LogOp::BranchPut { page, cell } => {
+                out.push(if matches!(op, LogOp::Put { .. }) {
+                    2
+                } else {
+                    6
+                });
                 out.extend_from_slice(&page.to_le_bytes());
                 out.extend_from_slice(&(cell.len() as u32).to_le_bytes());
                 out.extend_from_slice(cell);
             }
-            LogOp::Delete { page, key } => {
-                out.push(3);
+            LogOp::Delete { page, key } | LogOp::Truncate { page, key } => {
+                out.push(if matches!(op, LogOp::Delete { .. }) {
+                    3
+                } else {
+                    5
+                });
                 out.extend_from_slice(&page.to_le_bytes());
                 out.extend_from_slice(&(key.len() as u16).to_le_bytes());
                 out.extend_from_slice(key);
@@ -191,20 +209,24 @@ pub(crate) fn decode(b: &[u8]) -> Result<Vec<LogOp>, Undecodable> {
                     tail: c.take(t)?.to_vec(),
                 }
             }
-            2 => {
+            2 | 6 => {
                 let page = c.u32()?;
                 let len = c.u32()? as usize;
-                LogOp::Put {
-                    page,
-                    cell: c.take(len)?.to_vec(),
+                let cell = c.take(len)?.to_vec();
+                if kind == 2 {
+                    LogOp::Put { page, cell }
+                } else {
+                    LogOp::BranchPut { page, cell }
                 }
             }
-            3 => {
+            3 | 5 => {
                 let page = c.u32()?;
                 let len = c.u16()? as usize;
-                LogOp::Delete {
-                    page,
-                    key: c.take(len)?.to_vec(),
+                let key = c.take(len)?.to_vec();
+                if kind == 3 {
+                    LogOp::Delete { page, key }
+                } else {
+                    LogOp::Truncate { page, key }
                 }
             }
             4 => LogOp::Meta {
@@ -245,6 +267,14 @@ mod tests {
                 root: 3,
                 end: 12,
                 free_head: 0,
+            },
+            LogOp::Truncate {
+                page: 4,
+                key: b"m".to_vec(),
+            },
+            LogOp::BranchPut {
+                page: 5,
+                cell: vec![1; 9],
             },
         ];
         let b = encode(&ops);

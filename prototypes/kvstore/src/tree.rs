@@ -13,7 +13,7 @@ use crate::page::{
     branch_cell, leaf_cell, Kind, Page, PageNo, Value, FIRST_PAGE, MAX_INLINE_CELL,
     OVERFLOW_PAYLOAD,
 };
-use crate::pool::Pool;
+use crate::pool::{Before, Pool};
 use crate::record::LogOp;
 use crate::{Error, Result};
 use journal_core::Journal;
@@ -113,29 +113,41 @@ pub(crate) fn read_value(
     }
 }
 
-/// How a page changed in a transaction: by leaf operations, or
-/// structurally (logged as its image).
-enum Touch {
-    Ops(Vec<LogOp>),
-    Image,
+/// A page a transaction changed: the operations that redo the change on
+/// it (`None`: structural, logged as its image), its image epoch before
+/// the transaction, and its latest copy.
+struct Touched {
+    ops: Option<Vec<LogOp>>,
+    image_epoch: u64,
+    page: Arc<Page>,
 }
 
-/// A rollback entry: the frame before the transaction touched it.
-type Before = (PageNo, Option<(Arc<Page>, bool, u64)>);
-
 /// A transaction's changes in progress (under the tree's write lock).
+///
+/// It reads only pages the pool holds (unless `allow_io`): a miss is
+/// noted in `missing` and fails the transaction, which the caller rolls
+/// back, fetches the page without the tree lock and runs again — so the
+/// tree lock is never held across a read from disk.
 pub(crate) struct Txn<'a> {
     pool: &'a Pool,
     journal: &'a Journal,
     pub(crate) meta: TreeMeta,
     orig_meta: TreeMeta,
-    touched: BTreeMap<PageNo, Touch>,
-    before: Vec<Before>,
+    touched: BTreeMap<PageNo, Touched>,
+    before: Vec<(PageNo, Before)>,
+    allow_io: bool,
+    /// The page whose absence from the pool stopped the transaction.
+    pub(crate) missing: Option<PageNo>,
 }
 
 impl<'a> Txn<'a> {
     /// A transaction on the tree `meta`.
-    pub(crate) fn new(pool: &'a Pool, journal: &'a Journal, meta: TreeMeta) -> Self {
+    pub(crate) fn new(
+        pool: &'a Pool,
+        journal: &'a Journal,
+        meta: TreeMeta,
+        allow_io: bool,
+    ) -> Self {
         Txn {
             pool,
             journal,
@@ -143,25 +155,57 @@ impl<'a> Txn<'a> {
             orig_meta: meta,
             touched: BTreeMap::new(),
             before: Vec::new(),
+            allow_io,
+            missing: None,
         }
     }
 
-    fn read(&self, no: PageNo) -> Result<Arc<Page>> {
+    /// Page `no`: from the transaction's own copy, the pool, or (only with
+    /// `allow_io`) the disk.
+    fn get(&mut self, no: PageNo) -> Result<Arc<Page>> {
+        if let Some(t) = self.touched.get(&no) {
+            return Ok(t.page.clone());
+        }
+        if self.allow_io {
+            return self.pool.fetch(no, self.journal);
+        }
+        match self.pool.with_cached(|look| look(no)) {
+            Some(p) => Ok(p),
+            None => {
+                self.missing = Some(no);
+                Err(Error::Closed)
+            }
+        }
+    }
+
+    fn read(&mut self, no: PageNo) -> Result<Arc<Page>> {
         if !(FIRST_PAGE..self.meta.end).contains(&no) {
             return Err(corrupt(no, "a page pointer outside the file"));
         }
-        self.pool.fetch(no, self.journal)
+        self.get(no)
     }
 
     fn write(&mut self, no: PageNo, page: Page, op: Option<LogOp>) {
-        if !self.touched.contains_key(&no) {
-            self.before.push((no, self.pool.before(no)));
-        }
-        self.pool.put(no, page);
-        let t = self.touched.entry(no).or_insert(Touch::Ops(Vec::new()));
-        match (t, op) {
-            (Touch::Ops(list), Some(op)) => list.push(op),
-            (t, _) => *t = Touch::Image,
+        let (before, image_epoch, page) = self.pool.put(no, page);
+        match self.touched.get_mut(&no) {
+            Some(t) => {
+                t.page = page;
+                match (&mut t.ops, op) {
+                    (Some(list), Some(op)) => list.push(op),
+                    (ops, _) => *ops = None,
+                }
+            }
+            None => {
+                self.before.push((no, before));
+                self.touched.insert(
+                    no,
+                    Touched {
+                        ops: op.map(|o| vec![o]),
+                        image_epoch,
+                        page,
+                    },
+                );
+            }
         }
     }
 
@@ -187,10 +231,28 @@ impl<'a> Txn<'a> {
         self.meta.free_head = no;
     }
 
-    fn descend(&self, key: &[u8]) -> Result<Vec<Step>> {
-        descend(self.meta.root, self.meta.end, key, |no| {
-            self.pool.fetch(no, self.journal)
-        })
+    fn descend(&mut self, key: &[u8]) -> Result<Vec<Step>> {
+        let (root, end) = (self.meta.root, self.meta.end);
+        if self.allow_io {
+            return descend(root, end, key, |no| self.get(no));
+        }
+        let touched = &self.touched;
+        let mut missing = None;
+        let r = self.pool.with_cached(|look| {
+            descend(root, end, key, |no| {
+                if let Some(t) = touched.get(&no) {
+                    return Ok(t.page.clone());
+                }
+                look(no).ok_or_else(|| {
+                    missing = Some(no);
+                    Error::Closed
+                })
+            })
+        });
+        if missing.is_some() {
+            self.missing = missing;
+        }
+        r
     }
 
     fn write_overflow(&mut self, value: &[u8]) -> Result<PageNo> {
@@ -260,23 +322,63 @@ impl<'a> Txn<'a> {
             self.write(leaf_no, page, Some(op));
             return Ok(());
         }
-        let mut cells = page.cells();
         if replace {
-            cells[pos] = cell;
-        } else {
-            cells.insert(pos, cell);
+            // The old cell goes first (logged); then the new one is an
+            // insert that splits.
+            let key = key.to_vec();
+            page.remove_cell(pos);
+            self.write(
+                leaf_no,
+                page.clone(),
+                Some(LogOp::Delete { page: leaf_no, key }),
+            );
         }
-        let mid = split_point(&cells);
+        self.split_leaf(&path, page, pos, cell)
+    }
+
+    /// Splits the leaf at the end of `path` (`page`, which has no room for
+    /// `cell` at `pos`). Appending at a leaf's end splits there (a
+    /// sequential load fills its pages); anything else splits the bytes
+    /// in half. Logged as the right page's image, the left's truncation
+    /// (and the put, if the cell lands left) and the parent's new cell.
+    fn split_leaf(
+        &mut self,
+        path: &[Step],
+        mut page: Page,
+        pos: usize,
+        cell: Vec<u8>,
+    ) -> Result<()> {
+        let leaf_no = path[path.len() - 1].0;
+        let mut cells = page.cells();
+        cells.insert(pos, cell.clone());
+        let mid = if pos == page.count() && pos > 0 {
+            pos
+        } else {
+            split_point(&cells)
+        };
         let right_no = self.alloc()?;
         let right = Page::from_cells(right_no, Kind::Leaf, 0, &cells[mid..]);
         let sep = right.key(0).to_vec();
-        self.write(
-            leaf_no,
-            Page::from_cells(leaf_no, Kind::Leaf, 0, &cells[..mid]),
-            None,
-        );
+        page.truncate_from(&sep);
+        let op = LogOp::Truncate {
+            page: leaf_no,
+            key: sep.clone(),
+        };
+        self.write(leaf_no, page.clone(), Some(op));
+        if pos < mid {
+            let fit = page.put_cell(pos, &cell, false);
+            debug_assert!(fit, "the left half has room for the new cell");
+            self.write(
+                leaf_no,
+                page,
+                Some(LogOp::Put {
+                    page: leaf_no,
+                    cell,
+                }),
+            );
+        }
         self.write(right_no, right, None);
-        self.insert_separator(&path, path.len() - 1, &sep, right_no)
+        self.insert_separator(path, path.len() - 1, &sep, right_no)
     }
 
     /// After `path[level]` split, adds `right` (keys from `sep` on) to its
@@ -304,7 +406,7 @@ impl<'a> Txn<'a> {
         let (pno, j) = (*pno, *j);
         let mut page = Page::clone(parent);
         if page.put_cell(j, &cell, false) {
-            self.write(pno, page, None);
+            self.write(pno, page, Some(LogOp::BranchPut { page: pno, cell }));
             return Ok(());
         }
         let mut cells = page.cells();
@@ -381,22 +483,22 @@ impl<'a> Txn<'a> {
     pub(crate) fn finish(&self, epoch: u64) -> (Vec<LogOp>, Vec<(PageNo, bool)>) {
         let mut ops = Vec::new();
         let mut stamp = Vec::with_capacity(self.touched.len());
-        for (no, touch) in &self.touched {
-            let image = matches!(touch, Touch::Image) || self.pool.image_epoch(*no) < epoch;
-            match (touch, image) {
-                (Touch::Ops(list), false) => ops.extend(list.iter().cloned()),
+        for (no, t) in &self.touched {
+            match &t.ops {
+                Some(list) if t.image_epoch >= epoch => {
+                    ops.extend(list.iter().cloned());
+                    stamp.push((*no, false));
+                }
                 _ => {
-                    if let Some(p) = self.pool.current(*no) {
-                        let (head, tail) = p.image();
-                        ops.push(LogOp::Image {
-                            page: *no,
-                            head: head.to_vec(),
-                            tail: tail.to_vec(),
-                        });
-                    }
+                    let (head, tail) = t.page.image();
+                    ops.push(LogOp::Image {
+                        page: *no,
+                        head: head.to_vec(),
+                        tail: tail.to_vec(),
+                    });
+                    stamp.push((*no, true));
                 }
             }
-            stamp.push((*no, image));
         }
         if self.meta != self.orig_meta {
             ops.push(LogOp::Meta {

@@ -136,7 +136,10 @@ fn the_tree_matches_a_model_through_splits_deletes_evictions_and_reopens() {
 #[test]
 fn iterators_see_one_snapshot_never_half_a_transaction() {
     let tmp = tempfile::tempdir().unwrap();
-    let s = Arc::new(Store::open(tmp.path().join("db"), options(48)).unwrap());
+    // A cache whose version bound (a quarter of it) holds a version of
+    // every leaf: the iterators here must not expire (that is the next
+    // test's subject).
+    let s = Arc::new(Store::open(tmp.path().join("db"), options(1024)).unwrap());
     let groups = 60u32;
     let mut t = s.transaction();
     for g in 0..groups {

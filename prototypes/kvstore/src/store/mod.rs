@@ -220,8 +220,39 @@ impl Inner {
         p.get_or_insert(e).clone()
     }
 
+    /// A lookup under the shared tree lock that reads only pages in the
+    /// pool; a miss drops the lock, fetches the page, and looks again, so
+    /// writers never wait behind a read from disk.
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.check()?;
+        for _ in 0..16 {
+            let tree = self.read_tree();
+            let mut missing = None;
+            let mut look_in = |look: &mut dyn FnMut(PageNo) -> Option<Arc<crate::page::Page>>| {
+                let mut fetch = |no: PageNo| {
+                    look(no).ok_or_else(|| {
+                        missing = Some(no);
+                        Error::Closed
+                    })
+                };
+                let path = tree::descend(tree.root, tree.end, key, &mut fetch)?;
+                let leaf = &path[path.len() - 1].1;
+                match leaf.search(key) {
+                    Ok(i) => Ok(Some(tree::read_value(leaf, i, tree.end, &mut fetch)?)),
+                    Err(_) => Ok(None),
+                }
+            };
+            let r = self.pool.with_cached(|look| look_in(look));
+            drop(tree);
+            match missing {
+                Some(no) => {
+                    self.pool.fetch(no, &self.journal)?;
+                }
+                None => return r,
+            }
+        }
+        // A store evicting faster than this reader fetches: read under the
+        // lock.
         let tree = self.read_tree();
         let fetch = |no: PageNo| self.pool.fetch(no, &self.journal);
         let path = tree::descend(tree.root, tree.end, key, fetch)?;

@@ -229,7 +229,10 @@ fn redo(journal: &Journal, pool: &Pool, tree: &mut TreeMeta) -> Result<RecoveryI
                     decided.insert(page, true);
                     info.images_restored += 1;
                 }
-                LogOp::Put { page, .. } | LogOp::Delete { page, .. } => {
+                LogOp::Put { page, .. }
+                | LogOp::Delete { page, .. }
+                | LogOp::Truncate { page, .. }
+                | LogOp::BranchPut { page, .. } => {
                     if page < FIRST_PAGE {
                         return Err(bad());
                     }
@@ -247,7 +250,7 @@ fn redo(journal: &Journal, pool: &Pool, tree: &mut TreeMeta) -> Result<RecoveryI
                         continue;
                     }
                     let mut p = Page::clone(&*pool.fetch(page, journal)?);
-                    if p.kind() != Some(Kind::Leaf) || !redo_leaf_op(&mut p, &op) {
+                    if !redo_page_op(&mut p, &op) {
                         return Err(bad());
                     }
                     p.set_lsn(lsn);
@@ -281,11 +284,25 @@ fn redo(journal: &Journal, pool: &Pool, tree: &mut TreeMeta) -> Result<RecoveryI
     Ok(info)
 }
 
-/// Applies a logged leaf operation; `false` if it cannot apply (the page
+/// Applies a logged page operation; `false` if it cannot apply (the page
 /// is not the one it was logged against).
-fn redo_leaf_op(p: &mut Page, op: &LogOp) -> bool {
+fn redo_page_op(p: &mut Page, op: &LogOp) -> bool {
+    let leaf = p.kind() == Some(Kind::Leaf);
     match op {
-        LogOp::Put { cell, .. } => {
+        LogOp::Truncate { key, .. } if leaf => {
+            p.truncate_from(key);
+            true
+        }
+        LogOp::BranchPut { cell, .. } if p.kind() == Some(Kind::Branch) => {
+            let Some(key) = crate::page::branch_cell_key(cell) else {
+                return false;
+            };
+            match p.search(key) {
+                Err(i) => p.put_cell(i, cell, false),
+                Ok(_) => false,
+            }
+        }
+        LogOp::Put { cell, .. } if leaf => {
             let probe = crate::page::leaf_cell_key(cell);
             let Some(key) = probe else { return false };
             match p.search(key) {
@@ -293,7 +310,7 @@ fn redo_leaf_op(p: &mut Page, op: &LogOp) -> bool {
                 Err(i) => p.put_cell(i, cell, false),
             }
         }
-        LogOp::Delete { key, .. } => match p.search(key) {
+        LogOp::Delete { key, .. } if leaf => match p.search(key) {
             Ok(i) => {
                 p.remove_cell(i);
                 true

@@ -11,6 +11,10 @@ use journal_core::sync::Deadline;
 /// The data file is grown when the tree's end comes this close to it.
 const GROW_SLACK: u64 = 64;
 
+/// Pages a transaction fetches without the tree lock before it reads
+/// under it.
+const MAX_MISSES: u32 = 8;
+
 /// Pages written home per batch (one log force each).
 const WRITE_BATCH: usize = 64;
 
@@ -35,17 +39,6 @@ impl Inner {
         Ok(())
     }
 
-    /// Brings the pages the operations will change into the pool under the
-    /// shared lock, so the exclusive section rarely waits for a read.
-    fn prefetch(&self, ops: &[Op]) {
-        let tree = self.read_tree();
-        for op in ops.iter().take(64) {
-            let _ = tree::descend(tree.root, tree.end, op.key(), |no| {
-                self.pool.fetch(no, &self.journal)
-            });
-        }
-    }
-
     /// Commits `ops` atomically: one log record; `wait`: durable on return.
     pub(super) fn apply(&self, ops: Vec<Op>, wait: bool) -> Result<Lsn> {
         self.check()?;
@@ -53,20 +46,39 @@ impl Inner {
         if ops.is_empty() {
             return Ok(self.journal.appended_lsn());
         }
-        self.prefetch(&ops);
-        let mut tree = self.write_tree();
-        self.check()?;
-        let mut txn = Txn::new(&self.pool, &self.journal, *tree);
-        for op in ops {
-            let r = match op {
-                Op::Put(k, v) => txn.put(&k, &v),
-                Op::Delete(k) => txn.delete(&k).map(|_| ()),
-            };
-            if let Err(e) = r {
-                txn.rollback();
-                return Err(e);
+        // Optimistic: under the tree lock, only pages in the pool are read;
+        // a miss rolls back, fetches the page without the lock, and runs
+        // again (after a few misses, reads happen under the lock).
+        let mut tries = 0;
+        let (mut tree, txn) = loop {
+            let tree = self.write_tree();
+            self.check()?;
+            let mut txn = Txn::new(&self.pool, &self.journal, *tree, tries >= MAX_MISSES);
+            let mut failed = None;
+            for op in &ops {
+                let r = match op {
+                    Op::Put(k, v) => txn.put(k, v),
+                    Op::Delete(k) => txn.delete(k).map(|_| ()),
+                };
+                if let Err(e) = r {
+                    failed = Some(e);
+                    break;
+                }
             }
-        }
+            let Some(e) = failed else {
+                break (tree, txn);
+            };
+            let missing = txn.missing;
+            txn.rollback();
+            drop(tree);
+            match missing {
+                Some(no) => {
+                    self.pool.fetch(no, &self.journal)?;
+                    tries += 1;
+                }
+                None => return Err(e),
+            }
+        };
         let epoch = self.epoch.load(Ordering::Acquire);
         let (log_ops, stamp) = txn.finish(epoch);
         if log_ops.is_empty() {
