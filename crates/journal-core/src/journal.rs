@@ -490,7 +490,14 @@ impl Journal {
             return Ok(lsn);
         }
         let mut reader = self.reader();
-        let mut pos = from;
+        // Start at the greatest record start the index knows at or below
+        // `lsn` (never below `from`): the walk reads at most one index
+        // stride of records, however much log the checkpoint moves past —
+        // not every segment since the last checkpoint.
+        let mut pos = match self.inner.index.floor(lsn) {
+            Some(f) if f > from => f,
+            _ => from,
+        };
         while let Ok(end) = reader.record_end(pos)? {
             if lsn < end {
                 break;

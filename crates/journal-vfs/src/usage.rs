@@ -11,6 +11,9 @@ pub struct ProcessUsage {
     pub cpu: Duration,
     /// Voluntary context switches (a thread blocked: a futex wait, a sync).
     pub voluntary_switches: u64,
+    /// The peak resident set so far, bytes (`ru_maxrss`): not a
+    /// difference, [`ProcessUsage::since`] keeps the later one's.
+    pub max_rss_bytes: u64,
 }
 
 impl ProcessUsage {
@@ -21,6 +24,7 @@ impl ProcessUsage {
             voluntary_switches: self
                 .voluntary_switches
                 .saturating_sub(earlier.voluntary_switches),
+            max_rss_bytes: self.max_rss_bytes,
         }
     }
 }
@@ -36,5 +40,7 @@ pub fn process_usage() -> std::io::Result<ProcessUsage> {
     Ok(ProcessUsage {
         cpu: tv(u.user_time()) + tv(u.system_time()),
         voluntary_switches: u.voluntary_context_switches().max(0) as u64,
+        // Linux reports KiB.
+        max_rss_bytes: (u.max_rss().max(0) as u64).saturating_mul(1024),
     })
 }

@@ -1,35 +1,84 @@
-//! A database prototype on the journal: an embedded key-value store with
-//! pages updated in place, checkpoints and redo — the way a database uses
+//! A database prototype on the journal: an embedded key-value store — a
+//! B+tree of pages updated in place, a bounded buffer pool, physiological
+//! redo, fuzzy checkpoints — the way PostgreSQL, InnoDB or WiredTiger use
 //! a write-ahead log.
 //!
-//! # How it uses the journal
+//! # The data file
 //!
-//! - **Data file** (`data.kv`): 4 KiB pages updated in place, through the
-//!   journal's filesystem (`journal_core::vfs`, so `SimVfs` crashes it
-//!   too) and registered with [`journal_core::Journal::register_data_file`].
-//!   A hash table of buckets: bucket `b` is a chain of pages from its head
-//!   page `1 + b`. Every page carries a CRC and its pageLSN (the LSN of the
-//!   last log record applied to it). Page 0 holds the journal's id, so a
-//!   data file of another store is refused.
-//! - **Log records**: one per transaction, holding its operations grouped
-//!   by bucket. A bucket's first change after a checkpoint began also
-//!   logs the bucket's full image (PostgreSQL's full_page_writes): its
-//!   content and pageLSN, from which its pages are rebuilt exactly — a page
-//!   torn by a crash while a checkpoint wrote it is restored from it. (The
-//!   pages are a pure function of the content, so their free space is left
-//!   out, as PostgreSQL leaves out a page's hole.)
-//! - **Checkpoints** (in the background, by log volume, and
-//!   [`Store::checkpoint`]): bump the image epoch and take the log's end
-//!   as the redo position; write every changed bucket home after forcing
-//!   the log over their pageLSNs (write-ahead), with no fsync of their own;
-//!   then `journal.checkpoint(redo)`, whose PREFLUSH makes the pages
-//!   stable before the tail moves and segments recycle.
-//! - **Recovery**: read the pages; restore every bucket whose image the
-//!   log holds since the checkpoint (pass 1); replay every operation whose
-//!   record LSN is above its bucket's pageLSN (pass 2, idempotent).
+//! `data.kv` holds 4 KiB pages, read and written through the journal's
+//! filesystem (`journal_core::vfs`, so `SimVfs` crashes it too) and
+//! registered with [`journal_core::Journal::register_data_file`]. Pages 0
+//! and 1 are two copies of the meta page (journal id, root, end, free-list
+//! head; the valid copy with the higher sequence wins). The rest are B+tree
+//! pages — slotted leaves and branches, overflow pages for values too long
+//! to sit in a leaf (up to [`MAX_VALUE`]), and free pages on a free list.
+//! Every page carries a CRC, its number and its pageLSN. docs/FORMAT.md
+//! has the byte map. A page is freed when it empties (not merged when
+//! underfull, as PostgreSQL's nbtree does), and freed pages are reused
+//! before the file grows; it grows by extents, in the background.
 //!
-//! Reads see a transaction as soon as it is committed, before it is
-//! durable when committed with [`Transaction::commit_no_wait`].
+//! # Memory
+//!
+//! Pages live in a buffer pool of [`Options::cache_bytes`] (64 MiB by
+//! default): read on demand, evicted by clock. It is a *steal* pool: a
+//! dirty page may be written home between checkpoints, once the log is
+//! durable over its pageLSN, so memory never waits for a checkpoint. Open
+//! iterators may keep page versions up to a quarter of the cache more.
+//!
+//! # Logging
+//!
+//! One journal record per transaction, holding per page it changed either
+//! the leaf operations (a cell put, a key removed) or the page's image:
+//! its first change after a checkpoint began logs the whole page
+//! (PostgreSQL's full_page_writes; a page a crash tore while it was
+//! written home is restored from it), and so do structural changes. A
+//! leaf split logs the new right page's image, the left page's truncation
+//! and the separator's insertion into the parent; because they are in the
+//! transaction's one record, a split replays whole or not at all. Redo
+//! applies an operation only to a page whose pageLSN is below the
+//! record's: idempotent.
+//!
+//! # Checkpoints and recovery
+//!
+//! A checkpoint (in the background every [`Options::checkpoint_interval`]
+//! or [`Options::checkpoint_log_bytes`] of log, or [`Store::checkpoint`])
+//! picks the log's end as its redo position, writes every page dirty then
+//! home in batches (the log forced over their pageLSNs first; a page is
+//! marked clean only once its write succeeded), syncs the data file,
+//! writes the meta page, and moves the journal's tail
+//! (`journal.checkpoint`). It holds the tree lock only to pick the redo
+//! position. A failed write **poisons** the store: every later call,
+//! reads included, returns the error, and the tail never moves past a
+//! change that is not home. Opening reads the meta pages and replays the
+//! log from the last checkpoint onto the pages it touches — never the
+//! whole data file — so recovery after `kill -9` reads at most about
+//! `checkpoint_log_bytes` of log (256 MiB by default).
+//!
+//! # Visibility
+//!
+//! - A transaction is visible to [`Store::get`] and new iterators once it
+//!   is applied: at once for [`Transaction::commit_no_wait`] (raftkv
+//!   relies on this: its Raft log is the durable record), and for
+//!   [`Transaction::commit`] before its flush completes — readers are not
+//!   held back by the flush (not PostgreSQL's rule; a reader may see, for
+//!   an instant, a commit that a crash would lose).
+//! - After a failed commit nothing is served: the store is poisoned.
+//! - [`Store::range`] and [`Store::prefix`] return lazy iterators over one
+//!   snapshot: every transaction applied before the call, never half of
+//!   one. They do not block writers: a writer that replaces a page an open
+//!   snapshot may still read keeps the old version; an iterator holds the
+//!   path to its leaf only. Versions are bounded by a quarter of the
+//!   cache; beyond it the oldest snapshot expires and its iterator returns
+//!   [`Error::SnapshotTooOld`].
+//!
+//! # Concurrency
+//!
+//! Writers change the tree under one lock, shared with readers, and append
+//! their record under it (so records reach the log in the order the pages
+//! changed); they wait for durability after releasing it, so committers
+//! share the journal's group commit. Neither writers nor readers hold the
+//! lock across a read from disk: a miss releases it, fetches the page and
+//! retries.
 //!
 //! # Example
 //!

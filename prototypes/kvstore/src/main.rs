@@ -1,10 +1,12 @@
-//! The `kvstore` command: get, put, del, scan, check, bench.
+//! The `kvstore` command: get, put, del, scan, check, bench, compare.
 //!
 //! Exit codes: 0 success (`get`: found); 1 `get` found nothing, `check`
 //! found problems, or a bench failed; 2 a usage error or a store that
 //! cannot be opened.
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+mod compare;
 
 use bench_harness::{closed_loop, median, progress_bar, table, write_json, Clients, Op};
 use clap::{Parser, Subcommand};
@@ -74,6 +76,18 @@ enum Command {
     /// bare journal's group commit with records of the same size; then a
     /// read phase.
     Bench(BenchArgs),
+    /// At a real size: load N keys, then durable random overwrites, gets
+    /// and range scans — kvstore beside fjall and redb (feature `peers`),
+    /// each in its own process.
+    Compare(compare::ScaleArgs),
+    /// One engine's run of `compare`, in this process (prints JSON).
+    #[command(hide = true)]
+    Engine {
+        /// kvstore, fjall or redb.
+        engine: String,
+        #[command(flatten)]
+        args: compare::ScaleArgs,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -174,6 +188,20 @@ fn main() -> ExitCode {
             s.close()?;
             Ok(if problems.is_empty() { 0 } else { 1 })
         }),
+        Command::Compare(args) => match compare::compare(&args) {
+            Ok(()) => Ok(0),
+            Err(e) => {
+                eprintln!("kvstore compare: {e}");
+                return ExitCode::from(1);
+            }
+        },
+        Command::Engine { engine, args } => match compare::engine(&engine, &args) {
+            Ok(()) => Ok(0),
+            Err(e) => {
+                eprintln!("kvstore engine {engine}: {e}");
+                return ExitCode::from(1);
+            }
+        },
         Command::Bench(args) => match bench(&args) {
             Ok(()) => Ok(0),
             Err(e) => {

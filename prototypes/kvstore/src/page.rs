@@ -463,12 +463,28 @@ impl Page {
         crc32c::crc32c_append(c, &self.0[8..])
     }
 
+    /// The page as written home, into `out`: its CRC filled in.
+    pub fn seal_into(&self, out: &mut [u8; PAGE_SIZE]) {
+        out.copy_from_slice(&self.0[..]);
+        let c = Page::crc_of(out);
+        out[4..8].copy_from_slice(&c.to_le_bytes());
+    }
+
     /// The page as written home: its CRC filled in.
     pub fn sealed(&self) -> Page {
-        let mut p = self.clone();
-        let c = p.crc();
-        p.0[4..8].copy_from_slice(&c.to_le_bytes());
+        let mut p = Page(Box::new([0u8; PAGE_SIZE]));
+        self.seal_into(&mut p.0);
         p
+    }
+
+    /// A page over a buffer (its bytes are this page's copy).
+    pub(crate) fn from_buffer(b: Box<[u8; PAGE_SIZE]>) -> Page {
+        Page(b)
+    }
+
+    /// The page's buffer, for reuse.
+    pub(crate) fn into_buffer(self) -> Box<[u8; PAGE_SIZE]> {
+        self.0
     }
 
     /// Checks a page read from disk: magic, CRC, then [`Page::validate`].

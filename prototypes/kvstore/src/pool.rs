@@ -30,6 +30,9 @@ use std::sync::Arc;
 /// appended: above every snapshot, so none reads it.
 pub(crate) const PENDING: Lsn = Lsn(u64::MAX);
 
+/// Page buffers kept for reuse at most (4 MiB).
+const SPARE_BUFFERS: usize = 1024;
+
 /// Bytes a frame costs: the page and its bookkeeping.
 pub(crate) const FRAME_BYTES: usize = PAGE_SIZE + 128;
 
@@ -113,6 +116,11 @@ pub(crate) struct Pool {
     version_limit: usize,
     state: Mutex<State>,
     cond: Condvar,
+    /// Page buffers let go (evicted, replaced), reused for the next copy
+    /// or read: the pool's pages come from a stable set of buffers instead
+    /// of churning the allocator (whose per-thread arenas otherwise end up
+    /// holding the cache several times over).
+    spare: Mutex<Vec<Box<[u8; PAGE_SIZE]>>>,
     /// Frames, dirty frames and version bytes, as of the last change
     /// (read without the mutex).
     frames_n: AtomicUsize,
@@ -159,9 +167,35 @@ impl Pool {
                 versions: Versions::default(),
             }),
             cond: Condvar::new(),
+            spare: Mutex::new(Vec::new()),
             frames_n: AtomicUsize::new(0),
             dirty_n: AtomicUsize::new(0),
             versions_n: AtomicUsize::new(0),
+        }
+    }
+
+    fn buffer(&self) -> Box<[u8; PAGE_SIZE]> {
+        self.spare
+            .lock()
+            .pop()
+            .unwrap_or_else(|| Box::new([0u8; PAGE_SIZE]))
+    }
+
+    /// A private copy of `page` (a transaction's, to change), in a reused
+    /// buffer.
+    pub(crate) fn copy(&self, page: &Page) -> Page {
+        let mut b = self.buffer();
+        b.copy_from_slice(&page.bytes()[..]);
+        Page::from_buffer(b)
+    }
+
+    /// Takes back the buffer of a page no one else holds.
+    pub(crate) fn recycle(&self, page: Arc<Page>) {
+        if let Ok(p) = Arc::try_unwrap(page) {
+            let mut spare = self.spare.lock();
+            if spare.len() < SPARE_BUFFERS {
+                spare.push(p.into_buffer());
+            }
         }
     }
 
@@ -209,7 +243,7 @@ impl Pool {
 
     /// Reads page `no` from disk, checked.
     pub(crate) fn read_disk(&self, no: PageNo) -> Result<Page> {
-        let mut buf = Box::new([0u8; PAGE_SIZE]);
+        let mut buf = self.buffer();
         let off = u64::from(no) * PAGE_SIZE as u64;
         let mut got = 0;
         while got < PAGE_SIZE {
@@ -331,7 +365,9 @@ impl Pool {
                 st.clock.push_back(no);
                 continue;
             }
-            st.frames.remove(&no);
+            if let Some(Slot::Ready(f)) = st.frames.remove(&no) {
+                self.recycle(f.page);
+            }
         }
         self.publish(st);
         if st.frames.len() > self.capacity {
@@ -551,12 +587,19 @@ impl Pool {
         if max > journal.durable_lsn() {
             journal.force(max, ForceMode::Durable)?;
         }
+        let mut sealed = self.buffer();
+        let mut r = Ok(());
         for (no, page) in batch {
-            let sealed = page.sealed();
-            self.data
-                .write_at(&sealed.bytes()[..], u64::from(*no) * PAGE_SIZE as u64)?;
+            page.seal_into(&mut sealed);
+            r = self
+                .data
+                .write_at(&sealed[..], u64::from(*no) * PAGE_SIZE as u64);
+            if r.is_err() {
+                break;
+            }
         }
-        Ok(())
+        self.recycle(Arc::new(Page::from_buffer(sealed)));
+        Ok(r?)
     }
 
     /// Opens a snapshot at `lsn` (the caller holds the tree lock shared,

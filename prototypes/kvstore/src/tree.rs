@@ -306,7 +306,7 @@ impl<'a> Txn<'a> {
         };
         let (leaf_no, leaf, _) = &path[path.len() - 1];
         let leaf_no = *leaf_no;
-        let mut page = Page::clone(leaf);
+        let mut page = self.pool.copy(leaf);
         let (pos, replace) = match page.search(key) {
             Ok(i) => (i, true),
             Err(i) => (i, false),
@@ -364,7 +364,7 @@ impl<'a> Txn<'a> {
             page: leaf_no,
             key: sep.clone(),
         };
-        self.write(leaf_no, page.clone(), Some(op));
+        self.write(leaf_no, self.pool.copy(&page), Some(op));
         if pos < mid {
             let fit = page.put_cell(pos, &cell, false);
             debug_assert!(fit, "the left half has room for the new cell");
@@ -404,7 +404,7 @@ impl<'a> Txn<'a> {
         }
         let (pno, parent, j) = &path[level - 1];
         let (pno, j) = (*pno, *j);
-        let mut page = Page::clone(parent);
+        let mut page = self.pool.copy(parent);
         if page.put_cell(j, &cell, false) {
             self.write(pno, page, Some(LogOp::BranchPut { page: pno, cell }));
             return Ok(());
@@ -430,7 +430,7 @@ impl<'a> Txn<'a> {
         let Ok(i) = leaf.search(key) else {
             return Ok(false);
         };
-        let mut page = Page::clone(leaf);
+        let mut page = self.pool.copy(leaf);
         self.free_value(&page, i)?;
         page.remove_cell(i);
         if page.count() == 0 && path.len() > 1 {
@@ -450,7 +450,7 @@ impl<'a> Txn<'a> {
     fn remove_child(&mut self, path: &[Step], level: usize) {
         let (bno, branch, j) = &path[level];
         let (bno, j) = (*bno, *j);
-        let mut page = Page::clone(branch);
+        let mut page = self.pool.copy(branch);
         if j == 0 {
             if page.count() == 0 {
                 if level == 0 {
@@ -480,10 +480,13 @@ impl<'a> Txn<'a> {
     /// (structural change, or its first change since checkpoint `epoch`
     /// began) or its leaf operations; then the meta values if they
     /// changed. Also the pages to stamp, with whether each was imaged.
-    pub(crate) fn finish(&self, epoch: u64) -> (Vec<LogOp>, Vec<(PageNo, bool)>) {
+    /// It lets go of its copies, so that the pool's frames hold the only
+    /// references and [`Pool::stamp`] changes them in place.
+    pub(crate) fn finish(&mut self, epoch: u64) -> (Vec<LogOp>, Vec<(PageNo, bool)>) {
         let mut ops = Vec::new();
         let mut stamp = Vec::with_capacity(self.touched.len());
-        for (no, t) in &self.touched {
+        for (no, t) in std::mem::take(&mut self.touched) {
+            let no = &no;
             match &t.ops {
                 Some(list) if t.image_epoch >= epoch => {
                     ops.extend(list.iter().cloned());
@@ -514,6 +517,16 @@ impl<'a> Txn<'a> {
     pub(crate) fn rollback(self) {
         for (no, before) in self.before.into_iter().rev() {
             self.pool.restore(no, before);
+        }
+    }
+
+    /// Ends an appended transaction: the versions it replaced go back to
+    /// the pool's buffers if no one else holds them.
+    pub(crate) fn release(self) {
+        for (_, before) in self.before {
+            if let Some((page, _, _)) = before {
+                self.pool.recycle(page);
+            }
         }
     }
 }

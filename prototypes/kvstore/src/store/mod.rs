@@ -115,6 +115,10 @@ pub(crate) struct Inner {
     /// hold it shared, so none sees half a transaction. (A std `RwLock`:
     /// journal-sync has none; this prototype is not model-checked.)
     tree: RwLock<TreeMeta>,
+    /// Transactions waiting for the combiner (see `write.rs`).
+    queue: Mutex<Vec<Arc<write::Pending>>>,
+    /// Held by the writer applying the queue.
+    combiner: Mutex<()>,
     /// The LSN of the last transaction applied: a new snapshot reads as of
     /// it.
     applied: AtomicU64,

@@ -8,6 +8,45 @@ use crate::tree::Txn;
 use crate::{MAX_KEY, MAX_VALUE};
 use journal_core::sync::Deadline;
 
+/// What applying a transaction under the tree lock came to.
+pub(super) enum Applied {
+    /// Logged at this LSN; the tree's end after it.
+    Done(Lsn, PageNo),
+    /// Nothing to log (deletes of absent keys).
+    Nothing,
+    /// This page must be brought into the pool first.
+    Missing(PageNo),
+}
+
+/// A transaction handed to the combiner.
+pub(super) struct Pending {
+    /// Its operations (taken back if it must go again).
+    ops: Mutex<Vec<Op>>,
+    /// Durable before its outcome is given (`Transaction::commit`).
+    wait: bool,
+    /// Whether it may read from disk under the tree lock.
+    allow_io: bool,
+    outcome: Mutex<Option<Result<Applied>>>,
+    done: Condvar,
+}
+
+impl Pending {
+    fn new(ops: Vec<Op>, wait: bool, allow_io: bool) -> Self {
+        Pending {
+            ops: Mutex::new(ops),
+            wait,
+            allow_io,
+            outcome: Mutex::new(None),
+            done: Condvar::new(),
+        }
+    }
+
+    fn finish(&self, r: Result<Applied>) {
+        *self.outcome.lock() = Some(r);
+        self.done.notify_one();
+    }
+}
+
 /// The data file is grown when the tree's end comes this close to it.
 const GROW_SLACK: u64 = 64;
 
@@ -47,44 +86,132 @@ impl Inner {
             return Ok(self.journal.appended_lsn());
         }
         // Optimistic: under the tree lock, only pages in the pool are read;
-        // a miss rolls back, fetches the page without the lock, and runs
-        // again (after a few misses, reads happen under the lock).
+        // a miss hands the transaction back, which fetches the page without
+        // the lock and goes again (after a few misses, reads happen under
+        // the lock).
+        let mut pending = Arc::new(Pending::new(ops, wait, false));
         let mut tries = 0;
-        let (mut tree, txn) = loop {
-            let tree = self.write_tree();
-            self.check()?;
-            let mut txn = Txn::new(&self.pool, &self.journal, *tree, tries >= MAX_MISSES);
-            let mut failed = None;
-            for op in &ops {
-                let r = match op {
-                    Op::Put(k, v) => txn.put(k, v),
-                    Op::Delete(k) => txn.delete(k).map(|_| ()),
-                };
-                if let Err(e) = r {
-                    failed = Some(e);
+        let (lsn, end) = loop {
+            match self.submit(&pending)? {
+                Applied::Done(lsn, end) => break (lsn, end),
+                Applied::Nothing => return Ok(self.journal.appended_lsn()),
+                Applied::Missing(no) => {
+                    self.pool.fetch(no, &self.journal)?;
+                    tries += 1;
+                    let ops = std::mem::take(&mut *pending.ops.lock());
+                    pending = Arc::new(Pending::new(ops, wait, tries >= MAX_MISSES));
+                }
+            }
+        };
+        // (With `wait`, the combiner waited for durability; a failed flush
+        // poisoned the store: applied but not durable, nothing may be
+        // served any more.)
+        let (frames, _) = self.pool.usage();
+        if frames > self.pool.capacity() {
+            self.pool
+                .relieve(&self.journal)
+                .map_err(|e| self.poison_with(e))?;
+        }
+        self.after_write(lsn, end);
+        Ok(lsn)
+    }
+
+    /// Queues a transaction, applies the queue if no one else is, and
+    /// waits for the outcome.
+    fn submit(&self, p: &Arc<Pending>) -> Result<Applied> {
+        self.queue.lock().push(p.clone());
+        self.combine();
+        let mut g = p.outcome.lock();
+        loop {
+            if let Some(r) = g.take() {
+                return r;
+            }
+            g = p.done.wait(g);
+        }
+    }
+
+    /// Flat combining: the first writer to find the combiner free applies
+    /// every queued transaction under one hold of the tree lock, in queue
+    /// order, each its own record; the others sleep until theirs is done.
+    /// With many committers this replaces a chain of lock hand-offs (a
+    /// wake-up each, on the critical path) by one. Having let go, the
+    /// combiner looks at the queue again: a writer that queued while it
+    /// held the combiner (and so found it taken) is never left behind.
+    fn combine(&self) {
+        loop {
+            let mut durable = Vec::new();
+            while let Some(combiner) = self.combiner.try_lock() {
+                {
+                    let mut tree = self.write_tree();
+                    loop {
+                        let batch = std::mem::take(&mut *self.queue.lock());
+                        if batch.is_empty() {
+                            break;
+                        }
+                        for p in batch {
+                            let r = self.check().and_then(|()| {
+                                let ops = p.ops.lock();
+                                self.apply_locked(&mut tree, &ops, p.allow_io)
+                            });
+                            match r {
+                                Ok(Applied::Done(lsn, end)) if p.wait => {
+                                    durable.push((p, lsn, end))
+                                }
+                                r => p.finish(r),
+                            }
+                        }
+                    }
+                }
+                drop(combiner);
+                if self.queue.lock().is_empty() {
                     break;
                 }
             }
-            let Some(e) = failed else {
-                break (tree, txn);
+            // One durable wait for the commits applied, outside the locks
+            // (a combiner that comes meanwhile applies beside the flush): a
+            // committer sleeps once, not once for the lock and again for
+            // the flush.
+            let Some(max) = durable.iter().map(|(_, lsn, _)| *lsn).max() else {
+                return;
             };
-            let missing = txn.missing;
-            txn.rollback();
-            drop(tree);
-            match missing {
-                Some(no) => {
-                    self.pool.fetch(no, &self.journal)?;
-                    tries += 1;
-                }
-                None => return Err(e),
+            let r = self
+                .journal
+                .commit(max)
+                .map_err(|e| self.poison_with(e.into()));
+            for (p, lsn, end) in durable {
+                p.finish(r.clone().map(|()| Applied::Done(lsn, end)));
             }
-        };
+            if self.queue.lock().is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// Applies one transaction to the tree and appends its record (the
+    /// caller holds the tree lock exclusively). Anything short of the
+    /// append is rolled back.
+    fn apply_locked(&self, tree: &mut TreeMeta, ops: &[Op], allow_io: bool) -> Result<Applied> {
+        let mut txn = Txn::new(&self.pool, &self.journal, *tree, allow_io);
+        for op in ops {
+            let r = match op {
+                Op::Put(k, v) => txn.put(k, v),
+                Op::Delete(k) => txn.delete(k).map(|_| ()),
+            };
+            if let Err(e) = r {
+                let missing = txn.missing;
+                txn.rollback();
+                return match missing {
+                    Some(no) => Ok(Applied::Missing(no)),
+                    None => Err(e),
+                };
+            }
+        }
         let epoch = self.epoch.load(Ordering::Acquire);
         let (log_ops, stamp) = txn.finish(epoch);
         if log_ops.is_empty() {
             // Deletes of absent keys: nothing changed.
             txn.rollback();
-            return Ok(self.journal.appended_lsn());
+            return Ok(Applied::Nothing);
         }
         let bytes = record::encoded_len(&log_ops);
         let max = self.journal.options().max_record();
@@ -105,21 +232,8 @@ impl Inner {
         let end = txn.meta.end;
         *tree = txn.meta;
         self.applied.store(lsn.0, Ordering::Release);
-        drop(tree);
-        if wait {
-            // Applied but not durable: nothing may be served any more.
-            self.journal
-                .commit(lsn)
-                .map_err(|e| self.poison_with(e.into()))?;
-        }
-        let (frames, _) = self.pool.usage();
-        if frames > self.pool.capacity() {
-            self.pool
-                .relieve(&self.journal)
-                .map_err(|e| self.poison_with(e))?;
-        }
-        self.after_write(lsn, end);
-        Ok(lsn)
+        txn.release();
+        Ok(Applied::Done(lsn, end))
     }
 
     /// Grows the data file by an extent (an eighth of it, 1–64 MiB) once

@@ -1,0 +1,446 @@
+//! `kvstore compare`: kvstore beside the embedded stores a user would pick
+//! instead (fjall, an LSM tree; redb, a copy-on-write B-tree; both with
+//! the `peers` feature), at a real size: load N keys, then durable random
+//! overwrites at each client count, random gets, 100-key range scans.
+//! Each engine runs in its own process (`kvstore engine`), so its peak RSS
+//! is its own; rounds interleave the engines; medians are reported.
+//!
+//! Durability, per engine: kvstore `Transaction::commit` (the journal's
+//! group commit); fjall `insert` then `Database::persist(SyncData)`; redb
+//! a write transaction with `Durability::Immediate` (its default). The
+//! cache budget is the same for each.
+
+use bench_harness::{closed_loop, median, table, write_json, Op};
+use journal_core::vfs::{process_usage, OsVfs, Vfs};
+use kvstore::{Options, Store};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What `kvstore compare` and `kvstore engine` are told.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ScaleArgs {
+    /// Where to create the stores (a fresh directory inside DIR).
+    pub dir: PathBuf,
+    /// Keys loaded before the measured phases.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub keys: u64,
+    /// Value size, bytes.
+    #[arg(long, default_value_t = 100)]
+    pub value_size: usize,
+    /// Client counts of the overwrite phase, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 16, 64])]
+    pub clients: Vec<usize>,
+    /// Seconds per measured phase.
+    #[arg(long, default_value_t = 5.0)]
+    pub seconds: f64,
+    /// Cache budget of every engine, MiB.
+    #[arg(long, default_value_t = 64)]
+    pub cache_mib: usize,
+    /// Engines, comma-separated (fjall and redb need the `peers` feature).
+    #[arg(long, value_delimiter = ',', default_values_t = default_engines())]
+    pub engines: Vec<String>,
+    /// Rounds (each engine once per round, interleaved).
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
+    /// Also write the results as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+fn default_engines() -> Vec<String> {
+    let mut v = vec!["kvstore".to_string()];
+    if cfg!(feature = "peers") {
+        v.extend(["fjall".to_string(), "redb".to_string()]);
+    }
+    v
+}
+
+/// One engine, as the phases use it.
+trait Engine: Send + Sync {
+    /// One key in its own durable transaction.
+    fn put(&self, k: &[u8], v: &[u8]) -> Result<(), String>;
+    /// Many keys in one durable transaction.
+    fn put_batch(&self, kvs: &[(Vec<u8>, Vec<u8>)]) -> Result<(), String>;
+    fn get(&self, k: &[u8]) -> Result<Option<Vec<u8>>, String>;
+    /// Reads up to `n` entries from `from` on; returns how many.
+    fn scan(&self, from: &[u8], n: usize) -> Result<usize, String>;
+}
+
+struct Kv(Store);
+
+impl Engine for Kv {
+    fn put(&self, k: &[u8], v: &[u8]) -> Result<(), String> {
+        self.0.put(k, v).map(|_| ()).map_err(|e| e.to_string())
+    }
+    fn put_batch(&self, kvs: &[(Vec<u8>, Vec<u8>)]) -> Result<(), String> {
+        let mut t = self.0.transaction();
+        for (k, v) in kvs {
+            t.put(k, v);
+        }
+        t.commit().map(|_| ()).map_err(|e| e.to_string())
+    }
+    fn get(&self, k: &[u8]) -> Result<Option<Vec<u8>>, String> {
+        self.0.get(k).map_err(|e| e.to_string())
+    }
+    fn scan(&self, from: &[u8], n: usize) -> Result<usize, String> {
+        let mut c = 0;
+        for r in self
+            .0
+            .range(from.to_vec()..)
+            .map_err(|e| e.to_string())?
+            .take(n)
+        {
+            r.map_err(|e| e.to_string())?;
+            c += 1;
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(feature = "peers")]
+mod peers {
+    use super::Engine;
+    use redb::ReadableDatabase;
+    use std::path::Path;
+
+    pub struct Fjall {
+        db: fjall::Database,
+        ks: fjall::Keyspace,
+    }
+
+    fn e(e: impl std::fmt::Display) -> String {
+        e.to_string()
+    }
+
+    impl Fjall {
+        pub fn open(dir: &Path, cache: usize) -> Result<Self, String> {
+            let db = fjall::Database::builder(dir)
+                .cache_size(cache as u64)
+                .open()
+                .map_err(e)?;
+            let ks = db
+                .keyspace("kv", fjall::KeyspaceCreateOptions::default)
+                .map_err(e)?;
+            Ok(Fjall { db, ks })
+        }
+    }
+
+    impl Engine for Fjall {
+        fn put(&self, k: &[u8], v: &[u8]) -> Result<(), String> {
+            self.ks.insert(k, v).map_err(e)?;
+            self.db.persist(fjall::PersistMode::SyncData).map_err(e)
+        }
+        fn put_batch(&self, kvs: &[(Vec<u8>, Vec<u8>)]) -> Result<(), String> {
+            let mut b = self.db.batch();
+            for (k, v) in kvs {
+                b.insert(&self.ks, k.as_slice(), v.as_slice());
+            }
+            b.commit().map_err(e)?;
+            self.db.persist(fjall::PersistMode::SyncData).map_err(e)
+        }
+        fn get(&self, k: &[u8]) -> Result<Option<Vec<u8>>, String> {
+            Ok(self.ks.get(k).map_err(e)?.map(|v| v.to_vec()))
+        }
+        fn scan(&self, from: &[u8], n: usize) -> Result<usize, String> {
+            let mut c = 0;
+            for g in self.ks.range(from..).take(n) {
+                g.into_inner().map_err(e)?;
+                c += 1;
+            }
+            Ok(c)
+        }
+    }
+
+    const TABLE: redb::TableDefinition<&[u8], &[u8]> = redb::TableDefinition::new("kv");
+
+    pub struct Redb(redb::Database);
+
+    impl Redb {
+        pub fn open(dir: &Path, cache: usize) -> Result<Self, String> {
+            use journal_core::vfs::{OsVfs, Vfs};
+            OsVfs::new().create_dir_all(dir).map_err(e)?;
+            let db = redb::Database::builder()
+                .set_cache_size(cache)
+                .create(dir.join("redb"))
+                .map_err(e)?;
+            Ok(Redb(db))
+        }
+    }
+
+    impl Engine for Redb {
+        fn put(&self, k: &[u8], v: &[u8]) -> Result<(), String> {
+            self.put_batch(&[(k.to_vec(), v.to_vec())])
+        }
+        fn put_batch(&self, kvs: &[(Vec<u8>, Vec<u8>)]) -> Result<(), String> {
+            let mut tx = self.0.begin_write().map_err(e)?;
+            tx.set_durability(redb::Durability::Immediate).map_err(e)?;
+            {
+                let mut t = tx.open_table(TABLE).map_err(e)?;
+                for (k, v) in kvs {
+                    t.insert(k.as_slice(), v.as_slice()).map_err(e)?;
+                }
+            }
+            tx.commit().map_err(e)
+        }
+        fn get(&self, k: &[u8]) -> Result<Option<Vec<u8>>, String> {
+            let tx = self.0.begin_read().map_err(e)?;
+            let t = match tx.open_table(TABLE) {
+                Ok(t) => t,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+                Err(x) => return Err(e(x)),
+            };
+            Ok(t.get(k).map_err(e)?.map(|g| g.value().to_vec()))
+        }
+        fn scan(&self, from: &[u8], n: usize) -> Result<usize, String> {
+            let tx = self.0.begin_read().map_err(e)?;
+            let t = tx.open_table(TABLE).map_err(e)?;
+            let mut c = 0;
+            for r in t.range(from..).map_err(e)?.take(n) {
+                r.map_err(e)?;
+                c += 1;
+            }
+            Ok(c)
+        }
+    }
+}
+
+fn open_engine(name: &str, dir: &Path, cache: usize) -> Result<Arc<dyn Engine>, String> {
+    match name {
+        "kvstore" => Ok(Arc::new(Kv(Store::open(
+            dir,
+            Options {
+                cache_bytes: cache,
+                ..Options::default()
+            },
+        )
+        .map_err(|e| e.to_string())?))),
+        #[cfg(feature = "peers")]
+        "fjall" => Ok(Arc::new(peers::Fjall::open(dir, cache)?)),
+        #[cfg(feature = "peers")]
+        "redb" => Ok(Arc::new(peers::Redb::open(dir, cache)?)),
+        other => Err(format!(
+            "unknown engine {other} (fjall and redb need the `peers` feature)"
+        )),
+    }
+}
+
+/// Key `i`: fixed width, so key order is number order.
+fn key(i: u64) -> Vec<u8> {
+    format!("key{i:012}").into_bytes()
+}
+
+/// A value of `size` bytes that depends on (`i`, `version`).
+fn value(i: u64, version: u64, size: usize) -> Vec<u8> {
+    let mut v = kvstore::bench_value(&key(i ^ version.rotate_left(40)), size);
+    v.truncate(size);
+    v
+}
+
+/// A well-mixed random number from (client, n).
+fn mix(c: usize, n: u64) -> u64 {
+    let mut x =
+        (c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ n.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x ^= x >> 31;
+    x = x.wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 29)
+}
+
+fn phase(clients: usize, seconds: f64, op: Arc<Op<String>>) -> Result<Value, String> {
+    let before = process_usage().map_err(|e| e.to_string())?;
+    let r = closed_loop(clients, seconds, op)?;
+    let cpu = process_usage()
+        .map_err(|e| e.to_string())?
+        .since(&before)
+        .cpu;
+    let ops = r.per_client.iter().sum::<u64>().max(1);
+    Ok(json!({
+        "clients": clients, "ops_per_s": r.rate(), "p50_us": r.q(0.5),
+        "p99_us": r.q(0.99), "p999_us": r.q(0.999), "max_us": r.q(1.0),
+        "cpu_us_per_op": cpu.as_secs_f64() * 1e6 / ops as f64,
+    }))
+}
+
+/// `kvstore engine`: one engine's whole run in this process; prints one
+/// JSON object.
+pub fn engine(name: &str, args: &ScaleArgs) -> Result<(), String> {
+    let cache = args.cache_mib << 20;
+    let e = open_engine(name, &args.dir, cache)?;
+    let (n, size) = (args.keys, args.value_size);
+    let t = Instant::now();
+    let mut i = 0;
+    while i < n {
+        let batch: Vec<_> = (i..(i + 1000).min(n))
+            .map(|j| (key(j), value(j, 0, size)))
+            .collect();
+        e.put_batch(&batch)?;
+        i += 1000;
+    }
+    let load_s = t.elapsed().as_secs_f64();
+    let rss_load = process_usage().map_err(|e| e.to_string())?.max_rss_bytes;
+    let mut puts = Vec::new();
+    for &c in &args.clients {
+        let e2 = e.clone();
+        puts.push(phase(
+            c,
+            args.seconds,
+            Arc::new(move |c, k| {
+                let i = mix(c, k) % n;
+                e2.put(&key(i), &value(i, k + 1, size))
+            }),
+        )?);
+    }
+    let max_c = args.clients.iter().copied().max().unwrap_or(1);
+    let e2 = e.clone();
+    let gets = phase(
+        max_c,
+        args.seconds,
+        Arc::new(move |c, k| {
+            let i = mix(c, k ^ 0x5555) % n;
+            match e2.get(&key(i))? {
+                Some(v) if v.len() == size => Ok(()),
+                other => Err(format!("key {i}: {:?} bytes", other.map(|v| v.len()))),
+            }
+        }),
+    )?;
+    let e2 = e.clone();
+    let scans = phase(
+        max_c.min(16),
+        args.seconds,
+        Arc::new(move |c, k| {
+            let i = mix(c, k ^ 0xAAAA) % n.saturating_sub(100).max(1);
+            match e2.scan(&key(i), 100)? {
+                100 => Ok(()),
+                got => Err(format!("a scan from key {i} read {got} entries")),
+            }
+        }),
+    )?;
+    drop(e);
+    let du = std::process::Command::new("du")
+        .args(["-sb"])
+        .arg(&args.dir)
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()
+        });
+    let peak = process_usage().map_err(|e| e.to_string())?.max_rss_bytes;
+    println!(
+        "{}",
+        json!({
+            "engine": name, "keys": n, "value_size": size, "cache_mib": args.cache_mib,
+            "load_s": load_s, "rss_after_load_mib": rss_load as f64 / 1048576.0,
+            "puts": puts, "gets": gets, "scans": scans,
+            "peak_rss_mib": peak as f64 / 1048576.0, "disk_bytes": du,
+            "logical_bytes": n * (15 + size as u64),
+        })
+    );
+    Ok(())
+}
+
+/// `kvstore compare`: every engine in its own process, rounds interleaved.
+pub fn compare(args: &ScaleArgs) -> Result<(), String> {
+    OsVfs::new()
+        .create_dir_all(&args.dir)
+        .map_err(|e| e.to_string())?;
+    let root = tempfile::Builder::new()
+        .prefix("kvstore-compare")
+        .tempdir_in(&args.dir)
+        .map_err(|e| e.to_string())?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut runs: Vec<Value> = Vec::new();
+    for round in 0..args.rounds {
+        for name in &args.engines {
+            let run = tempfile::Builder::new()
+                .prefix(&format!("{name}-{round}-"))
+                .tempdir_in(root.path())
+                .map_err(|e| e.to_string())?;
+            let dir = run.path().join("store");
+            eprintln!("round {}: {name}, {} keys…", round + 1, args.keys);
+            let clients: Vec<String> = args.clients.iter().map(usize::to_string).collect();
+            let out = std::process::Command::new(&exe)
+                .arg("engine")
+                .arg(name)
+                .arg(&dir)
+                .args(["--keys", &args.keys.to_string()])
+                .args(["--value-size", &args.value_size.to_string()])
+                .args(["--clients", &clients.join(",")])
+                .args(["--seconds", &args.seconds.to_string()])
+                .args(["--cache-mib", &args.cache_mib.to_string()])
+                .output()
+                .map_err(|e| e.to_string())?;
+            if !out.status.success() {
+                return Err(format!("{name}: {}", String::from_utf8_lossy(&out.stderr)));
+            }
+            let v: Value =
+                serde_json::from_slice(&out.stdout).map_err(|e| format!("{name}: {e}"))?;
+            runs.push(v);
+            drop(run);
+        }
+    }
+    report(args, &runs);
+    if let Some(path) = &args.json {
+        write_json(path, &json!({"bench": "kvstore-compare", "runs": runs}))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn report(args: &ScaleArgs, runs: &[Value]) {
+    let med = |name: &str, f: &dyn Fn(&Value) -> Option<f64>| {
+        median(
+            runs.iter()
+                .filter(|r| r["engine"] == name)
+                .filter_map(f)
+                .collect(),
+        )
+    };
+    println!(
+        "{} keys × {} B, cache {} MiB, durable single-put transactions, medians of {} rounds",
+        args.keys, args.value_size, args.cache_mib, args.rounds
+    );
+    let mut header = vec!["engine".to_string(), "load s".to_string()];
+    for c in &args.clients {
+        header.push(format!("puts/s @{c}"));
+        header.push(format!("p99 µs @{c}"));
+    }
+    header.extend(["gets/s", "scans/s", "peak RSS MiB", "disk MiB"].map(String::from));
+    let mut rows = Vec::new();
+    for name in &args.engines {
+        let mut row = vec![
+            name.clone(),
+            format!("{:.1}", med(name, &|r| r["load_s"].as_f64())),
+        ];
+        for (i, _) in args.clients.iter().enumerate() {
+            row.push(format!(
+                "{:.0}",
+                med(name, &|r| r["puts"][i]["ops_per_s"].as_f64())
+            ));
+            row.push(format!(
+                "{:.0}",
+                med(name, &|r| r["puts"][i]["p99_us"].as_f64())
+            ));
+        }
+        row.push(format!(
+            "{:.0}",
+            med(name, &|r| r["gets"]["ops_per_s"].as_f64())
+        ));
+        row.push(format!(
+            "{:.0}",
+            med(name, &|r| r["scans"]["ops_per_s"].as_f64())
+        ));
+        row.push(format!("{:.0}", med(name, &|r| r["peak_rss_mib"].as_f64())));
+        row.push(format!(
+            "{:.0}",
+            med(name, &|r| r["disk_bytes"].as_f64().map(|b| b / 1048576.0))
+        ));
+        rows.push(row);
+    }
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    table(&header, &rows);
+}
