@@ -388,7 +388,10 @@ impl Page {
         let n = self.count();
         let freed = if replace { self.cell(i).len() } else { 0 };
         let slot = if replace { 0 } else { 2 };
-        if self.free_space() + freed < cell.len() + slot {
+        // The hole alone is enough, the common case: no need to add up the
+        // fragments.
+        let hole = self.upper() - self.lower();
+        if hole < cell.len() + slot && self.free_space() + freed < cell.len() + slot {
             return false;
         }
         if replace {

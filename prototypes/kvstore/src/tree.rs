@@ -486,20 +486,19 @@ impl<'a> Txn<'a> {
         let mut ops = Vec::new();
         let mut stamp = Vec::with_capacity(self.touched.len());
         for (no, t) in std::mem::take(&mut self.touched) {
-            let no = &no;
-            match &t.ops {
+            match t.ops {
                 Some(list) if t.image_epoch >= epoch => {
-                    ops.extend(list.iter().cloned());
-                    stamp.push((*no, false));
+                    ops.extend(list);
+                    stamp.push((no, false));
                 }
                 _ => {
                     let (head, tail) = t.page.image();
                     ops.push(LogOp::Image {
-                        page: *no,
+                        page: no,
                         head: head.to_vec(),
                         tail: tail.to_vec(),
                     });
-                    stamp.push((*no, true));
+                    stamp.push((no, true));
                 }
             }
         }
