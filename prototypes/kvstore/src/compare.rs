@@ -47,6 +47,9 @@ pub struct ScaleArgs {
     /// Also write the results as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// (`engine` only) Just open the store in DIR and read one key.
+    #[arg(long, hide = true)]
+    pub open_only: bool,
 }
 
 fn default_engines() -> Vec<String> {
@@ -66,11 +69,16 @@ trait Engine: Send + Sync {
     fn get(&self, k: &[u8]) -> Result<Option<Vec<u8>>, String>;
     /// Reads up to `n` entries from `from` on; returns how many.
     fn scan(&self, from: &[u8], n: usize) -> Result<usize, String>;
+    /// Closes cleanly (what a user does before a restart).
+    fn close(&self) -> Result<(), String>;
 }
 
 struct Kv(Store);
 
 impl Engine for Kv {
+    fn close(&self) -> Result<(), String> {
+        self.0.close().map_err(|e| e.to_string())
+    }
     fn put(&self, k: &[u8], v: &[u8]) -> Result<(), String> {
         self.0.put(k, v).map(|_| ()).map_err(|e| e.to_string())
     }
@@ -128,6 +136,9 @@ mod peers {
     }
 
     impl Engine for Fjall {
+        fn close(&self) -> Result<(), String> {
+            self.db.persist(fjall::PersistMode::SyncAll).map_err(e)
+        }
         fn put(&self, k: &[u8], v: &[u8]) -> Result<(), String> {
             self.ks.insert(k, v).map_err(e)?;
             self.db.persist(fjall::PersistMode::SyncData).map_err(e)
@@ -170,6 +181,9 @@ mod peers {
     }
 
     impl Engine for Redb {
+        fn close(&self) -> Result<(), String> {
+            Ok(())
+        }
         fn put(&self, k: &[u8], v: &[u8]) -> Result<(), String> {
             self.put_batch(&[(k.to_vec(), v.to_vec())])
         }
@@ -266,6 +280,17 @@ fn phase(clients: usize, seconds: f64, op: Arc<Op<String>>) -> Result<Value, Str
 /// JSON object.
 pub fn engine(name: &str, args: &ScaleArgs) -> Result<(), String> {
     let cache = args.cache_mib << 20;
+    if args.open_only {
+        // The time to open the store a run closed, and to read one key.
+        let t = Instant::now();
+        let e = open_engine(name, &args.dir, cache)?;
+        e.get(&key(args.keys / 2))?;
+        println!(
+            "{}",
+            json!({"open_after_close_s": t.elapsed().as_secs_f64()})
+        );
+        return Ok(());
+    }
     let e = open_engine(name, &args.dir, cache)?;
     let (n, size) = (args.keys, args.value_size);
     let t = Instant::now();
@@ -316,6 +341,8 @@ pub fn engine(name: &str, args: &ScaleArgs) -> Result<(), String> {
             }
         }),
     )?;
+    // A clean close; `compare` times the reopen in a fresh process.
+    e.close()?;
     drop(e);
     let du = std::process::Command::new("du")
         .args(["-sb"])
@@ -377,8 +404,24 @@ pub fn compare(args: &ScaleArgs) -> Result<(), String> {
             if !out.status.success() {
                 return Err(format!("{name}: {}", String::from_utf8_lossy(&out.stderr)));
             }
-            let v: Value =
+            let mut v: Value =
                 serde_json::from_slice(&out.stdout).map_err(|e| format!("{name}: {e}"))?;
+            let reopen = std::process::Command::new(&exe)
+                .arg("engine")
+                .arg(name)
+                .arg(&dir)
+                .args(["--keys", &args.keys.to_string()])
+                .args(["--cache-mib", &args.cache_mib.to_string()])
+                .arg("--open-only")
+                .output()
+                .map_err(|e| e.to_string())?;
+            let o: Value = serde_json::from_slice(&reopen.stdout).map_err(|e| {
+                format!(
+                    "{name} reopen: {e}: {}",
+                    String::from_utf8_lossy(&reopen.stderr)
+                )
+            })?;
+            v["open_after_close_s"] = o["open_after_close_s"].clone();
             runs.push(v);
             drop(run);
         }
@@ -409,7 +452,7 @@ fn report(args: &ScaleArgs, runs: &[Value]) {
         header.push(format!("puts/s @{c}"));
         header.push(format!("p99 µs @{c}"));
     }
-    header.extend(["gets/s", "scans/s", "peak RSS MiB", "disk MiB"].map(String::from));
+    header.extend(["gets/s", "scans/s", "open s", "peak RSS MiB", "disk MiB"].map(String::from));
     let mut rows = Vec::new();
     for name in &args.engines {
         let mut row = vec![
@@ -433,6 +476,10 @@ fn report(args: &ScaleArgs, runs: &[Value]) {
         row.push(format!(
             "{:.0}",
             med(name, &|r| r["scans"]["ops_per_s"].as_f64())
+        ));
+        row.push(format!(
+            "{:.2}",
+            med(name, &|r| r["open_after_close_s"].as_f64())
         ));
         row.push(format!("{:.0}", med(name, &|r| r["peak_rss_mib"].as_f64())));
         row.push(format!(
