@@ -138,6 +138,8 @@ pub(crate) struct Inner {
     /// The first write error on the data file or the log: every later
     /// call returns it.
     poison: Mutex<Option<Error>>,
+    /// Set once `poison` holds an error.
+    poisoned: AtomicBool,
     worker: Mutex<WorkerState>,
     wake: Condvar,
     recovery: RecoveryInfo,
@@ -212,8 +214,12 @@ impl Inner {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        if let Some(e) = &*self.poison.lock() {
-            return Err(e.clone());
+        // The flag first: every call, and every step of an iterator,
+        // comes here, and the mutex would be contended.
+        if self.poisoned.load(Ordering::Acquire) {
+            if let Some(e) = &*self.poison.lock() {
+                return Err(e.clone());
+            }
         }
         Ok(())
     }
@@ -221,7 +227,9 @@ impl Inner {
     /// Records the first fatal error; returns it.
     pub(super) fn poison_with(&self, e: Error) -> Error {
         let mut p = self.poison.lock();
-        p.get_or_insert(e).clone()
+        let e = p.get_or_insert(e).clone();
+        self.poisoned.store(true, Ordering::Release);
+        e
     }
 
     /// A lookup under the shared tree lock that reads only pages in the

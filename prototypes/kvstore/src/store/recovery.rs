@@ -190,6 +190,7 @@ pub(super) fn open(vfs: Arc<dyn Vfs>, dir: &Path, options: Options) -> Result<In
         last_redo: AtomicU64::new(redo_lsn.0),
         closed: AtomicBool::new(false),
         poison: Mutex::new(None),
+        poisoned: AtomicBool::new(false),
         worker: Mutex::new(WorkerState::default()),
         wake: Condvar::new(),
         recovery,
