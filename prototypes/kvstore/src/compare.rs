@@ -370,6 +370,21 @@ pub fn engine(name: &str, args: &ScaleArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Runs `kvstore engine NAME DIR ARGS` in a child process; its JSON.
+fn run_engine(exe: &Path, name: &str, dir: &Path, args: &[&str]) -> Result<Value, String> {
+    let out = std::process::Command::new(exe)
+        .arg("engine")
+        .arg(name)
+        .arg(dir)
+        .args(args)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!("{name}: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("{name}: {e}"))
+}
+
 /// `kvstore compare`: every engine in its own process, rounds interleaved.
 pub fn compare(args: &ScaleArgs) -> Result<(), String> {
     OsVfs::new()
@@ -390,37 +405,35 @@ pub fn compare(args: &ScaleArgs) -> Result<(), String> {
             let dir = run.path().join("store");
             eprintln!("round {}: {name}, {} keys…", round + 1, args.keys);
             let clients: Vec<String> = args.clients.iter().map(usize::to_string).collect();
-            let out = std::process::Command::new(&exe)
-                .arg("engine")
-                .arg(name)
-                .arg(&dir)
-                .args(["--keys", &args.keys.to_string()])
-                .args(["--value-size", &args.value_size.to_string()])
-                .args(["--clients", &clients.join(",")])
-                .args(["--seconds", &args.seconds.to_string()])
-                .args(["--cache-mib", &args.cache_mib.to_string()])
-                .output()
-                .map_err(|e| e.to_string())?;
-            if !out.status.success() {
-                return Err(format!("{name}: {}", String::from_utf8_lossy(&out.stderr)));
-            }
-            let mut v: Value =
-                serde_json::from_slice(&out.stdout).map_err(|e| format!("{name}: {e}"))?;
-            let reopen = std::process::Command::new(&exe)
-                .arg("engine")
-                .arg(name)
-                .arg(&dir)
-                .args(["--keys", &args.keys.to_string()])
-                .args(["--cache-mib", &args.cache_mib.to_string()])
-                .arg("--open-only")
-                .output()
-                .map_err(|e| e.to_string())?;
-            let o: Value = serde_json::from_slice(&reopen.stdout).map_err(|e| {
-                format!(
-                    "{name} reopen: {e}: {}",
-                    String::from_utf8_lossy(&reopen.stderr)
-                )
-            })?;
+            let mut v = run_engine(
+                &exe,
+                name,
+                &dir,
+                &[
+                    "--keys",
+                    &args.keys.to_string(),
+                    "--value-size",
+                    &args.value_size.to_string(),
+                    "--clients",
+                    &clients.join(","),
+                    "--seconds",
+                    &args.seconds.to_string(),
+                    "--cache-mib",
+                    &args.cache_mib.to_string(),
+                ],
+            )?;
+            let o = run_engine(
+                &exe,
+                name,
+                &dir,
+                &[
+                    "--keys",
+                    &args.keys.to_string(),
+                    "--cache-mib",
+                    &args.cache_mib.to_string(),
+                    "--open-only",
+                ],
+            )?;
             v["open_after_close_s"] = o["open_after_close_s"].clone();
             runs.push(v);
             drop(run);
@@ -455,37 +468,28 @@ fn report(args: &ScaleArgs, runs: &[Value]) {
     header.extend(["gets/s", "scans/s", "open s", "peak RSS MiB", "disk MiB"].map(String::from));
     let mut rows = Vec::new();
     for name in &args.engines {
-        let mut row = vec![
-            name.clone(),
-            format!("{:.1}", med(name, &|r| r["load_s"].as_f64())),
-        ];
-        for (i, _) in args.clients.iter().enumerate() {
-            row.push(format!(
-                "{:.0}",
-                med(name, &|r| r["puts"][i]["ops_per_s"].as_f64())
-            ));
-            row.push(format!(
-                "{:.0}",
-                med(name, &|r| r["puts"][i]["p99_us"].as_f64())
-            ));
+        // The median over the rounds of one JSON field, by its path.
+        let cell = |decimals: usize, path: &[&str], scale: f64| {
+            let m = med(name, &|r| {
+                let v = path.iter().fold(r, |v, k| match k.parse::<usize>() {
+                    Ok(i) => &v[i],
+                    Err(_) => &v[*k],
+                });
+                v.as_f64().map(|x| x * scale)
+            });
+            format!("{m:.decimals$}")
+        };
+        let mut row = vec![name.clone(), cell(1, &["load_s"], 1.0)];
+        for i in 0..args.clients.len() {
+            let i = i.to_string();
+            row.push(cell(0, &["puts", &i, "ops_per_s"], 1.0));
+            row.push(cell(0, &["puts", &i, "p99_us"], 1.0));
         }
-        row.push(format!(
-            "{:.0}",
-            med(name, &|r| r["gets"]["ops_per_s"].as_f64())
-        ));
-        row.push(format!(
-            "{:.0}",
-            med(name, &|r| r["scans"]["ops_per_s"].as_f64())
-        ));
-        row.push(format!(
-            "{:.2}",
-            med(name, &|r| r["open_after_close_s"].as_f64())
-        ));
-        row.push(format!("{:.0}", med(name, &|r| r["peak_rss_mib"].as_f64())));
-        row.push(format!(
-            "{:.0}",
-            med(name, &|r| r["disk_bytes"].as_f64().map(|b| b / 1048576.0))
-        ));
+        row.push(cell(0, &["gets", "ops_per_s"], 1.0));
+        row.push(cell(0, &["scans", "ops_per_s"], 1.0));
+        row.push(cell(2, &["open_after_close_s"], 1.0));
+        row.push(cell(0, &["peak_rss_mib"], 1.0));
+        row.push(cell(0, &["disk_bytes"], 1.0 / 1048576.0));
         rows.push(row);
     }
     let header: Vec<&str> = header.iter().map(String::as_str).collect();

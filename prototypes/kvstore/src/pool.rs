@@ -192,10 +192,14 @@ impl Pool {
     /// Takes back the buffer of a page no one else holds.
     pub(crate) fn recycle(&self, page: Arc<Page>) {
         if let Ok(p) = Arc::try_unwrap(page) {
-            let mut spare = self.spare.lock();
-            if spare.len() < SPARE_BUFFERS {
-                spare.push(p.into_buffer());
-            }
+            self.give_back(p.into_buffer());
+        }
+    }
+
+    fn give_back(&self, b: Box<[u8; PAGE_SIZE]>) {
+        let mut spare = self.spare.lock();
+        if spare.len() < SPARE_BUFFERS {
+            spare.push(b);
         }
     }
 
@@ -598,7 +602,7 @@ impl Pool {
                 break;
             }
         }
-        self.recycle(Arc::new(Page::from_buffer(sealed)));
+        self.give_back(sealed);
         Ok(r?)
     }
 

@@ -77,6 +77,22 @@ pub(crate) fn descend(
     }
 }
 
+/// The value of `key`: a descent, then the leaf's cell and its overflow
+/// chain, all fetched with `fetch`.
+pub(crate) fn lookup(
+    root: PageNo,
+    end: PageNo,
+    key: &[u8],
+    mut fetch: impl FnMut(PageNo) -> Result<Arc<Page>>,
+) -> Result<Option<Vec<u8>>> {
+    let path = descend(root, end, key, &mut fetch)?;
+    let leaf = &path[path.len() - 1].1;
+    match leaf.search(key) {
+        Ok(i) => Ok(Some(read_value(leaf, i, end, fetch)?)),
+        Err(_) => Ok(None),
+    }
+}
+
 /// Reads the value of leaf cell `i`, following its overflow chain.
 pub(crate) fn read_value(
     leaf: &Page,

@@ -240,21 +240,15 @@ impl Inner {
         for _ in 0..16 {
             let tree = self.read_tree();
             let mut missing = None;
-            let mut look_in = |look: &mut dyn FnMut(PageNo) -> Option<Arc<crate::page::Page>>| {
-                let mut fetch = |no: PageNo| {
+            let r = self.pool.with_cached(|look| {
+                tree::lookup(tree.root, tree.end, key, |no| {
+                    // A miss ends the lookup; it is retried below.
                     look(no).ok_or_else(|| {
                         missing = Some(no);
                         Error::Closed
                     })
-                };
-                let path = tree::descend(tree.root, tree.end, key, &mut fetch)?;
-                let leaf = &path[path.len() - 1].1;
-                match leaf.search(key) {
-                    Ok(i) => Ok(Some(tree::read_value(leaf, i, tree.end, &mut fetch)?)),
-                    Err(_) => Ok(None),
-                }
-            };
-            let r = self.pool.with_cached(|look| look_in(look));
+                })
+            });
             drop(tree);
             match missing {
                 Some(no) => {
@@ -266,13 +260,9 @@ impl Inner {
         // A store evicting faster than this reader fetches: read under the
         // lock.
         let tree = self.read_tree();
-        let fetch = |no: PageNo| self.pool.fetch(no, &self.journal);
-        let path = tree::descend(tree.root, tree.end, key, fetch)?;
-        let leaf = &path[path.len() - 1].1;
-        match leaf.search(key) {
-            Ok(i) => Ok(Some(tree::read_value(leaf, i, tree.end, fetch)?)),
-            Err(_) => Ok(None),
-        }
+        tree::lookup(tree.root, tree.end, key, |no| {
+            self.pool.fetch(no, &self.journal)
+        })
     }
 }
 
