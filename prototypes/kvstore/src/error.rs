@@ -64,7 +64,9 @@ pub enum Error {
         reason: &'static str,
     },
     /// An iterator's snapshot expired: the page versions it needed
-    /// outgrew their bound (a quarter of the cache) while it was open.
+    /// outgrew their bounds (a quarter of the cache in memory and
+    /// [`crate::Options::snapshot_spill_bytes`] spilled) while it was open,
+    /// or the spill file could not be written.
     SnapshotTooOld,
     /// A log record the store cannot decode (its checksum held in the
     /// journal, so this is a bug or a foreign writer).
@@ -128,7 +130,7 @@ impl fmt::Display for Error {
             ),
             Error::Corrupt { page, reason } => write!(f, "page {page} is corrupt: {reason}"),
             Error::SnapshotTooOld => f.write_str(
-                "the iterator's snapshot expired: the page versions it needed outgrew their bound",
+                "the iterator's snapshot expired: the page versions it needed outgrew their bounds",
             ),
             Error::BadRecord { lsn } => write!(f, "undecodable log record at LSN {lsn}"),
             Error::Locked { dir } => write!(f, "{} is open in another store", dir.display()),

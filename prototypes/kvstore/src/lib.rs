@@ -67,9 +67,13 @@
 //!   snapshot: every transaction applied before the call, never half of
 //!   one. They do not block writers: a writer that replaces a page an open
 //!   snapshot may still read keeps the old version; an iterator holds the
-//!   path to its leaf only. Versions are bounded by a quarter of the
-//!   cache; beyond it the oldest snapshot expires and its iterator returns
-//!   [`Error::SnapshotTooOld`].
+//!   path to its leaf only. Versions in memory are bounded by a quarter
+//!   of the cache; beyond it they are spilled to a scratch file
+//!   (`snapshots.spill`, up to [`Options::snapshot_spill_bytes`]), and
+//!   only beyond that does the oldest snapshot expire, its iterator
+//!   returning [`Error::SnapshotTooOld`]. So a full scan beside writers
+//!   holds the cache's quarter of memory, and at most about the tree's
+//!   size of scratch disk.
 //!
 //! # Concurrency
 //!

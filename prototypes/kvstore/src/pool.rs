@@ -10,9 +10,8 @@
 //!   the `Arc`s it needs, not frames, so an open iterator cannot pin the
 //!   pool full.
 //! - **Versions for snapshots**: while a snapshot is open, the version a
-//!   writer replaces is kept (`versions`) so the snapshot still reads the
-//!   tree as it was; their bytes are bounded, and beyond the bound the
-//!   oldest snapshot is expired ([`crate::Error::SnapshotTooOld`]).
+//!   writer replaces is kept so the snapshot still reads the tree as it
+//!   was: in memory up to a bound, then in a scratch file (`versions.rs`).
 //! - **I/O in progress**: a page being read is a `Loading` slot that
 //!   others wait on, and a page being written stays in its frame, so no
 //!   one ever reads a stale copy from disk.
@@ -25,6 +24,10 @@ use journal_core::vfs::VfsFile;
 use journal_core::{ForceMode, Journal, Lsn};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
+
+mod versions;
+use versions::{Picked, Versions};
+pub(crate) use versions::{SnapshotHandle, Spill, SPILL_FILE};
 
 /// The pageLSN of a page changed by a transaction whose record is not yet
 /// appended: above every snapshot, so none reads it.
@@ -53,54 +56,6 @@ enum Slot {
     Ready(Frame),
 }
 
-/// Open snapshots and the page versions they still need.
-#[derive(Default)]
-struct Versions {
-    /// Open snapshots by (LSN, id), with their "expired" flag.
-    open: BTreeMap<(Lsn, u64), Arc<AtomicBool>>,
-    next_id: u64,
-    /// Replaced versions of a page, oldest first.
-    pages: HashMap<PageNo, Vec<Arc<Page>>>,
-    bytes: usize,
-}
-
-impl Versions {
-    fn stash(&mut self, no: PageNo, old: &Arc<Page>) {
-        let wanted = self
-            .open
-            .keys()
-            .next_back()
-            .is_some_and(|(s, _)| *s >= old.lsn());
-        if wanted && old.lsn() != PENDING {
-            self.pages.entry(no).or_default().push(old.clone());
-            self.bytes += FRAME_BYTES;
-        }
-    }
-
-    /// Drops the versions no open snapshot reads: version `i` is read by
-    /// the snapshots in [its LSN, the next version's LSN).
-    fn prune(&mut self) {
-        let open = &self.open;
-        let mut bytes = 0;
-        self.pages.retain(|_, list| {
-            let lsns: Vec<Lsn> = list.iter().map(|p| p.lsn()).collect();
-            let mut i = 0;
-            list.retain(|_| {
-                let lo = (lsns[i], 0);
-                let keep = match lsns.get(i + 1) {
-                    Some(next) => open.range(lo..(*next, 0)).next().is_some(),
-                    None => open.range(lo..).next().is_some(),
-                };
-                i += 1;
-                keep
-            });
-            bytes += list.len() * FRAME_BYTES;
-            !list.is_empty()
-        });
-        self.bytes = bytes;
-    }
-}
-
 /// The pool's state, under its mutex.
 pub(crate) struct State {
     frames: HashMap<PageNo, Slot>,
@@ -126,25 +81,14 @@ pub(crate) struct Pool {
     frames_n: AtomicUsize,
     dirty_n: AtomicUsize,
     versions_n: AtomicUsize,
+    spilled_n: AtomicUsize,
+    spill: Spill,
 }
 
 /// A frame as it was before a transaction changed it (for a rollback):
 /// its page, whether it was dirty, its image epoch; `None`: not in the
 /// pool.
 pub(crate) type Before = Option<(Arc<Page>, bool, u64)>;
-
-/// A snapshot's registration: dropping it lets its versions go.
-pub(crate) struct SnapshotHandle {
-    key: (Lsn, u64),
-    expired: Arc<AtomicBool>,
-}
-
-impl SnapshotHandle {
-    /// The snapshot's LSN: it reads every page as of it.
-    pub(crate) fn lsn(&self) -> Lsn {
-        self.key.0
-    }
-}
 
 fn invalid(no: PageNo, e: Invalid) -> Error {
     match e {
@@ -155,7 +99,7 @@ fn invalid(no: PageNo, e: Invalid) -> Error {
 
 impl Pool {
     /// A pool of `cache_bytes` over `data`.
-    pub(crate) fn new(data: Box<dyn VfsFile>, cache_bytes: usize) -> Pool {
+    pub(crate) fn new(data: Box<dyn VfsFile>, cache_bytes: usize, spill: Spill) -> Pool {
         Pool {
             data,
             capacity: (cache_bytes / FRAME_BYTES).max(16),
@@ -171,6 +115,8 @@ impl Pool {
             frames_n: AtomicUsize::new(0),
             dirty_n: AtomicUsize::new(0),
             versions_n: AtomicUsize::new(0),
+            spilled_n: AtomicUsize::new(0),
+            spill,
         }
     }
 
@@ -208,6 +154,8 @@ impl Pool {
         self.frames_n.store(st.frames.len(), Ordering::Relaxed);
         self.dirty_n.store(st.dirty, Ordering::Relaxed);
         self.versions_n.store(st.versions.bytes, Ordering::Relaxed);
+        let spilled = usize::try_from(st.versions.spilled).unwrap_or(usize::MAX);
+        self.spilled_n.store(spilled, Ordering::Relaxed);
     }
 
     /// The data file.
@@ -266,36 +214,21 @@ impl Pool {
     /// Page `no` as it stands (the caller holds the tree lock, so no
     /// transaction is half applied from its point of view).
     pub(crate) fn fetch(&self, no: PageNo, journal: &Journal) -> Result<Arc<Page>> {
-        self.fetch_inner(no, None, journal)
-    }
-
-    /// Page `no` as snapshot `at` reads it.
-    pub(crate) fn fetch_at(
-        &self,
-        no: PageNo,
-        snap: &SnapshotHandle,
-        journal: &Journal,
-    ) -> Result<Arc<Page>> {
-        if snap.expired.load(Ordering::Acquire) {
-            return Err(Error::SnapshotTooOld);
+        match self.fetch_inner(no, None, journal)? {
+            Picked::Page(p) => Ok(p),
+            // (Only a snapshot reads an older version.)
+            Picked::Spilled { .. } => Err(Error::SnapshotTooOld),
         }
-        self.fetch_inner(no, Some(snap.lsn()), journal)
     }
 
-    fn pick(st: &State, page: &Arc<Page>, no: PageNo, at: Option<Lsn>) -> Result<Arc<Page>> {
+    fn pick(st: &State, page: &Arc<Page>, no: PageNo, at: Option<Lsn>) -> Result<Picked> {
         match at {
-            Some(s) if page.lsn() > s => st
-                .versions
-                .pages
-                .get(&no)
-                .and_then(|l| l.iter().rev().find(|p| p.lsn() <= s))
-                .cloned()
-                .ok_or(Error::SnapshotTooOld),
-            _ => Ok(page.clone()),
+            Some(s) => st.versions.pick(page, no, s),
+            None => Ok(Picked::Page(page.clone())),
         }
     }
 
-    fn fetch_inner(&self, no: PageNo, at: Option<Lsn>, journal: &Journal) -> Result<Arc<Page>> {
+    fn fetch_inner(&self, no: PageNo, at: Option<Lsn>, journal: &Journal) -> Result<Picked> {
         let mut st = self.state.lock();
         loop {
             match st.frames.get_mut(&no) {
@@ -604,53 +537,5 @@ impl Pool {
         }
         self.give_back(sealed);
         Ok(r?)
-    }
-
-    /// Opens a snapshot at `lsn` (the caller holds the tree lock shared,
-    /// so no transaction is half applied).
-    pub(crate) fn open_snapshot(&self, lsn: Lsn) -> SnapshotHandle {
-        let mut st = self.state.lock();
-        let id = st.versions.next_id;
-        st.versions.next_id += 1;
-        let expired = Arc::new(AtomicBool::new(false));
-        st.versions.open.insert((lsn, id), expired.clone());
-        SnapshotHandle {
-            key: (lsn, id),
-            expired,
-        }
-    }
-
-    /// Closes a snapshot: the versions only it read go.
-    pub(crate) fn close_snapshot(&self, h: &SnapshotHandle) {
-        let mut st = self.state.lock();
-        if st.versions.open.remove(&h.key).is_some() {
-            st.versions.prune();
-            self.publish(&st);
-        }
-    }
-
-    /// Expires the oldest snapshots while the kept versions exceed their
-    /// bound; returns how many were expired.
-    pub(crate) fn bound_versions(&self) -> usize {
-        if self.versions_n.load(Ordering::Relaxed) <= self.version_limit {
-            return 0;
-        }
-        let mut st = self.state.lock();
-        let mut n = 0;
-        while st.versions.bytes > self.version_limit {
-            let Some((_, flag)) = st.versions.open.pop_first() else {
-                break;
-            };
-            flag.store(true, Ordering::Release);
-            st.versions.prune();
-            n += 1;
-        }
-        self.publish(&st);
-        n
-    }
-
-    /// Bytes of page versions kept for snapshots.
-    pub(crate) fn version_bytes(&self) -> usize {
-        self.versions_n.load(Ordering::Relaxed)
     }
 }

@@ -1,12 +1,13 @@
 //! The B+tree engine: a model check against a `BTreeMap` (puts, deletes,
 //! overflow values, splits and freed pages, a cache small enough to evict
 //! constantly, reopens); iterators that see one snapshot under concurrent
-//! writers, never half a transaction; the bound on the page versions a
-//! long iterator may hold; space reuse; memory bounded by the cache; and a
+//! writers, never half a transaction; the page versions a long iterator
+//! holds (spilled past their memory bound, expired past the spill bound
+//! or when the spill file fails); space reuse; memory bounded by the cache; and a
 //! data-file write failure during a checkpoint, which poisons the store
 //! and loses nothing.
 
-use journal_core::vfs::{CrashPolicy, Fault, Op as VfsOp, SimVfs, SplitMix64, Vfs};
+use journal_core::vfs::{CrashPolicy, Fault, Op as VfsOp, OpenOptions, SimVfs, SplitMix64, Vfs};
 use kvstore::{Error, Options, Store};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -212,18 +213,16 @@ fn iterators_see_one_snapshot_never_half_a_transaction() {
     );
 }
 
-#[test]
-fn a_long_iterator_expires_instead_of_holding_the_cache() {
-    let vfs = SimVfs::new();
-    let s = sim_open(&vfs, options(64)).unwrap();
+/// 6,000 keys; an iterator opened after the first key; then every key
+/// rewritten `rounds` times in transactions of 200 while it is open.
+fn long_iterator_beside_rewrites(s: &Store, rounds: u8) -> kvstore::Iter {
     let v = vec![7u8; 150];
     for i in 0..6000u32 {
         s.put(format!("key-{i:05}").as_bytes(), &v).unwrap();
     }
     let mut it = s.range(..).unwrap();
-    assert!(it.next().unwrap().is_ok());
-    // Rewrite every leaf many times over while the iterator is open.
-    for round in 0..3u8 {
+    assert_eq!(it.next().unwrap().unwrap().1, v);
+    for round in 0..rounds {
         let mut t = s.transaction();
         for i in 0..6000u32 {
             t.put(format!("key-{i:05}").as_bytes(), &[round; 150]);
@@ -233,18 +232,86 @@ fn a_long_iterator_expires_instead_of_holding_the_cache() {
         }
         t.commit().unwrap();
     }
+    it
+}
+
+/// The bound on versions in memory: a quarter of the cache, and never
+/// under 64 frames.
+const VERSION_LIMIT: usize = 64 * (4096 + 128);
+
+#[test]
+fn a_long_iterator_spills_its_versions_and_reads_its_snapshot_whole() {
+    let vfs = SimVfs::new();
+    let s = sim_open(&vfs, options(64)).unwrap();
+    let mut it = long_iterator_beside_rewrites(&s, 3);
     let stats = s.cache_stats();
-    // The bound: a quarter of the cache, and never under 64 frames.
-    let limit = 64 * (4096 + 128);
-    assert!(stats.version_bytes <= limit, "{stats:?}");
+    assert!(stats.version_bytes <= VERSION_LIMIT, "{stats:?}");
+    assert!(stats.spilled_bytes > 0, "{stats:?}");
+    // The rest of the snapshot, read partly back from the spill file.
+    let rest: Vec<_> = it.by_ref().collect::<kvstore::Result<_>>().unwrap();
+    assert_eq!(rest.len(), 5999);
+    for (i, (k, v)) in rest.iter().enumerate() {
+        assert_eq!(k, format!("key-{:05}", i + 1).as_bytes());
+        assert_eq!(v, &vec![7u8; 150], "key {i}: not the snapshot's value");
+    }
+    drop(it);
+    let stats = s.cache_stats();
+    assert_eq!((stats.version_bytes, stats.spilled_bytes), (0, 0));
+    // The scratch file is cut back once no version is spilled, and goes
+    // with the store.
+    let spill = std::path::Path::new("/db/snapshots.spill");
+    assert_eq!(
+        vfs.open(spill, OpenOptions::read()).unwrap().len().unwrap(),
+        0
+    );
+    s.close().unwrap();
+    assert!(!vfs.exists(spill).unwrap());
+}
+
+#[test]
+fn a_long_iterator_expires_past_the_spill_bound() {
+    for spill_pages in [0u64, 200] {
+        let vfs = SimVfs::new();
+        let o = Options {
+            snapshot_spill_bytes: spill_pages * 4096,
+            ..options(64)
+        };
+        let s = sim_open(&vfs, o).unwrap();
+        let mut it = long_iterator_beside_rewrites(&s, 3);
+        let stats = s.cache_stats();
+        assert!(stats.version_bytes <= VERSION_LIMIT, "{stats:?}");
+        assert!(stats.spilled_bytes <= spill_pages * 4096, "{stats:?}");
+        let rest: Vec<_> = it.by_ref().collect();
+        assert!(
+            matches!(rest.last(), Some(Err(Error::SnapshotTooOld))),
+            "spill bound {spill_pages} pages: the iterator expired: {:?}",
+            rest.last().map(|r| r.as_ref().map(|_| ()))
+        );
+        drop(it);
+        assert_eq!(s.cache_stats().version_bytes, 0);
+        assert_eq!(s.cache_stats().spilled_bytes, 0);
+    }
+}
+
+#[test]
+fn a_failed_spill_expires_the_iterator_not_the_store() {
+    let vfs = SimVfs::new();
+    let s = sim_open(&vfs, options(64)).unwrap();
+    vfs.inject(Fault::eio(VfsOp::Write, 1).on("/db/snapshots.spill"));
+    let mut it = long_iterator_beside_rewrites(&s, 3);
     let rest: Vec<_> = it.by_ref().collect();
     assert!(
         matches!(rest.last(), Some(Err(Error::SnapshotTooOld))),
-        "the iterator expired: {:?}",
+        "{:?}",
         rest.last().map(|r| r.as_ref().map(|_| ()))
     );
     drop(it);
-    assert_eq!(s.cache_stats().version_bytes, 0);
+    // The store is not poisoned: scratch space failing is the iterator's
+    // problem only.
+    s.put(b"after", b"x").unwrap();
+    assert_eq!(s.get(b"key-00042").unwrap(), Some(vec![2u8; 150]));
+    assert_eq!(s.scan(..).unwrap().len(), 6001);
+    assert_eq!(s.check().unwrap(), Vec::<String>::new());
 }
 
 #[test]

@@ -5,9 +5,10 @@
 //! it was changed since, and the iterator reads the version the pool kept
 //! for it (see `pool.rs`). It holds the path from the root to its leaf —
 //! O(tree height) pages, as `Arc`s, not frames — and no lock between
-//! steps, so writers never wait for it. If the versions kept for open
-//! snapshots outgrow their bound (a quarter of the cache), the oldest
-//! snapshot expires and its iterator ends with
+//! steps, so writers never wait for it. The versions kept for open
+//! snapshots stay in memory up to a quarter of the cache and are spilled
+//! to a scratch file beyond it (`pool/versions.rs`); past the spill bound
+//! the oldest snapshot expires and its iterator ends with
 //! [`crate::Error::SnapshotTooOld`].
 
 use super::*;

@@ -2,7 +2,7 @@
 //! iterators, checkpoints.
 
 use crate::page::{PageNo, PAGE_SIZE};
-use crate::pool::Pool;
+use crate::pool::{Pool, Spill, SPILL_FILE};
 use crate::record::Op;
 use crate::tree::{self, TreeMeta};
 use crate::{Error, Result};
@@ -34,8 +34,14 @@ pub struct Options {
     pub create_if_missing: bool,
     /// Bytes of the buffer pool (default 64 MiB): the pages in memory,
     /// and a quarter of it again at most for the page versions open
-    /// iterators read.
+    /// iterators read (beyond that they are spilled to a scratch file).
     pub cache_bytes: usize,
+    /// Bytes of page versions open iterators may keep in the scratch file
+    /// `snapshots.spill` beyond the quarter of the cache in memory
+    /// (default 4 GiB; 0: none). Past it, the oldest iterator ends with
+    /// [`Error::SnapshotTooOld`]. A full scan beside writers needs at most
+    /// about the tree's size here.
+    pub snapshot_spill_bytes: u64,
     /// The journal's options. The default uses 1 MiB log buffers.
     pub journal: journal_core::Options,
     /// Checkpoint in the background this often (default 10 s; `None`: only
@@ -52,6 +58,7 @@ impl Default for Options {
         Self {
             create_if_missing: true,
             cache_bytes: 64 << 20,
+            snapshot_spill_bytes: 4 << 30,
             journal: journal_core::Options {
                 logbsize: 1 << 20,
                 ..journal_core::Options::default()
@@ -99,8 +106,10 @@ pub struct CacheStats {
     pub pages: usize,
     /// Of those, pages changed since written home.
     pub dirty_pages: usize,
-    /// Bytes of page versions kept for open iterators.
+    /// Bytes of page versions kept in memory for open iterators.
     pub version_bytes: usize,
+    /// Bytes of page versions spilled to the scratch file for them.
+    pub spilled_bytes: u64,
     /// Pages in the data file's tree, free list and meta pages.
     pub file_pages: u32,
 }
@@ -323,6 +332,7 @@ impl Store {
             pages,
             dirty_pages,
             version_bytes: self.inner.pool.version_bytes(),
+            spilled_bytes: self.inner.pool.spilled_bytes(),
             file_pages: self.inner.read_tree().end,
         }
     }
@@ -416,6 +426,7 @@ impl Store {
         self.stop_worker();
         self.inner.checkpoint()?;
         self.inner.closed.store(true, Ordering::Release);
+        self.inner.pool.remove_spill()?;
         self.inner.journal.close()?;
         Ok(())
     }

@@ -25,7 +25,7 @@ fn check_dir(vfs: &dyn Vfs, dir: &Path, options: &Options) -> Result<()> {
         return Ok(());
     }
     let names = vfs.read_dir(dir)?;
-    let ours = |n: &String| n == WAL_DIR || n == DATA_FILE;
+    let ours = |n: &String| n == WAL_DIR || n == DATA_FILE || n == SPILL_FILE;
     if names.iter().any(|n| !ours(n)) && !names.iter().any(|n| n == WAL_DIR) {
         return Err(Error::NotAStore {
             path: dir.to_path_buf(),
@@ -164,7 +164,14 @@ pub(super) fn open(vfs: Arc<dyn Vfs>, dir: &Path, options: Options) -> Result<In
             reason: "the meta page's end is past the data file",
         });
     }
-    let pool = Pool::new(data, options.cache_bytes);
+    let spill = Spill::new(
+        vfs.clone(),
+        dir.join(SPILL_FILE),
+        options.snapshot_spill_bytes,
+    );
+    // A crashed run's versions: scratch, no one reads them.
+    spill.remove()?;
+    let pool = Pool::new(data, options.cache_bytes, spill);
     let mut tree = TreeMeta {
         root: meta.root,
         end: meta.end,

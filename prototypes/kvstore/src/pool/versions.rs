@@ -1,0 +1,429 @@
+//! Page versions kept for open snapshots: in memory up to a bound, then
+//! spilled to a scratch file, so a long iterator beside writers (a full
+//! scan, a Raft snapshot being built) keeps its snapshot in bounded
+//! memory instead of expiring (WiredTiger's history store plays this
+//! part; PostgreSQL and InnoDB keep old versions in the heap and the undo
+//! log).
+//!
+//! - A writer replacing a page that an open snapshot still reads hands
+//!   the old version here ([`Versions::stash`]); version `i` of a page is
+//!   read by the snapshots in [its LSN, the next version's LSN), and is
+//!   dropped as soon as none is open there ([`Versions::prune`]).
+//! - Past the in-memory bound (a quarter of the cache), the versions are
+//!   written to `snapshots.spill` in the store directory, a page per slot,
+//!   sealed with their CRC, and only `(LSN, slot)` stays in memory (a few
+//!   bytes instead of a page). A spilled version read back is checked
+//!   (CRC, page number, LSN) like any page from disk. Freed slots are
+//!   reused; the file is cut back to nothing once no version is spilled.
+//! - Past the spill bound ([`crate::Options::snapshot_spill_bytes`]), or
+//!   when the spill file cannot be written, the oldest snapshots expire
+//!   instead ([`crate::Error::SnapshotTooOld`]): the store itself is never
+//!   affected.
+//!
+//! The spill file is scratch: never synced, removed when the store opens
+//! and closes, and not part of the format.
+
+use super::*;
+use journal_core::vfs::{OpenOptions, Vfs};
+use std::path::PathBuf;
+
+/// The scratch file spilled versions go to, in the store directory.
+pub const SPILL_FILE: &str = "snapshots.spill";
+
+/// A kept version of a page.
+enum Kept {
+    Mem(Arc<Page>),
+    Spilled { lsn: Lsn, slot: u64 },
+}
+
+impl Kept {
+    fn lsn(&self) -> Lsn {
+        match self {
+            Kept::Mem(p) => p.lsn(),
+            Kept::Spilled { lsn, .. } => *lsn,
+        }
+    }
+}
+
+/// The version a snapshot reads, as found under the pool's mutex.
+pub(super) enum Picked {
+    Page(Arc<Page>),
+    Spilled { lsn: Lsn, slot: u64 },
+}
+
+/// Open snapshots and the page versions they still need.
+#[derive(Default)]
+pub(super) struct Versions {
+    /// Open snapshots by (LSN, id), with their "expired" flag.
+    open: BTreeMap<(Lsn, u64), Arc<AtomicBool>>,
+    next_id: u64,
+    /// Replaced versions of a page, oldest first.
+    pages: HashMap<PageNo, Vec<Kept>>,
+    /// Bytes of the versions in memory.
+    pub(super) bytes: usize,
+    /// Slots holding a version.
+    pub(super) spilled: u64,
+    /// Slots below `next_slot` holding none.
+    free_slots: Vec<u64>,
+    /// Slots the spill file holds.
+    next_slot: u64,
+    /// Someone is writing (or cutting back) the spill file.
+    spilling: bool,
+}
+
+impl Versions {
+    /// Keeps `old`, the version of page `no` a writer replaces, if an open
+    /// snapshot may read it.
+    pub(super) fn stash(&mut self, no: PageNo, old: &Arc<Page>) {
+        let wanted = self
+            .open
+            .keys()
+            .next_back()
+            .is_some_and(|(s, _)| *s >= old.lsn());
+        if wanted && old.lsn() != PENDING {
+            self.pages
+                .entry(no)
+                .or_default()
+                .push(Kept::Mem(old.clone()));
+            self.bytes += FRAME_BYTES;
+        }
+    }
+
+    /// The version of page `no` a snapshot at `s` reads, given the page as
+    /// it stands.
+    pub(super) fn pick(&self, page: &Arc<Page>, no: PageNo, s: Lsn) -> Result<Picked> {
+        if page.lsn() <= s {
+            return Ok(Picked::Page(page.clone()));
+        }
+        match self
+            .pages
+            .get(&no)
+            .and_then(|l| l.iter().rev().find(|k| k.lsn() <= s))
+        {
+            Some(Kept::Mem(p)) => Ok(Picked::Page(p.clone())),
+            Some(Kept::Spilled { lsn, slot }) => Ok(Picked::Spilled {
+                lsn: *lsn,
+                slot: *slot,
+            }),
+            None => Err(Error::SnapshotTooOld),
+        }
+    }
+
+    /// Drops the versions no open snapshot reads: version `i` is read by
+    /// the snapshots in [its LSN, the next version's LSN). Their slots are
+    /// freed.
+    fn prune(&mut self) {
+        let Versions {
+            open,
+            pages,
+            free_slots,
+            ..
+        } = self;
+        let (mut bytes, mut spilled) = (0, 0);
+        pages.retain(|_, list| {
+            let lsns: Vec<Lsn> = list.iter().map(Kept::lsn).collect();
+            let mut i = 0;
+            list.retain(|k| {
+                let lo = (lsns[i], 0);
+                let keep = match lsns.get(i + 1) {
+                    Some(next) => open.range(lo..(*next, 0)).next().is_some(),
+                    None => open.range(lo..).next().is_some(),
+                };
+                i += 1;
+                if let (false, Kept::Spilled { slot, .. }) = (keep, k) {
+                    free_slots.push(*slot);
+                }
+                keep
+            });
+            for k in list.iter() {
+                match k {
+                    Kept::Mem(_) => bytes += FRAME_BYTES,
+                    Kept::Spilled { .. } => spilled += 1,
+                }
+            }
+            !list.is_empty()
+        });
+        self.bytes = bytes;
+        self.spilled = spilled;
+    }
+
+    /// Expires the oldest snapshot; `false` if none is open.
+    fn expire_oldest(&mut self) -> bool {
+        let Some((_, flag)) = self.open.pop_first() else {
+            return false;
+        };
+        flag.store(true, Ordering::Release);
+        self.prune();
+        true
+    }
+
+    /// Takes a slot in the spill file.
+    fn take_slot(&mut self) -> u64 {
+        self.free_slots.pop().unwrap_or_else(|| {
+            self.next_slot += 1;
+            self.next_slot - 1
+        })
+    }
+
+    /// Puts spilled copies in place of the versions written out, if they
+    /// are still kept; frees the slots of those that went meanwhile.
+    fn settle(&mut self, written: &[(PageNo, Arc<Page>, u64)]) {
+        for (no, page, slot) in written {
+            let kept = self.pages.get_mut(no).and_then(|l| {
+                l.iter_mut()
+                    .find(|k| matches!(k, Kept::Mem(p) if Arc::ptr_eq(p, page)))
+            });
+            match kept {
+                Some(k) => {
+                    *k = Kept::Spilled {
+                        lsn: page.lsn(),
+                        slot: *slot,
+                    };
+                    self.bytes -= FRAME_BYTES;
+                    self.spilled += 1;
+                }
+                None => self.free_slots.push(*slot),
+            }
+        }
+    }
+}
+
+/// Where versions are spilled.
+pub(crate) struct Spill {
+    vfs: Arc<dyn Vfs>,
+    path: PathBuf,
+    /// Slots the file may hold (0: no spilling).
+    limit: u64,
+    file: Mutex<Option<Box<dyn VfsFile>>>,
+}
+
+impl Spill {
+    /// Spilling to `path` on `vfs`, up to `limit_bytes` (0: never; the
+    /// oldest snapshot expires instead).
+    pub(crate) fn new(vfs: Arc<dyn Vfs>, path: PathBuf, limit_bytes: u64) -> Spill {
+        Spill {
+            vfs,
+            path,
+            limit: limit_bytes / PAGE_SIZE as u64,
+            file: Mutex::new(None),
+        }
+    }
+
+    /// Removes the file (at open, a crashed run's; at close, ours).
+    pub(crate) fn remove(&self) -> Result<()> {
+        *self.file.lock() = None;
+        if self.vfs.exists(&self.path)? {
+            self.vfs.remove_file(&self.path)?;
+        }
+        Ok(())
+    }
+
+    /// Writes `batch` to its slots, cutting the file back to nothing
+    /// first if `truncate`.
+    fn write(
+        &self,
+        batch: &[(PageNo, Arc<Page>, u64)],
+        truncate: bool,
+        buf: &mut [u8; PAGE_SIZE],
+    ) -> Result<()> {
+        let mut file = self.file.lock();
+        if file.is_none() {
+            *file = Some(self.vfs.open(&self.path, OpenOptions::create())?);
+        }
+        let Some(f) = file.as_ref() else {
+            return Ok(());
+        };
+        if truncate {
+            f.set_len(0)?;
+        }
+        for (_, page, slot) in batch {
+            page.seal_into(buf);
+            f.write_at(&buf[..], slot * PAGE_SIZE as u64)?;
+        }
+        Ok(())
+    }
+}
+
+/// A snapshot's registration: dropping it lets its versions go.
+pub(crate) struct SnapshotHandle {
+    key: (Lsn, u64),
+    expired: Arc<AtomicBool>,
+}
+
+impl SnapshotHandle {
+    /// The snapshot's LSN: it reads every page as of it.
+    pub(crate) fn lsn(&self) -> Lsn {
+        self.key.0
+    }
+}
+
+impl Pool {
+    /// Page `no` as snapshot `snap` reads it.
+    pub(crate) fn fetch_at(
+        &self,
+        no: PageNo,
+        snap: &SnapshotHandle,
+        journal: &Journal,
+    ) -> Result<Arc<Page>> {
+        if snap.expired.load(Ordering::Acquire) {
+            return Err(Error::SnapshotTooOld);
+        }
+        match self.fetch_inner(no, Some(snap.lsn()), journal)? {
+            Picked::Page(p) => Ok(p),
+            Picked::Spilled { lsn, slot } => self.read_spilled(no, lsn, slot, snap),
+        }
+    }
+
+    /// Reads a spilled version back, checked like a page from disk. Its
+    /// slot is not reused while the snapshot is open; if the snapshot
+    /// expired meanwhile, what was read is not trusted.
+    fn read_spilled(
+        &self,
+        no: PageNo,
+        lsn: Lsn,
+        slot: u64,
+        snap: &SnapshotHandle,
+    ) -> Result<Arc<Page>> {
+        let mut buf = self.buffer();
+        {
+            let file = self.spill.file.lock();
+            let Some(f) = file.as_ref() else {
+                return Err(Error::SnapshotTooOld);
+            };
+            f.read_exact_at(&mut buf[..], slot * PAGE_SIZE as u64)?;
+        }
+        if snap.expired.load(Ordering::Acquire) {
+            self.give_back(buf);
+            return Err(Error::SnapshotTooOld);
+        }
+        let bad = Error::Corrupt {
+            page: no,
+            reason: "a spilled page version failed its check",
+        };
+        match Page::from_disk(buf, no) {
+            Ok(p) if p.lsn() == lsn => Ok(Arc::new(p)),
+            _ => Err(bad),
+        }
+    }
+
+    /// Opens a snapshot at `lsn` (the caller holds the tree lock shared,
+    /// so no transaction is half applied).
+    pub(crate) fn open_snapshot(&self, lsn: Lsn) -> SnapshotHandle {
+        let mut st = self.state.lock();
+        let v = &mut st.versions;
+        let id = v.next_id;
+        v.next_id += 1;
+        let expired = Arc::new(AtomicBool::new(false));
+        v.open.insert((lsn, id), expired.clone());
+        SnapshotHandle {
+            key: (lsn, id),
+            expired,
+        }
+    }
+
+    /// Closes a snapshot: the versions only it read go; the spill file is
+    /// cut back once it holds none.
+    pub(crate) fn close_snapshot(&self, h: &SnapshotHandle) {
+        let mut st = self.state.lock();
+        if st.versions.open.remove(&h.key).is_none() {
+            return;
+        }
+        st.versions.prune();
+        self.publish(&st);
+        let v = &mut st.versions;
+        if v.spilled == 0 && v.next_slot > 0 && !v.spilling {
+            v.spilling = true;
+            v.next_slot = 0;
+            v.free_slots.clear();
+            drop(st);
+            if let Some(f) = self.spill.file.lock().as_ref() {
+                // Scratch space: a failure only leaves the file longer.
+                let _ = f.set_len(0);
+            }
+            self.state.lock().versions.spilling = false;
+        }
+    }
+
+    /// Keeps the versions in memory within their bound: spills the excess
+    /// to the spill file, or, past the spill bound or on a spill error,
+    /// expires the oldest snapshots. Returns how many expired.
+    pub(crate) fn bound_versions(&self) -> usize {
+        if self.versions_n.load(Ordering::Relaxed) <= self.version_limit {
+            return 0;
+        }
+        let mut st = self.state.lock();
+        let v = &mut st.versions;
+        if v.spilling || v.bytes <= self.version_limit {
+            return 0;
+        }
+        // Down to half the bound, so spills come in batches.
+        let want = ((v.bytes - self.version_limit / 2) / FRAME_BYTES) as u64;
+        let mut expired = 0;
+        if v.spilled + want > self.spill.limit {
+            while v.bytes > self.version_limit && v.expire_oldest() {
+                expired += 1;
+            }
+            self.publish(&st);
+            return expired;
+        }
+        let truncate = v.spilled == 0 && v.next_slot > 0;
+        if truncate {
+            v.next_slot = 0;
+            v.free_slots.clear();
+        }
+        let mut batch = Vec::new();
+        let candidates: Vec<(PageNo, Arc<Page>)> = v
+            .pages
+            .iter()
+            .flat_map(|(no, l)| {
+                l.iter().filter_map(move |k| match k {
+                    Kept::Mem(p) => Some((*no, p.clone())),
+                    Kept::Spilled { .. } => None,
+                })
+            })
+            .take(want as usize)
+            .collect();
+        for (no, page) in candidates {
+            let slot = v.take_slot();
+            batch.push((no, page, slot));
+        }
+        v.spilling = true;
+        drop(st);
+        let mut buf = self.buffer();
+        let wrote = self.spill.write(&batch, truncate, &mut buf);
+        self.give_back(buf);
+        let mut st = self.state.lock();
+        let v = &mut st.versions;
+        v.spilling = false;
+        match wrote {
+            Ok(()) => v.settle(&batch),
+            Err(_) => {
+                v.free_slots.extend(batch.iter().map(|(_, _, slot)| *slot));
+                while v.bytes > self.version_limit && v.expire_oldest() {
+                    expired += 1;
+                }
+            }
+        }
+        self.publish(&st);
+        drop(st);
+        for (_, page, _) in batch {
+            self.recycle(page);
+        }
+        expired
+    }
+
+    /// Removes the spill file (the store is closing).
+    pub(crate) fn remove_spill(&self) -> Result<()> {
+        self.spill.remove()
+    }
+
+    /// Bytes of page versions kept in memory for snapshots.
+    pub(crate) fn version_bytes(&self) -> usize {
+        self.versions_n.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of page versions spilled to the spill file.
+    pub(crate) fn spilled_bytes(&self) -> u64 {
+        self.spilled_n.load(Ordering::Relaxed) as u64 * PAGE_SIZE as u64
+    }
+}
