@@ -1,7 +1,10 @@
 //! `kvstore compare`: kvstore beside the embedded stores a user would pick
 //! instead (fjall, an LSM tree; redb, a copy-on-write B-tree; both with
 //! the `peers` feature), at a real size: load N keys, then durable random
-//! overwrites at each client count, random gets, 100-key range scans.
+//! overwrites at each client count, random gets, 100-key range scans, and
+//! one full scan of every key beside 16 overwriting clients (a backup or
+//! a Raft snapshot: it must see one snapshot, all N keys once, while the
+//! writers go on and memory stays bounded).
 //! Each engine runs in its own process (`kvstore engine`), so its peak RSS
 //! is its own; rounds interleave the engines; medians are reported.
 //!
@@ -341,6 +344,7 @@ pub fn engine(name: &str, args: &ScaleArgs) -> Result<(), String> {
             }
         }),
     )?;
+    let full_scan = full_scan_beside_writers(&e, n, size, 16)?;
     // A clean close; `compare` times the reopen in a fresh process.
     e.close()?;
     drop(e);
@@ -362,12 +366,65 @@ pub fn engine(name: &str, args: &ScaleArgs) -> Result<(), String> {
         json!({
             "engine": name, "keys": n, "value_size": size, "cache_mib": args.cache_mib,
             "load_s": load_s, "rss_after_load_mib": rss_load as f64 / 1048576.0,
-            "puts": puts, "gets": gets, "scans": scans,
+            "puts": puts, "gets": gets, "scans": scans, "full_scan": full_scan,
             "peak_rss_mib": peak as f64 / 1048576.0, "disk_bytes": du,
             "logical_bytes": n * (15 + size as u64),
         })
     );
     Ok(())
+}
+
+/// Scans all `n` keys from one snapshot while `writers` clients overwrite
+/// random keys durably; the scan must count exactly `n`.
+fn full_scan_beside_writers(
+    e: &Arc<dyn Engine>,
+    n: u64,
+    size: usize,
+    writers: usize,
+) -> Result<Value, String> {
+    use journal_core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let stop = AtomicBool::new(false);
+    let written = AtomicU64::new(0);
+    let t = Instant::now();
+    let (scanned, scan_s, failed) = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..writers)
+            .map(|c| {
+                let (e, stop, written) = (e.clone(), &stop, &written);
+                s.spawn(move || -> Result<(), String> {
+                    let mut k = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let i = mix(c + 1000, k) % n;
+                        e.put(&key(i), &value(i, k + 7, size))?;
+                        written.fetch_add(1, Ordering::Relaxed);
+                        k += 1;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        let scanned = e.scan(&key(0), usize::MAX);
+        let scan_s = t.elapsed().as_secs_f64();
+        stop.store(true, Ordering::Relaxed);
+        let failed = handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a writer panicked".into())))
+            .find_map(Result::err);
+        (scanned, scan_s, failed)
+    });
+    if let Some(f) = failed {
+        return Err(f);
+    }
+    let scanned = scanned?;
+    if scanned as u64 != n {
+        return Err(format!("the full scan read {scanned} keys of {n}"));
+    }
+    let puts = written.load(Ordering::Relaxed);
+    let rss = process_usage().map_err(|e| e.to_string())?.max_rss_bytes;
+    Ok(json!({
+        "keys": scanned, "seconds": scan_s, "keys_per_s": scanned as f64 / scan_s,
+        "writers": writers, "writer_puts_per_s": puts as f64 / scan_s,
+        "peak_rss_mib_so_far": rss as f64 / 1048576.0,
+    }))
 }
 
 /// Runs `kvstore engine NAME DIR ARGS` in a child process; its JSON.
@@ -465,7 +522,18 @@ fn report(args: &ScaleArgs, runs: &[Value]) {
         header.push(format!("puts/s @{c}"));
         header.push(format!("p99 µs @{c}"));
     }
-    header.extend(["gets/s", "scans/s", "open s", "peak RSS MiB", "disk MiB"].map(String::from));
+    header.extend(
+        [
+            "gets/s",
+            "scans/s",
+            "full scan s",
+            "puts/s beside it",
+            "open s",
+            "peak RSS MiB",
+            "disk MiB",
+        ]
+        .map(String::from),
+    );
     let mut rows = Vec::new();
     for name in &args.engines {
         // The median over the rounds of one JSON field, by its path.
@@ -487,6 +555,8 @@ fn report(args: &ScaleArgs, runs: &[Value]) {
         }
         row.push(cell(0, &["gets", "ops_per_s"], 1.0));
         row.push(cell(0, &["scans", "ops_per_s"], 1.0));
+        row.push(cell(1, &["full_scan", "seconds"], 1.0));
+        row.push(cell(0, &["full_scan", "writer_puts_per_s"], 1.0));
         row.push(cell(2, &["open_after_close_s"], 1.0));
         row.push(cell(0, &["peak_rss_mib"], 1.0));
         row.push(cell(0, &["disk_bytes"], 1.0 / 1048576.0));

@@ -85,6 +85,9 @@ pub enum Error {
     Journal(journal_core::Error),
     /// The store was closed.
     Closed,
+    /// A write, sync or checkpoint on a store opened with
+    /// [`crate::Options::read_only`].
+    ReadOnly,
 }
 
 impl From<journal_core::Error> for Error {
@@ -135,6 +138,7 @@ impl fmt::Display for Error {
             Error::BadRecord { lsn } => write!(f, "undecodable log record at LSN {lsn}"),
             Error::Locked { dir } => write!(f, "{} is open in another store", dir.display()),
             Error::Journal(e) => write!(f, "journal: {e}"),
+            Error::ReadOnly => f.write_str("the store is open read-only"),
             Error::Closed => f.write_str("store is closed"),
         }
     }

@@ -67,7 +67,8 @@ enum Command {
     },
     /// Walk the tree and the free list: every page reachable once, keys in
     /// order within their separators, leaves at one depth, overflow chains
-    /// whole, no page lost (exit 0: sound, 1: one line per problem).
+    /// whole, no page lost (exit 0: sound, 1: one line per problem). Reads
+    /// the store as recovery finds it; writes nothing home (no checkpoint).
     Check {
         /// The store directory.
         dir: PathBuf,
@@ -172,7 +173,17 @@ fn main() -> ExitCode {
             }
             Ok(0)
         }),
-        Command::Check { dir } => open(&dir, false).and_then(|s| {
+        // Read-only: no checkpoint before or after the walk; what the log
+        // holds stays in the log.
+        Command::Check { dir } => Store::open(
+            &dir,
+            Options {
+                create_if_missing: false,
+                read_only: true,
+                ..Options::default()
+            },
+        )
+        .and_then(|s| {
             let problems = s.check()?;
             for p in &problems {
                 println!("{p}");

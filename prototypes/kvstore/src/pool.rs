@@ -83,6 +83,9 @@ pub(crate) struct Pool {
     versions_n: AtomicUsize,
     spilled_n: AtomicUsize,
     spill: Spill,
+    /// Nothing is written home (the store is open read-only): dirty
+    /// pages stay in the pool, over its bound if need be.
+    read_only: bool,
 }
 
 /// A frame as it was before a transaction changed it (for a rollback):
@@ -99,7 +102,12 @@ fn invalid(no: PageNo, e: Invalid) -> Error {
 
 impl Pool {
     /// A pool of `cache_bytes` over `data`.
-    pub(crate) fn new(data: Box<dyn VfsFile>, cache_bytes: usize, spill: Spill) -> Pool {
+    pub(crate) fn new(
+        data: Box<dyn VfsFile>,
+        cache_bytes: usize,
+        spill: Spill,
+        read_only: bool,
+    ) -> Pool {
         Pool {
             data,
             capacity: (cache_bytes / FRAME_BYTES).max(16),
@@ -117,6 +125,7 @@ impl Pool {
             versions_n: AtomicUsize::new(0),
             spilled_n: AtomicUsize::new(0),
             spill,
+            read_only,
         }
     }
 
@@ -156,6 +165,11 @@ impl Pool {
         self.versions_n.store(st.versions.bytes, Ordering::Relaxed);
         let spilled = usize::try_from(st.versions.spilled).unwrap_or(usize::MAX);
         self.spilled_n.store(spilled, Ordering::Relaxed);
+    }
+
+    /// Whether pages are never written home.
+    pub(crate) fn read_only(&self) -> bool {
+        self.read_only
     }
 
     /// The data file.
@@ -466,6 +480,9 @@ impl Pool {
         journal: &Journal,
         wait: bool,
     ) -> Result<usize> {
+        if self.read_only {
+            return Ok(0);
+        }
         let mut batch: Vec<(PageNo, Arc<Page>)> = Vec::with_capacity(nos.len());
         {
             let mut st = self.state.lock();

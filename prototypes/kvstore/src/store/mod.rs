@@ -32,6 +32,14 @@ pub const DATA_FILE: &str = "data.kv";
 pub struct Options {
     /// Create the store if there is none (default true).
     pub create_if_missing: bool,
+    /// Open for reading only (default false): recovery replays the log
+    /// into the pool but nothing is written home — no checkpoint at open
+    /// or close, no background worker, no page cleaning (the pool may
+    /// outgrow its bound by the pages the log touches) — and every write,
+    /// [`Store::sync`] and [`Store::checkpoint`] returns
+    /// [`Error::ReadOnly`]. The journal's own recovery still runs (it may
+    /// cut off a torn tail). `kvstore check` opens so.
+    pub read_only: bool,
     /// Bytes of the buffer pool (default 64 MiB): the pages in memory,
     /// and a quarter of it again at most for the page versions open
     /// iterators read (beyond that they are spilled to a scratch file).
@@ -57,6 +65,7 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             create_if_missing: true,
+            read_only: false,
             cache_bytes: 64 << 20,
             snapshot_spill_bytes: 4 << 30,
             journal: journal_core::Options {
@@ -234,6 +243,15 @@ impl Inner {
     }
 
     /// Records the first fatal error; returns it.
+    /// [`Inner::check`], and not read-only.
+    pub(super) fn check_writable(&self) -> Result<()> {
+        self.check()?;
+        if self.options.read_only {
+            return Err(Error::ReadOnly);
+        }
+        Ok(())
+    }
+
     pub(super) fn poison_with(&self, e: Error) -> Error {
         let mut p = self.poison.lock();
         let e = p.get_or_insert(e).clone();
@@ -288,9 +306,15 @@ impl Store {
     pub fn open_with(vfs: Arc<dyn Vfs>, dir: impl AsRef<Path>, options: Options) -> Result<Store> {
         let inner = Arc::new(recovery::open(vfs, dir.as_ref(), options)?);
         let replayed = inner.recovery.records > 0;
-        if replayed {
+        if replayed && !options.read_only {
             // Write the recovered pages home now, repairing torn ones.
             inner.checkpoint()?;
+        }
+        if options.read_only {
+            return Ok(Store {
+                inner,
+                worker: Mutex::new(None),
+            });
         }
         let i2 = inner.clone();
         let worker = thread::Builder::new()
@@ -401,7 +425,7 @@ impl Store {
 
     /// Makes every transaction committed so far durable.
     pub fn sync(&self) -> Result<Lsn> {
-        self.inner.check()?;
+        self.inner.check_writable()?;
         self.inner
             .journal
             .force_all()
@@ -415,7 +439,7 @@ impl Store {
     /// page write poisons the store: the tail never moves past a change
     /// that is not home.
     pub fn checkpoint(&self) -> Result<CheckpointInfo> {
-        self.inner.check()?;
+        self.inner.check_writable()?;
         self.inner.checkpoint()
     }
 
@@ -424,7 +448,9 @@ impl Store {
     pub fn close(&self) -> Result<()> {
         self.inner.check()?;
         self.stop_worker();
-        self.inner.checkpoint()?;
+        if !self.inner.options.read_only {
+            self.inner.checkpoint()?;
+        }
         self.inner.closed.store(true, Ordering::Release);
         self.inner.pool.remove_spill()?;
         self.inner.journal.close()?;

@@ -171,7 +171,7 @@ pub(super) fn open(vfs: Arc<dyn Vfs>, dir: &Path, options: Options) -> Result<In
     );
     // A crashed run's versions: scratch, no one reads them.
     spill.remove()?;
-    let pool = Pool::new(data, options.cache_bytes, spill);
+    let pool = Pool::new(data, options.cache_bytes, spill, options.read_only);
     let mut tree = TreeMeta {
         root: meta.root,
         end: meta.end,
@@ -285,7 +285,7 @@ fn redo(journal: &Journal, pool: &Pool, tree: &mut TreeMeta) -> Result<RecoveryI
             }
         }
         let (frames, _) = pool.usage();
-        if frames > pool.capacity() {
+        if frames > pool.capacity() && !pool.read_only() {
             let victims = pool.dirty_in_clock_order(frames - pool.capacity() + 64);
             pool.write_back(&victims, journal)?;
             pool.shrink();

@@ -80,7 +80,7 @@ impl Inner {
 
     /// Commits `ops` atomically: one log record; `wait`: durable on return.
     pub(super) fn apply(&self, ops: Vec<Op>, wait: bool) -> Result<Lsn> {
-        self.check()?;
+        self.check_writable()?;
         Self::validate(&ops)?;
         if ops.is_empty() {
             return Ok(self.journal.appended_lsn());
