@@ -87,7 +87,10 @@
 //! purge waits for it ([`StateMachine::purge_gate`]), since openraft 0.9
 //! purges a follower's log without waiting for its snapshot install. A
 //! follower too far behind gets a snapshot, installed by an atomic replace
-//! of its store.
+//! of its store. Snapshots are files in the node's directory
+//! (`snapshots/`, docs/FORMAT.md): streamed from the store, sent and
+//! received as files, installed chunk by chunk — a few MiB of memory at
+//! any store size — and kept across restarts.
 //!
 //! # The network
 //!

@@ -15,12 +15,16 @@
 //! table, applied id) as of its applied log id. Building one first makes
 //! the store durable up to that id, so the log openraft purges after it —
 //! never past the snapshot — is always below the store's *durable* applied
-//! index. Snapshots are kept in memory (the store itself is persistent, so
-//! after a restart openraft builds a new one when a follower needs it).
-//! Installing one is an atomic replace: a new store is filled in a new
-//! directory (`sm-<generation>`), made durable, and then the `CURRENT`
-//! file is replaced (written, synced, renamed, directory synced) to name
-//! it; the old store is removed after.
+//! index; then it streams the store from one consistent iterator (taken
+//! under the state lock, so it matches the applied id; read after the lock
+//! is released, so applies and reads go on) into a snapshot file
+//! (`snapshot.rs`), which is synced and renamed into place. The file is
+//! sent as it is, received into a file, and survives a restart.
+//! Installing one is an atomic replace: a new store is filled from the
+//! received file chunk by chunk in a new directory (`sm-<generation>`),
+//! made durable, and then the `CURRENT` file is replaced (written, synced,
+//! renamed, directory synced) to name it; the old store is removed after.
+//! Memory, at any store size: a chunk or two.
 
 use crate::types::{layout, Applied, Command, NodeId, TypeConfig};
 use journal_core::sync::Mutex;
@@ -32,9 +36,11 @@ use openraft::{
 };
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+mod snapshot;
+pub use snapshot::{SnapshotFile, SNAPSHOT_DIR};
 
 /// The file naming the current store directory.
 pub const CURRENT: &str = "CURRENT";
@@ -101,8 +107,11 @@ struct State {
     applied: AppliedState,
     /// Each client's last applied sequence number (mirrors the `c` keys).
     clients: HashMap<u64, u64>,
-    snapshot: Option<(Meta, Arc<Vec<u8>>)>,
+    /// The current snapshot and its file.
+    snapshot: Option<(Meta, PathBuf)>,
     snapshots_built: u64,
+    /// Snapshot files begun receiving (their names).
+    received: u64,
 }
 
 struct Inner {
@@ -295,6 +304,7 @@ impl StateMachine {
         }
         let store = Store::open_with(vfs.clone(), store_dir(&dir, generation), options)?;
         let (applied, clients) = load(&store)?;
+        let snapshot = snapshot::recover(&*vfs, &dir)?;
         let durable = tokio::sync::watch::Sender::new(Durable {
             applied: applied.log_id.map(|l| l.index),
             failed: None,
@@ -310,8 +320,9 @@ impl StateMachine {
                     generation,
                     applied,
                     clients,
-                    snapshot: None,
+                    snapshot,
                     snapshots_built: 0,
+                    received: 0,
                 }),
             }),
         })
@@ -440,97 +451,6 @@ impl StateMachine {
         }
         Ok(out)
     }
-
-    /// Makes the store durable and copies it whole, with its applied id.
-    fn build(&self) -> Result<Snapshot<TypeConfig>, Error> {
-        let mut st = self.inner.state.lock();
-        st.store.sync()?;
-        self.mark_durable(st.applied.log_id);
-        let pairs = st.store.scan(..)?;
-        let data = postcard::to_stdvec(&pairs).map_err(corrupt)?;
-        st.snapshots_built += 1;
-        let last = st.applied.log_id;
-        let meta = SnapshotMeta {
-            last_log_id: last,
-            last_membership: st.applied.membership.clone(),
-            snapshot_id: format!(
-                "{}-{}-{}",
-                last.map_or(0, |l| l.leader_id.term),
-                last.map_or(0, |l| l.index),
-                st.snapshots_built
-            ),
-        };
-        st.snapshot = Some((meta.clone(), Arc::new(data.clone())));
-        Ok(Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data)),
-        })
-    }
-
-    /// Replaces the store by the snapshot's content (see the module docs).
-    fn install(&self, meta: &SnapshotMeta<NodeId, BasicNode>, data: Vec<u8>) -> Result<(), Error> {
-        let pairs: Vec<(Vec<u8>, Vec<u8>)> =
-            postcard::from_bytes(&data).map_err(|e| corrupt(format!("snapshot: {e}")))?;
-        for (k, v) in &pairs {
-            let ok = match k.first() {
-                Some(&layout::USER) => crate::types::check_key(&k[1..]).is_ok(),
-                Some(&layout::CLIENT) => k.len() == 9 && v.len() == 8,
-                Some(b'm') => k == layout::APPLIED,
-                _ => false,
-            };
-            if !ok || v.len() > kvstore::MAX_VALUE {
-                return Err(corrupt("snapshot: a key that is not raftkv's"));
-            }
-        }
-        let inner = &self.inner;
-        let mut st = inner.state.lock();
-        let generation = st.generation + 1;
-        let new_dir = store_dir(&inner.dir, generation);
-        if inner.vfs.exists(&new_dir)? {
-            remove_tree(&*inner.vfs, &new_dir)?;
-        }
-        let store = Store::open_with(inner.vfs.clone(), &new_dir, inner.options)?;
-        let applied = AppliedState {
-            log_id: meta.last_log_id,
-            membership: meta.last_membership.clone(),
-        };
-        for chunk in pairs.chunks(BATCH_ENTRIES) {
-            let mut txn = store.transaction();
-            for (k, v) in chunk.iter().filter(|(k, _)| k != layout::APPLIED) {
-                txn.put(k, v);
-            }
-            txn.commit_no_wait()?;
-        }
-        // A crash here leaves a new store without its applied state, which
-        // `CURRENT` does not name: the next open removes it.
-        fail::fail_point!("raftkv::install", |_| std::process::abort());
-        let state = postcard::to_stdvec(&applied).map_err(corrupt)?;
-        let mut txn = store.transaction();
-        txn.put(layout::APPLIED, &state);
-        txn.commit()?;
-        let (_, clients) = load(&store)?;
-        // A crash here leaves the new store whole and durable, still not
-        // named: the next open removes it, and the node runs on the old one.
-        fail::fail_point!("raftkv::install-switch", |_| std::process::abort());
-        write_current(&*inner.vfs, &inner.dir, generation)?;
-        // A crash here leaves the new store current before openraft purged
-        // the log the snapshot replaces: openraft purges it at the next
-        // start (its log ends below the applied index).
-        self.mark_durable(meta.last_log_id);
-        fail::fail_point!("raftkv::installed", |_| std::process::abort());
-        let old = std::mem::replace(&mut st.store, Arc::new(store));
-        let old_dir = store_dir(&inner.dir, st.generation);
-        st.generation = generation;
-        st.applied = applied;
-        st.clients = clients;
-        st.snapshot = Some((meta.clone(), Arc::new(data)));
-        drop(st);
-        old.close()?;
-        drop(old);
-        remove_tree(&*inner.vfs, &old_dir)?;
-        inner.vfs.sync_dir(&inner.dir)?;
-        Ok(())
-    }
 }
 
 fn sm_err(e: Error) -> StorageError<NodeId> {
@@ -597,18 +517,19 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn begin_receiving_snapshot(
         &mut self,
-    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    ) -> Result<Box<SnapshotFile>, StorageError<NodeId>> {
+        let sm = self.clone();
+        blocking(move || sm.receive().map(Box::new)).await
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta<NodeId, BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<SnapshotFile>,
     ) -> Result<(), StorageError<NodeId>> {
         let sm = self.clone();
         let meta = meta.clone();
-        let r = blocking(move || sm.install(&meta, snapshot.into_inner())).await;
+        let r = blocking(move || sm.install(&meta, *snapshot)).await;
         if let Err(e) = &r {
             self.mark_failed(&e.to_string());
         }
@@ -618,10 +539,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn get_current_snapshot(
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
-        let st = self.inner.state.lock();
-        Ok(st.snapshot.as_ref().map(|(meta, data)| Snapshot {
-            meta: meta.clone(),
-            snapshot: Box::new(Cursor::new(data.as_ref().clone())),
+        let current = self.inner.state.lock().snapshot.clone();
+        let Some((meta, path)) = current else {
+            return Ok(None);
+        };
+        let file = SnapshotFile::open(&*self.inner.vfs, &path).map_err(sm_err)?;
+        Ok(Some(Snapshot {
+            meta,
+            snapshot: Box::new(file),
         }))
     }
 }

@@ -3,7 +3,6 @@
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::io::Cursor;
 
 /// A node's id in the cluster.
 pub type NodeId = u64;
@@ -11,13 +10,13 @@ pub type NodeId = u64;
 openraft::declare_raft_types!(
     /// raftkv's Raft types: [`Batch`]es of commands in the log, [`Applied`] answers,
     /// `u64` node ids, nodes known by their HTTP address, snapshots in
-    /// memory.
+    /// files.
     pub TypeConfig:
         D = Batch,
         R = Applied,
         NodeId = NodeId,
         Node = openraft::BasicNode,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = crate::machine::SnapshotFile,
 );
 
 /// The Raft handle of a raftkv node.

@@ -3,12 +3,15 @@
 //! to the applied id it reports (so openraft's replay after it is exact);
 //! a snapshot install is all or nothing.
 
-use journal_core::vfs::{CrashPolicy, SimVfs, Vfs};
-use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+use journal_core::vfs::{CrashPolicy, OpenOptions, SimVfs, Vfs};
+use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot};
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+use raftkv::machine::SnapshotFile;
 use raftkv::{Batch, Command, RequestId, StateMachine, TypeConfig};
 use std::collections::BTreeMap;
+use std::io::SeekFrom;
 use std::sync::Arc;
+use tokio::io::AsyncSeekExt;
 
 const KEYS: u64 = 16;
 
@@ -52,6 +55,17 @@ fn expected(applied: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
         }
     }
     m
+}
+
+/// Copies a built snapshot's file into a file `dst` begins receiving, as
+/// openraft's chunks do.
+async fn transfer(snap: &mut Snapshot<TypeConfig>, dst: &mut StateMachine) -> Box<SnapshotFile> {
+    let mut rx = dst.begin_receiving_snapshot().await.unwrap();
+    snap.snapshot.seek(SeekFrom::Start(0)).await.unwrap();
+    tokio::io::copy(&mut *snap.snapshot, &mut *rx)
+        .await
+        .unwrap();
+    rx
 }
 
 fn content(sm: &StateMachine) -> BTreeMap<Vec<u8>, Vec<u8>> {
@@ -159,9 +173,8 @@ async fn a_snapshot_install_is_all_or_nothing() {
     src.apply((1..=200).map(entry).collect::<Vec<_>>())
         .await
         .unwrap();
-    let snap = src.build_snapshot().await.unwrap();
+    let mut snap = src.build_snapshot().await.unwrap();
     assert_eq!(snap.meta.last_log_id.map(|l| l.index), Some(200));
-    let data = snap.snapshot.into_inner();
     // The target has applied 50; a crash at every mutating call of the
     // install leaves either the old state or the snapshot's.
     let mut outcomes = [0, 0];
@@ -174,9 +187,9 @@ async fn a_snapshot_install_is_all_or_nothing() {
         dst.close().unwrap();
         drop(dst);
         let mut dst = open(Arc::new(sim.clone()));
+        let rx = transfer(&mut snap, &mut dst).await;
         sim.arm_crash(at, CrashPolicy::DropUnsynced);
-        let cursor = Box::new(std::io::Cursor::new(data.clone()));
-        dst.install_snapshot(&snap.meta, cursor).await.unwrap();
+        dst.install_snapshot(&snap.meta, rx).await.unwrap();
         let Some(image) = sim.take_crash() else {
             // The install finished before the crash point: done.
             assert_eq!(content(&dst), expected(200));
@@ -205,8 +218,7 @@ async fn a_purge_waits_until_the_store_holds_the_entries_durably() {
     src.apply((1..=200).map(entry).collect::<Vec<_>>())
         .await
         .unwrap();
-    let snap = src.build_snapshot().await.unwrap();
-    let data = snap.snapshot.into_inner();
+    let mut snap = src.build_snapshot().await.unwrap();
 
     let sim = SimVfs::new();
     let mut dst = open(Arc::new(sim.clone()));
@@ -229,8 +241,69 @@ async fn a_purge_waits_until_the_store_holds_the_entries_durably() {
     let mut waiting = tokio::spawn(gate(200));
     let early = tokio::time::timeout(std::time::Duration::from_millis(200), &mut waiting).await;
     assert!(early.is_err(), "the purge went ahead of the install");
-    let cursor = Box::new(std::io::Cursor::new(data));
-    dst.install_snapshot(&snap.meta, cursor).await.unwrap();
+    let rx = transfer(&mut snap, &mut dst).await;
+    dst.install_snapshot(&snap.meta, rx).await.unwrap();
     waiting.await.unwrap().unwrap();
     gate(200).await.unwrap();
+}
+
+/// A built snapshot is a file that survives a restart: the reopened
+/// machine offers it as its current snapshot, and it installs elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_file_survives_a_restart() {
+    let sim = SimVfs::new();
+    let mut src = open(Arc::new(sim.clone()));
+    src.apply((1..=200).map(entry).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    let built = src.build_snapshot().await.unwrap();
+    src.apply((201..=220).map(entry).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    // A power cut: the snapshot file was synced and renamed into place.
+    let image = sim.crash(CrashPolicy::DropUnsynced);
+    drop(src);
+    let mut src = open(Arc::new(image));
+    let mut snap = src
+        .get_current_snapshot()
+        .await
+        .unwrap()
+        .expect("the snapshot file came back");
+    assert_eq!(snap.meta, built.meta);
+    let mut dst = open(Arc::new(SimVfs::new()));
+    let rx = transfer(&mut snap, &mut dst).await;
+    dst.install_snapshot(&snap.meta, rx).await.unwrap();
+    assert_eq!(content(&dst), expected(200));
+    assert_eq!(dst.applied().map(|l| l.index), Some(200));
+}
+
+/// A received snapshot file with a flipped byte anywhere is refused, and
+/// the node keeps its state; the half-filled store is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_snapshot_file_is_refused_and_changes_nothing() {
+    let mut src = open(Arc::new(SimVfs::new()));
+    src.apply((1..=200).map(entry).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    let mut snap = src.build_snapshot().await.unwrap();
+    let len = snap.snapshot.seek(SeekFrom::End(0)).await.unwrap();
+    for at in [0, 5, 13, 40, len / 2, len - 9, len - 1] {
+        let sim = SimVfs::new();
+        let mut dst = open(Arc::new(sim.clone()));
+        dst.apply((1..=50).map(entry).collect::<Vec<_>>())
+            .await
+            .unwrap();
+        let rx = transfer(&mut snap, &mut dst).await;
+        let f = sim.open(rx.path(), OpenOptions::write()).unwrap();
+        let mut b = [0u8];
+        f.read_exact_at(&mut b, at).unwrap();
+        f.write_at(&[b[0] ^ 0x10], at).unwrap();
+        drop(f);
+        let r = dst.install_snapshot(&snap.meta, rx).await;
+        assert!(r.is_err(), "a flip at byte {at} of {len} was installed");
+        assert_eq!(dst.applied().map(|l| l.index), Some(50), "byte {at}");
+        assert_eq!(content(&dst), expected(50), "byte {at}");
+        let dirs = sim.read_dir(std::path::Path::new("/node/state")).unwrap();
+        assert!(!dirs.contains(&"sm-1".to_string()), "byte {at}: {dirs:?}");
+    }
 }
