@@ -112,6 +112,12 @@ struct State {
     snapshots_built: u64,
     /// Snapshot files begun receiving (their names).
     received: u64,
+    /// Value bytes applied since the last snapshot was built.
+    bytes_since_snapshot: u64,
+    /// The byte policy's floor (`None`: no snapshot by bytes).
+    snapshot_min_bytes: Option<u64>,
+    /// A snapshot was asked for and not yet built.
+    snapshot_asked: bool,
 }
 
 struct Inner {
@@ -121,6 +127,8 @@ struct Inner {
     state: Mutex<State>,
     /// How far the store is durable: what the Raft log's purge waits for.
     durable: tokio::sync::watch::Sender<Durable>,
+    /// Told when a snapshot is due by the byte policy.
+    snapshot_due: tokio::sync::Notify,
 }
 
 /// The last log index the store holds durably, or why it never will.
@@ -315,6 +323,7 @@ impl StateMachine {
                 dir,
                 options,
                 durable,
+                snapshot_due: tokio::sync::Notify::new(),
                 state: Mutex::new(State {
                     store: Arc::new(store),
                     generation,
@@ -323,6 +332,9 @@ impl StateMachine {
                     snapshot,
                     snapshots_built: 0,
                     received: 0,
+                    bytes_since_snapshot: 0,
+                    snapshot_min_bytes: None,
+                    snapshot_asked: false,
                 }),
             }),
         })
@@ -419,7 +431,9 @@ impl StateMachine {
         let mut out = Vec::with_capacity(entries.len());
         let mut txn = store.transaction();
         let (mut n, mut bytes) = (0, 0);
+        let mut total = 0u64;
         for e in entries {
+            let start = bytes;
             st.applied.log_id = Some(e.log_id);
             let mut reply = Applied::default();
             match e.payload {
@@ -435,6 +449,7 @@ impl StateMachine {
                 }
             }
             out.push(reply);
+            total += (bytes - start) as u64;
             n += 1;
             if n == BATCH_ENTRIES || bytes >= BATCH_BYTES {
                 let state = postcard::to_stdvec(&st.applied).map_err(corrupt)?;
@@ -448,6 +463,11 @@ impl StateMachine {
             let state = postcard::to_stdvec(&st.applied).map_err(corrupt)?;
             txn.put(layout::APPLIED, &state);
             txn.commit_no_wait()?;
+        }
+        st.bytes_since_snapshot += total;
+        if !st.snapshot_asked && snapshot::due(st) {
+            st.snapshot_asked = true;
+            self.inner.snapshot_due.notify_one();
         }
         Ok(out)
     }

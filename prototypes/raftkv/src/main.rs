@@ -45,9 +45,14 @@ enum Cmd {
         /// The cluster id (16 hex digits; default: derived from --peers).
         #[arg(long)]
         cluster_id: Option<String>,
-        /// Build a snapshot after this many log entries.
-        #[arg(long, default_value_t = 20_000)]
-        snapshot_logs: u64,
+        /// Build a snapshot after this many log entries (default: by bytes,
+        /// once the bytes written since the last reach the store's size
+        /// and at least --snapshot-min-mib).
+        #[arg(long)]
+        snapshot_logs: Option<u64>,
+        /// The floor of the snapshot policy by bytes, MiB.
+        #[arg(long, default_value_t = 64)]
+        snapshot_min_mib: u64,
         /// Writes waiting for a Raft entry before more are answered 503.
         #[arg(long, default_value_t = raftkv::propose::MAX_PENDING)]
         max_pending_writes: usize,
@@ -234,6 +239,7 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
         init,
         cluster_id,
         snapshot_logs,
+        snapshot_min_mib,
         heartbeat_ms,
         election_timeout_ms,
         max_pending_writes,
@@ -248,6 +254,7 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
     o.dial = parse_peers(&peer_addr).map_err(|e| e.replace("--peers", "--peer-addr"))?;
     o.init = init;
     o.snapshot_logs = snapshot_logs;
+    o.snapshot_min_bytes = snapshot_min_mib << 20;
     o.max_pending_writes = max_pending_writes;
     o.max_client_requests = max_client_requests;
     o.heartbeat = Duration::from_millis(heartbeat_ms);

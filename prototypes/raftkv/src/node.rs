@@ -49,8 +49,13 @@ pub struct NodeOptions {
     /// Election timeout, low end (default 500 ms; the high end is twice it).
     pub election_timeout: Duration,
     /// Build a snapshot after this many entries since the last one
-    /// (default 20,000); the log keeps 1,000 entries behind it.
-    pub snapshot_logs: u64,
+    /// (openraft's policy; for tests). `None` (the default): by bytes —
+    /// once the value bytes applied since the last snapshot reach the
+    /// store's size and at least `snapshot_min_bytes`. Either way the log
+    /// keeps 1,000 entries behind a snapshot.
+    pub snapshot_logs: Option<u64>,
+    /// The byte policy's floor (default 64 MiB).
+    pub snapshot_min_bytes: u64,
     /// Writes waiting for a Raft entry before more are answered `503`
     /// (default [`crate::propose::MAX_PENDING`]).
     pub max_pending_writes: usize,
@@ -75,7 +80,8 @@ impl NodeOptions {
             cluster: None,
             heartbeat: Duration::from_millis(100),
             election_timeout: Duration::from_millis(500),
-            snapshot_logs: 20_000,
+            snapshot_logs: None,
+            snapshot_min_bytes: 64 << 20,
             max_pending_writes: crate::propose::MAX_PENDING,
             max_client_requests: crate::api::MAX_CLIENT_REQUESTS,
             vfs: Arc::new(OsVfs::new()),
@@ -207,7 +213,8 @@ fn claim_directory(vfs: &dyn Vfs, o: &NodeOptions, cluster: u64) -> Result<bool,
 }
 
 /// openraft's configuration for a node: the options' timeouts and
-/// snapshot policy, 1,000 entries kept behind a snapshot.
+/// snapshot policy (openraft's by entries, or none: the byte policy
+/// triggers snapshots), 1,000 entries kept behind a snapshot.
 fn raft_config(o: &NodeOptions, cluster: u64) -> Result<openraft::Config, Error> {
     let hb = o.heartbeat.as_millis() as u64;
     let el = o.election_timeout.as_millis() as u64;
@@ -217,7 +224,10 @@ fn raft_config(o: &NodeOptions, cluster: u64) -> Result<openraft::Config, Error>
         election_timeout_min: el,
         election_timeout_max: el * 2,
         install_snapshot_timeout: 10_000,
-        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(o.snapshot_logs),
+        snapshot_policy: match o.snapshot_logs {
+            Some(n) => openraft::SnapshotPolicy::LogsSinceLast(n),
+            None => openraft::SnapshotPolicy::Never,
+        },
         max_in_snapshot_log_to_keep: 1_000,
         ..Default::default()
     }
@@ -291,6 +301,9 @@ pub struct Node {
     pub resumed: Option<ResumedLeadership>,
     /// Permits for client requests in progress.
     pub client_slots: Arc<tokio::sync::Semaphore>,
+    /// The task that has openraft build the snapshots the byte policy
+    /// asks for (none with openraft's policy by entries).
+    snapshotter: Option<Arc<tokio::task::AbortHandle>>,
 }
 
 impl std::fmt::Debug for Node {
@@ -369,6 +382,19 @@ impl Node {
                 .map_err(|e| Error::Raft(e.to_string()))?;
         }
         let proposer = crate::propose::Proposer::start(raft.clone(), o.max_pending_writes);
+        let snapshotter = o.snapshot_logs.is_none().then(|| {
+            machine.snapshot_by_bytes(o.snapshot_min_bytes);
+            let (raft, machine) = (raft.clone(), machine.clone());
+            let task = tokio::spawn(async move {
+                loop {
+                    machine.snapshot_due().await;
+                    if raft.trigger().snapshot().await.is_err() {
+                        return; // Raft stopped.
+                    }
+                }
+            });
+            Arc::new(task.abort_handle())
+        });
         Ok(Node {
             id: o.id,
             cluster,
@@ -378,11 +404,15 @@ impl Node {
             proposer,
             resumed,
             client_slots: Arc::new(tokio::sync::Semaphore::new(o.max_client_requests.max(1))),
+            snapshotter,
         })
     }
 
     /// Stops Raft, then closes the state machine and the log.
     pub async fn shutdown(&self) -> Result<(), String> {
+        if let Some(t) = &self.snapshotter {
+            t.abort();
+        }
         self.raft.shutdown().await.map_err(|e| e.to_string())?;
         self.machine.close().map_err(|e| e.to_string())?;
         self.log.journal().close().map_err(|e| e.to_string())?;

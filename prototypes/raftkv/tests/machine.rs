@@ -307,3 +307,53 @@ async fn a_damaged_snapshot_file_is_refused_and_changes_nothing() {
         assert!(!dirs.contains(&"sm-1".to_string()), "byte {at}: {dirs:?}");
     }
 }
+
+/// An entry putting `len` bytes under `key`.
+fn put_entry(index: u64, key: String, len: usize) -> Entry<TypeConfig> {
+    Entry {
+        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+        payload: EntryPayload::Normal(Batch(vec![Command::Put {
+            key: key.into_bytes(),
+            value: vec![index as u8; len],
+            id: None,
+        }])),
+    }
+}
+
+/// The byte policy: a snapshot is asked for once the value bytes applied
+/// since the last one reach the store's size (and the floor), so a store
+/// eight times larger needs several times the writes between snapshots;
+/// building one starts the count again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_are_due_by_bytes_written_against_the_store_size() {
+    const V: usize = 4096;
+    let mut sm = open(Arc::new(SimVfs::new()));
+    sm.snapshot_by_bytes(256 << 10);
+    let mut index = 0;
+    // Overwrites of one key until the policy asks: the bytes it took.
+    async fn until_asked(sm: &mut StateMachine, index: &mut u64) -> usize {
+        let mut bytes = 0;
+        while !sm.snapshot_asked() {
+            *index += 1;
+            sm.apply([put_entry(*index, "hot".into(), V)]).await.unwrap();
+            bytes += V;
+            assert!(bytes <= 256 << 20, "never asked");
+        }
+        bytes
+    }
+    let small = until_asked(&mut sm, &mut index).await;
+    assert!(small >= 256 << 10, "asked below the floor: {small}");
+    sm.build_snapshot().await.unwrap();
+    assert!(!sm.snapshot_asked(), "a built snapshot starts the count again");
+    // Grow the store to 2,000 distinct values (8 MiB of them); a snapshot
+    // after it.
+    let load: Vec<_> = (0..2000)
+        .map(|i| put_entry(index + 1 + i, format!("key-{i:05}"), V))
+        .collect();
+    index += 2000;
+    sm.apply(load).await.unwrap();
+    sm.build_snapshot().await.unwrap();
+    let large = until_asked(&mut sm, &mut index).await;
+    assert!(large >= 2000 * V, "{large} bytes against an 8 MiB store");
+    assert!(large >= 4 * small, "small store {small}, large store {large}");
+}

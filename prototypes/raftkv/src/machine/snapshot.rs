@@ -365,6 +365,22 @@ pub(super) fn recover(vfs: &dyn Vfs, dir: &Path) -> Result<Option<(Meta, PathBuf
     Ok(best)
 }
 
+/// The byte policy: a snapshot is due once the bytes applied since the
+/// last one reach the store's size (its data file), and at least the
+/// floor. A snapshot rewrites the whole store, so this bounds its cost to
+/// about one store's worth of writes per store's worth of log, at any
+/// size; and the log kept behind it stays about the store's size.
+pub(super) fn due(st: &State) -> bool {
+    let Some(floor) = st.snapshot_min_bytes else {
+        return false;
+    };
+    if st.bytes_since_snapshot < floor {
+        return false;
+    }
+    let store = u64::from(st.store.cache_stats().file_pages) * kvstore::PAGE_SIZE as u64;
+    st.bytes_since_snapshot >= store
+}
+
 /// Whether `(k, v)` is a pair raftkv's store can hold.
 fn ours(k: &[u8], v: &[u8]) -> bool {
     let key_ok = match k.first() {
@@ -386,6 +402,8 @@ impl StateMachine {
             st.store.sync()?;
             self.mark_durable(st.applied.log_id);
             st.snapshots_built += 1;
+            st.bytes_since_snapshot = 0;
+            st.snapshot_asked = false;
             let last = st.applied.log_id;
             let meta = SnapshotMeta {
                 last_log_id: last,
@@ -434,6 +452,24 @@ impl StateMachine {
             inner.vfs.remove_file(&old)?;
         }
         Ok(path)
+    }
+
+    /// Turns on the byte policy ([`StateMachine::snapshot_due`]) with
+    /// `floor` bytes at least between snapshots.
+    pub fn snapshot_by_bytes(&self, floor: u64) {
+        self.inner.state.lock().snapshot_min_bytes = Some(floor);
+    }
+
+    /// Waits until the byte policy asks for a snapshot: the value bytes
+    /// applied since the last one reached the store's size (and the
+    /// floor). The node then has openraft build one.
+    pub async fn snapshot_due(&self) {
+        self.inner.snapshot_due.notified().await;
+    }
+
+    /// Whether the byte policy asked for a snapshot not yet built.
+    pub fn snapshot_asked(&self) -> bool {
+        self.inner.state.lock().snapshot_asked
     }
 
     /// A new file to receive a snapshot into.
