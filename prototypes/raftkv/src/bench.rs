@@ -5,6 +5,9 @@
 //! Each client sends one put (a fresh request id, a value of the given
 //! size) and waits for its answer before the next: puts per second and
 //! the latency distribution of the acknowledged puts, per client count.
+//! Keys: by default each client rewrites 1,024 of its own; with a
+//! keyspace of N keys (loaded first by [`load`]), random keys among the
+//! N, so the store is as large as N makes it.
 //! Each client has its own connection. etcd's clients talk to its leader
 //! (found through its status API), as raftkv's follow the `307` to theirs:
 //! neither pays a follower's forwarding hop.
@@ -101,24 +104,86 @@ async fn connect(system: System, endpoints: &[String], id: u64) -> Result<Putter
     }
 }
 
-/// Runs `clients` closed-loop clients for `duration` against `endpoints`.
+/// The key of index `i` in a keyspace of N keys.
+pub fn key(i: u64) -> String {
+    format!("k/{i:010}")
+}
+
+/// A well-mixed random number from (client, n).
+fn mix(c: u64, n: u64) -> u64 {
+    let mut x = c.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ n.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x ^= x >> 31;
+    x = x.wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 29)
+}
+
+/// Distinct client ids per run: a bench run does not collide with an
+/// earlier one's request ids.
+fn client_base() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        & !0xffff
+}
+
+/// Puts keys `0..keys` (see [`key`]) with `clients` closed-loop clients,
+/// each its share in order; returns the seconds it took.
+pub async fn load(
+    system: System,
+    endpoints: &[String],
+    keys: u64,
+    value_size: usize,
+    clients: usize,
+    progress: Option<indicatif::ProgressBar>,
+) -> Result<f64, String> {
+    let value = Arc::new(vec![b'l'; value_size]);
+    let start = Instant::now();
+    let base = client_base();
+    let clients = clients.max(1) as u64;
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let mut client = connect(system, endpoints, base | c).await?;
+        let (value, progress) = (value.clone(), progress.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut i = c;
+            while i < keys {
+                let mut tries = 0;
+                while let Err(e) = client.put(&key(i), &value).await {
+                    tries += 1;
+                    if tries == 10 {
+                        return Err(format!("loading key {i}: {e}"));
+                    }
+                }
+                if let Some(p) = &progress {
+                    p.inc(1);
+                }
+                i += clients;
+            }
+            Ok::<_, String>(())
+        }));
+    }
+    for t in tasks {
+        t.await.map_err(|e| e.to_string())??;
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// Runs `clients` closed-loop clients for `duration` against `endpoints`:
+/// each rewrites 1,024 keys of its own, or (`keys` > 0) random keys of a
+/// keyspace of `keys` loaded by [`load`].
 pub async fn run_level(
     system: System,
     endpoints: &[String],
     clients: usize,
     value_size: usize,
+    keys: u64,
     duration: Duration,
     progress: Option<indicatif::ProgressBar>,
 ) -> Result<Level, String> {
     let value = Arc::new(vec![b'v'; value_size]);
     let start = Instant::now();
     let mut tasks = Vec::new();
-    // Distinct client ids per run: a bench run does not collide with an
-    // earlier one's request ids.
-    let base = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-        & !0xffff;
+    let base = client_base();
     for c in 0..clients {
         let mut client = connect(system, endpoints, base | c as u64).await?;
         let value = value.clone();
@@ -128,7 +193,10 @@ pub async fn run_level(
             let mut failed = 0u64;
             let mut i = 0u64;
             while start.elapsed() < duration {
-                let key = format!("bench/{c}/{}", i % 1024);
+                let key = match keys {
+                    0 => format!("bench/{c}/{}", i % 1024),
+                    n => key(mix(base | c as u64, i) % n),
+                };
                 i += 1;
                 let t = Instant::now();
                 match client.put(&key, &value).await {

@@ -7,7 +7,11 @@
 //! it reads, around each measurement, the CPU time of the system's three
 //! server processes (`/proc/PID/stat`) and the flush requests completed by
 //! the disk under the directory (`/sys/dev/block/M:m/stat`), and reports
-//! both per put. Medians over rounds, with the range of puts/s.
+//! both per put. Medians over rounds, with the range of puts/s. With
+//! `--keys N`, each system is first loaded with N keys through its API
+//! (timed), and the puts overwrite random keys among them; the resident
+//! memory of every server process is sampled after each measurement, and
+//! its peak (`VmHWM`) reported at the end.
 
 use crate::bench::{run_level, Level, System};
 use crate::local::LocalCluster as Cluster;
@@ -29,6 +33,9 @@ pub struct CompareOptions {
     pub clients: Vec<usize>,
     /// Bytes per value.
     pub value_size: usize,
+    /// Keys loaded first and overwritten at random (0: each client
+    /// rewrites 1,024 keys of its own).
+    pub keys: u64,
     /// The directory the temporary data directory is made in.
     pub dir: PathBuf,
     /// The `etcd` binary, if etcd is compared.
@@ -51,6 +58,57 @@ pub struct Sample {
     pub cpu_us_per_put: f64,
     /// Disk flush requests per acknowledged put.
     pub flushes_per_put: f64,
+    /// Resident memory of each server after the measurement, MiB.
+    pub rss_mib: Vec<f64>,
+}
+
+/// A system's figures besides the samples.
+#[derive(Debug, Clone, Serialize)]
+pub struct SystemReport {
+    /// "raftkv" or "etcd".
+    pub system: &'static str,
+    /// Seconds to load the keys (`None` without `--keys`).
+    pub load_s: Option<f64>,
+    /// Resident memory after the load, MiB, per server.
+    pub rss_after_load_mib: Vec<f64>,
+    /// Peak resident memory of each server over the whole run, MiB.
+    pub peak_rss_mib: Vec<f64>,
+}
+
+/// What [`compare`] measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Every measurement, in order.
+    pub samples: Vec<Sample>,
+    /// Per system: load time and memory.
+    pub systems: Vec<SystemReport>,
+}
+
+/// A field of `/proc/PID/status` in kB (`VmRSS`, `VmHWM`), as MiB.
+fn status_mib(pid: Option<u32>, field: &str) -> f64 {
+    let Some(pid) = pid else { return 0.0 };
+    let Ok(s) = read_small(Path::new(&format!("/proc/{pid}/status"))) else {
+        return 0.0;
+    };
+    s.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// `field` of every server of `c`.
+fn servers_mib(c: &Cluster, field: &str) -> Vec<f64> {
+    c.children
+        .iter()
+        .map(|ch| status_mib(ch.id(), field))
+        .collect()
+}
+
+fn name(s: System) -> &'static str {
+    match s {
+        System::Raftkv => "raftkv",
+        System::Etcd => "etcd",
+    }
 }
 
 /// Reads a small file (a `/proc` or `/sys` one, whose length says 0).
@@ -155,6 +213,12 @@ async fn start_etcd(bin: &Path, dir: &Path, base: u16) -> Result<Cluster, String
             .args(["--initial-cluster", &initial.join(",")])
             .args(["--initial-cluster-state", "new"])
             .args(["--initial-cluster-token", "raftkv-compare"])
+            // etcd keeps every version until compacted: keep the last
+            // 10,000 revisions (compacted every 5 minutes), and a quota (8 GiB, etcd's suggested maximum)
+            // that a million 1 KiB keys and their overwrites fit in.
+            .args(["--auto-compaction-mode", "revision"])
+            .args(["--auto-compaction-retention", "10000"])
+            .args(["--quota-backend-bytes", "8589934592"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
@@ -178,6 +242,7 @@ async fn warm_up(system: System, c: &Cluster, value_size: usize) -> Result<(), S
             &c.endpoints,
             16,
             value_size,
+            0,
             Duration::from_secs(1),
             None,
         )
@@ -191,8 +256,8 @@ async fn warm_up(system: System, c: &Cluster, value_size: usize) -> Result<(), S
     }
 }
 
-/// Runs the comparison; every measurement, in order.
-pub async fn compare(o: &CompareOptions) -> Result<Vec<Sample>, String> {
+/// Runs the comparison.
+pub async fn compare(o: &CompareOptions) -> Result<Report, String> {
     let tmp = tempfile::Builder::new()
         .prefix("raftkv-compare-")
         .tempdir_in(&o.dir)
@@ -206,8 +271,27 @@ pub async fn compare(o: &CompareOptions) -> Result<Vec<Sample>, String> {
             start_etcd(bin, tmp.path(), o.base_port).await?,
         ));
     }
+    let mut reports = Vec::new();
     for (s, c) in &systems {
         warm_up(*s, c, o.value_size).await?;
+        let load_s = match o.keys {
+            0 => None,
+            n => {
+                let bar = bench_harness::progress_bar(false);
+                bar.set_message(format!("{s:?}: loading {n} keys"));
+                let t =
+                    crate::bench::load(*s, &c.endpoints, n, o.value_size, 64, Some(bar.clone()))
+                        .await?;
+                bar.finish_and_clear();
+                Some(t)
+            }
+        };
+        reports.push(SystemReport {
+            system: name(*s),
+            load_s,
+            rss_after_load_mib: servers_mib(c, "VmRSS"),
+            peak_rss_mib: Vec::new(),
+        });
     }
     let mut samples = Vec::new();
     for round in 1..=o.rounds {
@@ -223,6 +307,7 @@ pub async fn compare(o: &CompareOptions) -> Result<Vec<Sample>, String> {
                     &cluster.endpoints,
                     clients,
                     o.value_size,
+                    o.keys,
                     Duration::from_secs_f64(o.seconds),
                     Some(bar.clone()),
                 )
@@ -230,10 +315,8 @@ pub async fn compare(o: &CompareOptions) -> Result<Vec<Sample>, String> {
                 bar.finish_and_clear();
                 let puts = level.puts.max(1) as f64;
                 samples.push(Sample {
-                    system: match system {
-                        System::Raftkv => "raftkv",
-                        System::Etcd => "etcd",
-                    },
+                    system: name(*system),
+                    rss_mib: servers_mib(cluster, "VmRSS"),
                     round,
                     cpu_us_per_put: (cpu(cluster) - cpu0) * 1e6 / puts,
                     flushes_per_put: (flushes(stat.as_deref()) - fl0) / puts,
@@ -242,16 +325,23 @@ pub async fn compare(o: &CompareOptions) -> Result<Vec<Sample>, String> {
             }
         }
     }
+    for ((_, c), r) in systems.iter().zip(&mut reports) {
+        r.peak_rss_mib = servers_mib(c, "VmHWM");
+    }
     for (_, c) in systems {
         stop(c).await;
     }
-    Ok(samples)
+    Ok(Report {
+        samples,
+        systems: reports,
+    })
 }
 
 /// The medians of each system at each client count: prints the table and
 /// returns it as JSON.
-pub fn summarize(samples: &[Sample], clients: &[usize]) -> serde_json::Value {
+pub fn summarize(report: &Report, clients: &[usize]) -> serde_json::Value {
     use bench_harness::median;
+    let samples = &report.samples[..];
     let of = |system: &str, c: usize| -> Vec<&Sample> {
         samples
             .iter()
@@ -305,5 +395,27 @@ pub fn summarize(samples: &[Sample], clients: &[usize]) -> serde_json::Value {
         header.push("raftkv/etcd");
     }
     bench_harness::table(&header, &rows);
-    serde_json::json!({ "levels": json, "samples": samples })
+    let fmt = |v: &[f64]| {
+        v.iter()
+            .map(|m| format!("{m:.0}"))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
+    let rows: Vec<Vec<String>> = report
+        .systems
+        .iter()
+        .map(|r| {
+            vec![
+                r.system.to_string(),
+                r.load_s.map_or("-".into(), |s| format!("{s:.1}")),
+                fmt(&r.rss_after_load_mib),
+                fmt(&r.peak_rss_mib),
+            ]
+        })
+        .collect();
+    bench_harness::table(
+        &["system", "load s", "RSS after load MiB", "peak RSS MiB"],
+        &rows,
+    );
+    serde_json::json!({ "levels": json, "systems": report.systems, "samples": samples })
 }

@@ -182,6 +182,10 @@ enum Cmd {
         /// Bytes per value.
         #[arg(long, default_value_t = 100)]
         value_size: usize,
+        /// Load this many keys into each system first, and overwrite random
+        /// ones of them (0: each client rewrites 1,024 keys of its own).
+        #[arg(long, default_value_t = 0)]
+        keys: u64,
         /// Where the temporary data directory goes (default: the system's
         /// temporary directory; use one on the disk to measure).
         #[arg(long)]
@@ -459,6 +463,7 @@ async fn bench(
             &endpoints,
             c,
             value_size,
+            0,
             Duration::from_secs_f64(seconds),
             Some(bar.clone()),
         )
@@ -481,8 +486,8 @@ async fn compare(o: raftkv::compare::CompareOptions, json: Option<PathBuf>) -> R
     if o.rounds == 0 || !o.seconds.is_finite() || o.seconds <= 0.0 || o.clients.is_empty() {
         return Err("--rounds, --seconds and --clients must be positive".into());
     }
-    let samples = raftkv::compare::compare(&o).await?;
-    let doc = raftkv::compare::summarize(&samples, &o.clients);
+    let report = raftkv::compare::compare(&o).await?;
+    let doc = raftkv::compare::summarize(&report, &o.clients);
     if let Some(path) = json {
         bench_harness::write_json(&path, &doc)?;
     }
@@ -557,6 +562,7 @@ fn main() -> ExitCode {
                 seconds,
                 clients,
                 value_size,
+                keys,
                 dir,
                 etcd,
                 base_port,
@@ -567,6 +573,7 @@ fn main() -> ExitCode {
                     seconds,
                     clients,
                     value_size,
+                    keys,
                     dir: dir.unwrap_or_else(std::env::temp_dir),
                     etcd,
                     base_port,

@@ -335,7 +335,9 @@ async fn snapshots_are_due_by_bytes_written_against_the_store_size() {
         let mut bytes = 0;
         while !sm.snapshot_asked() {
             *index += 1;
-            sm.apply([put_entry(*index, "hot".into(), V)]).await.unwrap();
+            sm.apply([put_entry(*index, "hot".into(), V)])
+                .await
+                .unwrap();
             bytes += V;
             assert!(bytes <= 256 << 20, "never asked");
         }
@@ -344,7 +346,10 @@ async fn snapshots_are_due_by_bytes_written_against_the_store_size() {
     let small = until_asked(&mut sm, &mut index).await;
     assert!(small >= 256 << 10, "asked below the floor: {small}");
     sm.build_snapshot().await.unwrap();
-    assert!(!sm.snapshot_asked(), "a built snapshot starts the count again");
+    assert!(
+        !sm.snapshot_asked(),
+        "a built snapshot starts the count again"
+    );
     // Grow the store to 2,000 distinct values (8 MiB of them); a snapshot
     // after it.
     let load: Vec<_> = (0..2000)
@@ -355,5 +360,8 @@ async fn snapshots_are_due_by_bytes_written_against_the_store_size() {
     sm.build_snapshot().await.unwrap();
     let large = until_asked(&mut sm, &mut index).await;
     assert!(large >= 2000 * V, "{large} bytes against an 8 MiB store");
-    assert!(large >= 4 * small, "small store {small}, large store {large}");
+    assert!(
+        large >= 4 * small,
+        "small store {small}, large store {large}"
+    );
 }
