@@ -482,6 +482,11 @@ pub struct Status {
     /// Why Raft stopped on this node, if it did (a storage error: the
     /// node answers nothing until restarted).
     pub error: Option<String>,
+    /// On the leader: the last index each member's log is known to hold
+    /// (a member holding none is absent). A node starting with an empty
+    /// directory that its leader lists here lost its log and vote.
+    #[serde(default)]
+    pub matched: BTreeMap<NodeId, u64>,
 }
 
 async fn status(State(node): State<Arc<Node>>) -> Json<Status> {
@@ -510,6 +515,12 @@ async fn status(State(node): State<Arc<Node>>) -> Json<Status> {
         voters,
         learners,
         error: m.running_state.as_ref().err().map(|e| e.to_string()),
+        matched: m
+            .replication
+            .iter()
+            .flatten()
+            .filter_map(|(id, l)| Some((*id, l.as_ref()?.index)))
+            .collect(),
     })
 }
 

@@ -92,6 +92,18 @@
 //! received as files, installed chunk by chunk — a few MiB of memory at
 //! any store size — and kept across restarts.
 //!
+//! # Replacing a member
+//!
+//! A node's directory holds its vote: a member whose directory is lost
+//! must not come back under its old id with an empty one (it could vote
+//! twice in a term, and openraft's leader stops on a follower whose log
+//! went backwards). Before a node claims an empty directory it asks its
+//! `--peers` for their status; if the leader holds a log for it
+//! (`matched` in `GET /status`) it refuses to start. The way back is etcd's
+//! member replacement: `POST /members` `remove`, start the node empty,
+//! `add` it (a learner, caught up by snapshot if the log it needs was
+//! purged), `promote`.
+//!
 //! # The network
 //!
 //! Raft RPCs are `POST /raft/{append,vote,snapshot}` with postcard bodies

@@ -212,6 +212,46 @@ fn claim_directory(vfs: &dyn Vfs, o: &NodeOptions, cluster: u64) -> Result<bool,
     }
 }
 
+/// Before a node claims an empty directory: asks its peers whether their
+/// leader holds a log for this node (`Status::matched`). If so, the node
+/// was a member whose directory was wiped: its log and its vote are gone,
+/// and it could vote twice in a term it voted in before. It is refused;
+/// the way back is a replacement (remove it, then add it as a new member),
+/// as etcd refuses a member whose data directory was lost. Peers that do
+/// not answer within a second are passed over: a first start of a new
+/// cluster, whose peers are not up yet, goes ahead.
+async fn refuse_forgotten_member(o: &NodeOptions, cluster: u64) -> Result<(), Error> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(1))
+        .build()
+        .map_err(|e| Error::Options(e.to_string()))?;
+    let ours = format!("{cluster:016x}");
+    for (id, addr) in o.peers.iter().filter(|(id, _)| **id != o.id) {
+        let addr = o.dial.get(id).unwrap_or(addr);
+        let Ok(r) = http.get(format!("http://{addr}/status")).send().await else {
+            continue;
+        };
+        let Ok(s) = r.json::<crate::api::Status>().await else {
+            continue;
+        };
+        if s.cluster != ours {
+            continue;
+        }
+        if let Some(index) = s.matched.get(&o.id) {
+            return Err(Error::WrongDirectory {
+                dir: o.dir.clone(),
+                reason: format!(
+                    "it is empty, but the leader (node {}) holds node {}'s log up to index {index}: \
+                     this node's log and vote are gone. Remove node {} from the cluster \
+                     (POST /members {{\"op\":\"remove\",\"id\":{}}}), then add it back as a new member",
+                    s.id, o.id, o.id, o.id
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// openraft's configuration for a node: the options' timeouts and
 /// snapshot policy (openraft's by entries, or none: the byte policy
 /// triggers snapshots), 1,000 entries kept behind a snapshot.
@@ -339,6 +379,9 @@ impl Node {
             }
         };
         let vfs = o.vfs.clone();
+        if read_identity(&*vfs, &o.dir)?.is_none() {
+            refuse_forgotten_member(&o, cluster).await?;
+        }
         let first_start = claim_directory(&*vfs, &o, cluster)?;
         let journal = journal_core::Journal::open_with(
             vfs.clone(),

@@ -130,3 +130,79 @@ async fn a_node_joins_from_a_snapshot_is_promoted_and_a_member_leaves() {
         Some(&b"v1400"[..])
     );
 }
+
+/// A member whose directory was wiped forgot its vote and its log: started
+/// again under its old id it is refused (its leader still holds a log for
+/// it), and stays refused until it is replaced — removed, started empty,
+/// added back as a learner that catches up, promoted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_directory_was_wiped_is_refused_until_replaced() {
+    let mut cluster = Cluster::start(3, &[]);
+    let leader = cluster.leader(None).await;
+    let mut client = Client::new(&cluster.endpoints(), 21).unwrap();
+    for i in 0..50 {
+        client.put(&format!("k{i}"), b"v").await.unwrap();
+    }
+    // A follower other than the seed (whose command carries --init).
+    let gone = (1..3).find(|&i| i != leader).unwrap();
+    let (gone_id, gone_addr) = (cluster.nodes[gone].id, cluster.nodes[gone].addr.clone());
+    let leader_addr = cluster.nodes[leader].addr.clone();
+    let start = Instant::now();
+    while !client
+        .status(&leader_addr)
+        .await
+        .unwrap()
+        .matched
+        .contains_key(&gone_id)
+    {
+        assert!(start.elapsed() < Duration::from_secs(10), "never matched");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster.kill9(gone);
+    std::fs::remove_dir_all(&cluster.nodes[gone].dir).unwrap();
+    assert!(
+        cluster.spawn(gone).is_err(),
+        "a wiped member was let back in"
+    );
+    // Refused without claiming the directory: refused again.
+    assert!(cluster.spawn(gone).is_err(), "refused only once");
+
+    let http = reqwest::Client::new();
+    let post = |body: String| {
+        let (http, url) = (http.clone(), format!("http://{leader_addr}/members"));
+        async move {
+            let r = http.post(url).body(body).send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let (code, text) = post(format!(r#"{{"op":"remove","id":{gone_id}}}"#)).await;
+    assert_eq!(code, 200, "{text}");
+    let start = Instant::now();
+    while client
+        .status(&leader_addr)
+        .await
+        .unwrap()
+        .matched
+        .contains_key(&gone_id)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "still replicated"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster.spawn(gone).expect("a removed member starts empty");
+    let add = format!(r#"{{"op":"add","id":{gone_id},"addr":"{gone_addr}"}}"#);
+    let (code, text) = post(add).await;
+    assert_eq!(code, 200, "{text}");
+    let (code, text) = post(format!(r#"{{"op":"promote","id":{gone_id}}}"#)).await;
+    assert_eq!(code, 200, "{text}");
+    let target = client.status(&leader_addr).await.unwrap().applied_index;
+    cluster.caught_up(gone, target.unwrap()).await;
+    let mut local = Client::new(std::slice::from_ref(&gone_addr), 22).unwrap();
+    assert_eq!(
+        local.get("k49", true).await.unwrap().as_deref(),
+        Some(&b"v"[..])
+    );
+    client.put("after", b"replaced").await.unwrap();
+}
