@@ -111,8 +111,15 @@ pub type PurgeGate = Arc<
 
 type Nid<C> = <C as RaftTypeConfig>::NodeId;
 
+/// Told how long each append took to become durable
+/// ([`JournalLogStore::with_flush_observer`]): from the flush's request to
+/// its completion, group commit included — what etcd's
+/// `wal_fsync_duration_seconds` measures for its WAL.
+pub type FlushObserver = Arc<dyn Fn(std::time::Duration) + Send + Sync>;
+
 struct State<C: RaftTypeConfig> {
     flush: FlushMode,
+    observer: Option<FlushObserver>,
     gate: Option<PurgeGate>,
     index: LogIndex<Nid<C>>,
     cache: Cache<C::Entry>,
@@ -253,6 +260,7 @@ where
     pub fn from_journal(journal: Arc<Journal>) -> Result<Self, Error> {
         let mut state = State {
             flush: FlushMode::Task,
+            observer: None,
             gate: None,
             index: LogIndex::default(),
             cache: Cache::new(DEFAULT_CACHE_BYTES),
@@ -283,6 +291,12 @@ where
     /// Sets how appends are made durable ([`FlushMode`]).
     pub fn with_flush_mode(self, mode: FlushMode) -> Self {
         self.shared.state.lock().flush = mode;
+        self
+    }
+
+    /// Calls `observer` with the duration of every append's flush.
+    pub fn with_flush_observer(self, observer: FlushObserver) -> Self {
+        self.shared.state.lock().observer = Some(observer);
         self
     }
 
@@ -512,7 +526,17 @@ where
             callback.log_io_completed(Ok(()));
             return Ok(());
         };
-        if self.shared.state.lock().flush == FlushMode::Inline {
+        let (mode, observer) = {
+            let st = self.shared.state.lock();
+            (st.flush, st.observer.clone())
+        };
+        let began = std::time::Instant::now();
+        let observe = move || {
+            if let Some(o) = &observer {
+                o(began.elapsed());
+            }
+        };
+        if mode == FlushMode::Inline {
             let r = match flush_fault() {
                 Some(e) => Err(e),
                 None => self
@@ -521,6 +545,7 @@ where
                     .commit(lsn)
                     .map_err(std::io::Error::other),
             };
+            observe();
             crash_point("openraft-log::flushed");
             callback.log_io_completed(r);
             return Ok(());
@@ -533,6 +558,7 @@ where
                 Some(e) => Err(e),
                 None => j.commit_async(lsn).await.map_err(std::io::Error::other),
             };
+            observe();
             crash_point("openraft-log::flushed");
             callback.log_io_completed(r);
         };

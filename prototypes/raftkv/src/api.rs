@@ -42,7 +42,8 @@ pub const MAX_CLIENT_REQUESTS: usize = 1024;
 /// `413`).
 pub const MAX_CLIENT_BODY: usize = 1 << 20;
 
-/// The router of a node: `/kv/{key}`, `/status`, `/members` and `/raft/*`.
+/// The router of a node: `/kv/{key}`, `/status`, `/metrics`, `/members`
+/// and `/raft/*`.
 pub fn router(node: Arc<Node>) -> Router {
     let raft = Router::new()
         .route("/raft/append", post(append))
@@ -55,7 +56,9 @@ pub fn router(node: Arc<Node>) -> Router {
         .layer(DefaultBodyLimit::max(MAX_CLIENT_BODY))
         .layer(axum::middleware::from_fn_with_state(node.clone(), bounded))
         .route("/status", get(status))
-        .merge(raft);
+        .route("/metrics", get(metrics))
+        .merge(raft)
+        .layer(axum::middleware::from_fn_with_state(node.clone(), timed));
     #[cfg(feature = "failpoints")]
     let router = router
         .route("/debug/failpoints", get(failpoints::list))
@@ -187,6 +190,34 @@ async fn bounded(
     match node.client_slots.clone().try_acquire_owned() {
         Ok(_permit) => next.run(req).await,
         Err(_) => busy("too many requests in progress"),
+    }
+}
+
+/// Times every request into `raftkv_request_duration_seconds`, by method,
+/// route (the pattern, not the key) and status.
+async fn timed(
+    State(node): State<Arc<Node>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let method = req.method().as_str().to_owned();
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let began = std::time::Instant::now();
+    let resp = next.run(req).await;
+    node.metrics
+        .observe_request(&method, &route, resp.status().as_u16(), began.elapsed());
+    resp
+}
+
+/// `GET /metrics`: the node's metrics in Prometheus's text format
+/// ([`crate::metrics`]).
+async fn metrics(State(node): State<Arc<Node>>) -> Response {
+    match node.metrics.encode() {
+        Ok(body) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response(),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
 

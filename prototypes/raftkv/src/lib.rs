@@ -10,7 +10,8 @@
 //! | `GET /kv/{key}` | `200` and the value, linearizable (read index: leadership confirmed by a majority, then the state machine caught up; see below); `404` if absent |
 //! | `GET /kv/{key}?stale=true` | the value as applied on this node, without asking anyone |
 //! | `DELETE /kv/{key}` | `200` as for a `PUT` |
-//! | `GET /status` | JSON: id, pid, cluster, state, leader, term, last log index, applied index, snapshot index, purged index, voters, learners, the error that stopped Raft if one did |
+//! | `GET /status` | JSON: id, pid, cluster, state, leader, term, last log index, applied index, snapshot index, purged index, voters, learners, the error that stopped Raft if one did, and on the leader each member's matched index |
+//! | `GET /metrics` | Prometheus text: proposals, applied index and apply lag, term, leader changes, log flush latency, snapshot durations and sizes, request latency by route ([`metrics`]) |
 //! | `POST /members` with `{"op":"add","id":4,"addr":"127.0.0.1:7004"}`, `{"op":"promote","id":4}` or `{"op":"remove","id":3}` | `200` once the change is committed (an added learner has caught up) |
 //!
 //! A `200` to a write or a linearizable read carries the header
@@ -125,6 +126,7 @@ pub mod faults;
 pub mod history;
 pub mod local;
 pub mod machine;
+pub mod metrics;
 pub mod network;
 pub mod node;
 pub mod propose;

@@ -118,6 +118,8 @@ struct State {
     snapshot_min_bytes: Option<u64>,
     /// A snapshot was asked for and not yet built.
     snapshot_asked: bool,
+    /// Where snapshot durations and sizes are counted.
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 struct Inner {
@@ -335,6 +337,7 @@ impl StateMachine {
                     bytes_since_snapshot: 0,
                     snapshot_min_bytes: None,
                     snapshot_asked: false,
+                    metrics: None,
                 }),
             }),
         })

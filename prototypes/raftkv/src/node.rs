@@ -252,6 +252,43 @@ async fn refuse_forgotten_member(o: &NodeOptions, cluster: u64) -> Result<(), Er
     Ok(())
 }
 
+/// The tasks that run beside a node until it stops: the metrics watcher,
+/// and, with the byte policy, the one that has openraft build the
+/// snapshots the state machine asks for.
+fn background_tasks(
+    o: &NodeOptions,
+    raft: &Raft,
+    machine: &StateMachine,
+    metrics: &Arc<crate::metrics::Metrics>,
+) -> Vec<Arc<tokio::task::AbortHandle>> {
+    let snapshotter = o.snapshot_logs.is_none().then(|| {
+        machine.snapshot_by_bytes(o.snapshot_min_bytes);
+        let (raft, machine) = (raft.clone(), machine.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                machine.snapshot_due().await;
+                if raft.trigger().snapshot().await.is_err() {
+                    return; // Raft stopped.
+                }
+            }
+        });
+        Arc::new(task.abort_handle())
+    });
+    let watcher = {
+        let (mut rx, m, id) = (raft.metrics(), metrics.clone(), o.id);
+        let task = tokio::spawn(async move {
+            loop {
+                m.observe_raft(id, &rx.borrow_and_update().clone());
+                if rx.changed().await.is_err() {
+                    return; // Raft stopped.
+                }
+            }
+        });
+        Arc::new(task.abort_handle())
+    };
+    [Some(watcher), snapshotter].into_iter().flatten().collect()
+}
+
 /// openraft's configuration for a node: the options' timeouts and
 /// snapshot policy (openraft's by entries, or none: the byte policy
 /// triggers snapshots), 1,000 entries kept behind a snapshot.
@@ -341,9 +378,11 @@ pub struct Node {
     pub resumed: Option<ResumedLeadership>,
     /// Permits for client requests in progress.
     pub client_slots: Arc<tokio::sync::Semaphore>,
-    /// The task that has openraft build the snapshots the byte policy
-    /// asks for (none with openraft's policy by entries).
-    snapshotter: Option<Arc<tokio::task::AbortHandle>>,
+    /// What `GET /metrics` serves.
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// Tasks that end with the node: the metrics watcher, and the one that
+    /// has openraft build the snapshots the byte policy asks for.
+    tasks: Vec<Arc<tokio::task::AbortHandle>>,
 }
 
 impl std::fmt::Debug for Node {
@@ -400,7 +439,15 @@ impl Node {
             kvstore::Options::default(),
         )
         .map_err(Error::Machine)?;
-        let log = log.with_purge_gate(machine.purge_gate());
+        let metrics =
+            Arc::new(crate::metrics::Metrics::new().map_err(|e| Error::Options(e.to_string()))?);
+        machine.set_metrics(metrics.clone());
+        let flushes = metrics.clone();
+        let log = log
+            .with_purge_gate(machine.purge_gate())
+            .with_flush_observer(Arc::new(move |d| {
+                flushes.log_flush.observe(d.as_secs_f64())
+            }));
         let resumed = resumed_leadership(&log, o.id).await?;
         let config = raft_config(&o, cluster)?;
         let network =
@@ -424,20 +471,9 @@ impl Node {
                 .await
                 .map_err(|e| Error::Raft(e.to_string()))?;
         }
-        let proposer = crate::propose::Proposer::start(raft.clone(), o.max_pending_writes);
-        let snapshotter = o.snapshot_logs.is_none().then(|| {
-            machine.snapshot_by_bytes(o.snapshot_min_bytes);
-            let (raft, machine) = (raft.clone(), machine.clone());
-            let task = tokio::spawn(async move {
-                loop {
-                    machine.snapshot_due().await;
-                    if raft.trigger().snapshot().await.is_err() {
-                        return; // Raft stopped.
-                    }
-                }
-            });
-            Arc::new(task.abort_handle())
-        });
+        let proposer =
+            crate::propose::Proposer::start(raft.clone(), o.max_pending_writes, metrics.clone());
+        let tasks = background_tasks(&o, &raft, &machine, &metrics);
         Ok(Node {
             id: o.id,
             cluster,
@@ -447,13 +483,14 @@ impl Node {
             proposer,
             resumed,
             client_slots: Arc::new(tokio::sync::Semaphore::new(o.max_client_requests.max(1))),
-            snapshotter,
+            metrics,
+            tasks,
         })
     }
 
     /// Stops Raft, then closes the state machine and the log.
     pub async fn shutdown(&self) -> Result<(), String> {
-        if let Some(t) = &self.snapshotter {
+        for t in &self.tasks {
             t.abort();
         }
         self.raft.shutdown().await.map_err(|e| e.to_string())?;

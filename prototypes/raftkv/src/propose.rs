@@ -82,8 +82,13 @@ fn next_wanted(rx: &mut mpsc::Receiver<Pending>) -> Option<Pending> {
 
 impl Proposer {
     /// Starts the proposer task of `raft` on the current runtime, with
-    /// room for `max_pending` writes waiting for an entry.
-    pub fn start(raft: Raft, max_pending: usize) -> Proposer {
+    /// room for `max_pending` writes waiting for an entry; counts what it
+    /// proposes in `metrics`.
+    pub fn start(
+        raft: Raft,
+        max_pending: usize,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> Proposer {
         let (tx, mut rx) = mpsc::channel::<Pending>(max_pending.max(1));
         let permits = Arc::new(Semaphore::new(IN_FLIGHT));
         tokio::spawn(async move {
@@ -111,6 +116,8 @@ impl Proposer {
                     }
                 }
                 let raft = raft.clone();
+                metrics.proposals.inc_by(batch.len() as u64);
+                metrics.proposal_entries.inc();
                 tokio::spawn(async move {
                     let (cmds, replies): (Vec<_>, Vec<_>) =
                         batch.into_iter().map(|p| (p.cmd, p.reply)).unzip();

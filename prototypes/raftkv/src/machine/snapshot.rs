@@ -397,6 +397,7 @@ impl StateMachine {
     /// a new snapshot file, which becomes the current snapshot.
     pub(super) fn build(&self) -> Result<Snapshot<TypeConfig>, Error> {
         let inner = &self.inner;
+        let began = std::time::Instant::now();
         let (meta, pairs) = {
             let mut st = inner.state.lock();
             st.store.sync()?;
@@ -428,6 +429,7 @@ impl StateMachine {
         }
         w.finish()?;
         let path = self.make_current(&tmp, &meta)?;
+        self.observe("build", began, &path);
         Ok(Snapshot {
             meta,
             snapshot: Box::new(SnapshotFile::open(&*inner.vfs, &path)?),
@@ -452,6 +454,25 @@ impl StateMachine {
             inner.vfs.remove_file(&old)?;
         }
         Ok(path)
+    }
+
+    /// Counts snapshot durations and sizes in `metrics`.
+    pub fn set_metrics(&self, metrics: Arc<crate::metrics::Metrics>) {
+        self.inner.state.lock().metrics = Some(metrics);
+    }
+
+    /// Notes a snapshot built or installed from `began`, its file at `path`.
+    fn observe(&self, op: &str, began: std::time::Instant, path: &Path) {
+        let Some(m) = self.inner.state.lock().metrics.clone() else {
+            return;
+        };
+        let bytes = self
+            .inner
+            .vfs
+            .open(path, OpenOptions::read())
+            .and_then(|f| f.len())
+            .unwrap_or(0);
+        m.observe_snapshot(op, began.elapsed(), bytes);
     }
 
     /// Turns on the byte policy ([`StateMachine::snapshot_due`]) with
@@ -491,6 +512,7 @@ impl StateMachine {
     /// the module docs of `machine.rs`).
     pub(super) fn install(&self, meta: &Meta, file: SnapshotFile) -> Result<(), Error> {
         let inner = &self.inner;
+        let began = std::time::Instant::now();
         file.file.sync_all()?;
         let (found, start) = read_meta(&*file.file)?;
         if found.last_log_id != meta.last_log_id || found.last_membership != meta.last_membership {
@@ -541,7 +563,8 @@ impl StateMachine {
         drop(old);
         remove_tree(&*inner.vfs, &old_dir)?;
         inner.vfs.sync_dir(&inner.dir)?;
-        self.make_current(&file.path, meta)?;
+        let path = self.make_current(&file.path, meta)?;
+        self.observe("install", began, &path);
         Ok(())
     }
 }
