@@ -9,7 +9,7 @@
 use crate::network::{CLUSTER_HEADER, MAX_RPC_BODY};
 use crate::node::Node;
 use crate::propose::Outcome;
-use crate::types::{check_key, check_value, Command, NodeId, RequestId, TypeConfig};
+use crate::types::{check_key, check_value, Command, NodeId, RequestId, TypeConfig, Verdict};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode, Uri};
@@ -23,6 +23,15 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The header on a `409` to a write refused by its session: what was
+/// wrong ([`SESSION_UNKNOWN`] or [`SESSION_STALE`]).
+pub const ERROR_HEADER: &str = "x-raftkv-error";
+/// The client has no session (it expired, or was never opened): start a
+/// new one, under a new client id, with `seq=1`.
+pub const SESSION_UNKNOWN: &str = "session-unknown";
+/// The sequence number is below the session's last.
+pub const SESSION_STALE: &str = "session-stale";
 
 /// How long a client request waits for the cluster before `503`.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -339,14 +348,32 @@ async fn write(node: &Node, cmd: Command, uri: &Uri) -> Response {
             StatusCode::SERVICE_UNAVAILABLE,
             "no majority answered in time: the write may or may not take effect",
         ),
-        Ok(Outcome::Applied { index, duplicate }) => {
-            let dup = if duplicate {
-                " (a retry: applied before)"
-            } else {
-                ""
+        Ok(Outcome::Applied { index, verdict }) => {
+            let (code, msg) = match verdict {
+                Verdict::Applied => (StatusCode::OK, format!("ok, log index {index}")),
+                Verdict::Duplicate => (
+                    StatusCode::OK,
+                    format!("ok, log index {index} (a retry: applied before)"),
+                ),
+                Verdict::UnknownSession => (
+                    StatusCode::CONFLICT,
+                    "the client has no session (expired, or never opened: a session opens with seq=1): not applied".into(),
+                ),
+                Verdict::Stale => (
+                    StatusCode::CONFLICT,
+                    "the sequence number is below the session's last (a late copy, or a client id used twice): not applied".into(),
+                ),
             };
-            let mut r = text(StatusCode::OK, format!("ok, log index {index}{dup}"));
+            let mut r = text(code, msg);
             r.headers_mut().insert(INDEX_HEADER, index.into());
+            if let Some(e) = match verdict {
+                Verdict::UnknownSession => Some(SESSION_UNKNOWN),
+                Verdict::Stale => Some(SESSION_STALE),
+                _ => None,
+            } {
+                r.headers_mut()
+                    .insert(ERROR_HEADER, header::HeaderValue::from_static(e));
+            }
             r
         }
         Ok(Outcome::Forward(leader)) => redirect(leader.as_ref(), uri),

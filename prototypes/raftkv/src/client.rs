@@ -39,13 +39,17 @@ pub struct Client {
     seq: u64,
     /// The index of the last answer (header [`crate::api::INDEX_HEADER`]).
     last_index: Option<u64>,
+    /// The last answer's [`crate::api::ERROR_HEADER`].
+    last_error: Option<String>,
+    /// Sessions this client started again under a new id.
+    renewals: u64,
     /// How long an operation retries before it gives up.
     pub deadline: Duration,
 }
 
 enum Attempt {
-    /// An answer: its status, body and index header.
-    Done(StatusCode, Vec<u8>, Option<u64>),
+    /// An answer: its status, body, index header and error header.
+    Done(StatusCode, Vec<u8>, Option<u64>, Option<String>),
     /// Sent to another node (the leader a `307` named): retry at once.
     Redirected,
     /// No answer, or `503`: retry after a pause.
@@ -54,7 +58,9 @@ enum Attempt {
 
 impl Client {
     /// A client of the nodes at `endpoints` (`host:port`), with client id
-    /// `id` (distinct per client; its request ids are `id` and 1, 2, ...).
+    /// `id` (distinct per client; its request ids are `id` and 1, 2, ...:
+    /// its first write opens its session). If the session expires, the
+    /// next write is refused once and resent under a new random id.
     pub fn new(endpoints: &[String], id: u64) -> Result<Client, ClientError> {
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -75,6 +81,8 @@ impl Client {
             id,
             seq: 0,
             last_index: None,
+            last_error: None,
+            renewals: 0,
             deadline: Duration::from_secs(10),
         })
     }
@@ -117,12 +125,17 @@ impl Client {
             .get(crate::api::INDEX_HEADER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
+        let error = resp
+            .headers()
+            .get(crate::api::ERROR_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         match resp.bytes().await {
             Err(e) => next(self, format!("{url}: {e}")),
             Ok(_) if status == StatusCode::SERVICE_UNAVAILABLE => {
                 next(self, format!("{url}: {status}"))
             }
-            Ok(b) => Attempt::Done(status, b.to_vec(), index),
+            Ok(b) => Attempt::Done(status, b.to_vec(), index, error),
         }
     }
 
@@ -137,10 +150,12 @@ impl Client {
         let mut last = String::new();
         let mut backoff = Duration::from_millis(5);
         self.last_index = None;
+        self.last_error = None;
         while start.elapsed() < self.deadline {
             match self.attempt(method.clone(), path, body, &mut rotate).await {
-                Attempt::Done(s, b, index) => {
+                Attempt::Done(s, b, index, error) => {
                     self.last_index = index;
+                    self.last_error = error;
                     return Ok((s, b));
                 }
                 Attempt::Redirected => {}
@@ -173,20 +188,60 @@ impl Client {
         key: &str,
         value: &[u8],
     ) -> Result<bool, ClientError> {
-        self.seq += 1;
-        let path = format!(
-            "{}?client={}&seq={}",
-            Self::key_path(key),
-            self.id,
-            self.seq
-        );
-        match self.call(method, &path, value).await? {
-            (StatusCode::OK, body) => Ok(String::from_utf8_lossy(&body).contains("a retry")),
-            (s, body) => Err(ClientError::Refused(format!(
-                "{s}: {}",
-                String::from_utf8_lossy(&body).trim_end()
-            ))),
+        let mut renewed = false;
+        loop {
+            self.seq += 1;
+            let path = format!(
+                "{}?client={}&seq={}",
+                Self::key_path(key),
+                self.id,
+                self.seq
+            );
+            match self.call(method.clone(), &path, value).await? {
+                (StatusCode::OK, body) => {
+                    return Ok(String::from_utf8_lossy(&body).contains("a retry"))
+                }
+                // The session expired (or its first request was lost): the
+                // write was refused, never applied, and every copy of it
+                // under this id will be. A new session under a new id, once.
+                (StatusCode::CONFLICT, _)
+                    if !renewed
+                        && self.last_error.as_deref() == Some(crate::api::SESSION_UNKNOWN) =>
+                {
+                    renewed = true;
+                    self.renew();
+                }
+                (s, body) => {
+                    return Err(ClientError::Refused(format!(
+                        "{s}: {}",
+                        String::from_utf8_lossy(&body).trim_end()
+                    )))
+                }
+            }
         }
+    }
+
+    /// Starts a new session: a new client id (random), sequence numbers
+    /// from 1 again.
+    fn renew(&mut self) {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let mut rng = journal_core::vfs::SplitMix64::new(nanos ^ self.id.rotate_left(17));
+        self.id = rng.next_u64();
+        self.seq = 0;
+        self.renewals += 1;
+    }
+
+    /// The client id its writes carry now.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Sessions this client started again under a new id (its session
+    /// had expired).
+    pub fn renewals(&self) -> u64 {
+        self.renewals
     }
 
     /// Sets `key` to `value`; `Ok(true)` if the write was a retry that had

@@ -18,10 +18,18 @@
 //! `x-raftkv-index` ([`api::INDEX_HEADER`]): the log index the write was
 //! applied in, or the read's read index.
 //!
-//! A write may carry a request id, `?client=C&seq=S` (`S` from 1, one
-//! request at a time per client): the state machine applies each client's
-//! ids once and in increasing order, so a write retried after its leader
-//! died is not applied twice (`200 … (a retry: applied before)`).
+//! A write may carry a request id, `?client=C&seq=S` (one request at a
+//! time per client): the state machine applies each client's ids once and
+//! in increasing order, so a write retried after its leader died is not
+//! applied twice (`200 … (a retry: applied before)`). A client's ids form
+//! a session, opened by `seq=1` and expired when idle for the session
+//! time-to-live (`serve --session-ttl-s`, default 600) by the clock the
+//! leader writes into each entry, so every replica expires the same
+//! sessions at the same index and the table stays bounded. A request of
+//! a client without a session (expired, or never opened) is `409` with
+//! `x-raftkv-error: session-unknown`; one below the session's last
+//! number is `409` with `session-stale`; neither is applied. The
+//! [`client::Client`] starts a new session under a new id by itself.
 //!
 //! Keys are 1 to [`MAX_KEY`] bytes of UTF-8 without control characters
 //! (they may hold `/`); values up to [`MAX_VALUE`] bytes. A bad key, a
@@ -136,7 +144,7 @@ pub use machine::StateMachine;
 pub use node::{Node, NodeOptions};
 pub use types::{
     check_key, check_value, Applied, BadInput, Batch, Command, NodeId, Raft, RequestId, TypeConfig,
-    MAX_KEY, MAX_VALUE,
+    Verdict, MAX_KEY, MAX_VALUE,
 };
 
 use std::future::Future;

@@ -26,7 +26,7 @@
 //! renamed, directory synced) to name it; the old store is removed after.
 //! Memory, at any store size: a chunk or two.
 
-use crate::types::{layout, Applied, Command, NodeId, TypeConfig};
+use crate::types::{layout, Applied, Command, NodeId, TypeConfig, Verdict};
 use journal_core::sync::Mutex;
 use journal_core::vfs::{OpenOptions, Vfs};
 use kvstore::Store;
@@ -35,11 +35,12 @@ use openraft::{
     BasicNode, Entry, EntryPayload, LogId, StorageError, StorageIOError, StoredMembership,
 };
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod sessions;
 mod snapshot;
+use sessions::Sessions;
 pub use snapshot::{SnapshotFile, SNAPSHOT_DIR};
 
 /// The file naming the current store directory.
@@ -105,8 +106,8 @@ struct State {
     store: Arc<Store>,
     generation: u64,
     applied: AppliedState,
-    /// Each client's last applied sequence number (mirrors the `c` keys).
-    clients: HashMap<u64, u64>,
+    /// The client sessions (mirrors the `c` keys) and the log's clock.
+    sessions: Sessions,
     /// The current snapshot and its file.
     snapshot: Option<(Meta, PathBuf)>,
     snapshots_built: u64,
@@ -237,45 +238,50 @@ fn corrupt(what: impl std::fmt::Display) -> Error {
 }
 
 /// Loads what a store holds besides clients' keys.
-fn load(store: &Store) -> Result<(AppliedState, HashMap<u64, u64>), Error> {
+fn load(store: &Store) -> Result<(AppliedState, Sessions), Error> {
     let applied = match store.get(layout::APPLIED)? {
         Some(b) => postcard::from_bytes(&b).map_err(|e| corrupt(format!("m/applied: {e}")))?,
         None => AppliedState::default(),
     };
-    let mut clients = HashMap::new();
-    for (k, v) in store.scan(vec![layout::CLIENT]..vec![layout::CLIENT + 1])? {
-        let id = k
-            .get(1..9)
-            .filter(|_| k.len() == 9)
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_be_bytes);
-        let seq = v.as_slice().try_into().ok().map(u64::from_le_bytes);
-        match (id, seq) {
-            (Some(id), Some(seq)) => clients.insert(id, seq),
-            _ => return Err(corrupt("a request-id record is malformed")),
-        };
-    }
-    Ok((applied, clients))
+    let clock = match store.get(layout::CLOCK)? {
+        Some(b) => b
+            .as_slice()
+            .try_into()
+            .map(u64::from_le_bytes)
+            .map_err(|_| corrupt("m/clock is malformed"))?,
+        None => 0,
+    };
+    let pairs = store.scan(vec![layout::CLIENT]..vec![layout::CLIENT + 1])?;
+    let sessions =
+        Sessions::load(pairs, clock).ok_or_else(|| corrupt("a session record is malformed"))?;
+    Ok((applied, sessions))
 }
 
-/// Adds one command to the batch's transaction, unless its request id was
-/// applied before; returns whether it was (a duplicate).
+/// Adds one command to the batch's transaction, unless its request id
+/// says otherwise ([`Sessions::admit`]); what became of it.
 fn apply_command(
-    clients: &mut HashMap<u64, u64>,
+    sessions: &mut Sessions,
     txn: &mut kvstore::Transaction<'_>,
     cmd: Command,
     bytes: &mut usize,
-) -> bool {
+) -> Verdict {
+    if let Command::Clock {
+        now_ms,
+        session_ttl_ms,
+    } = cmd
+    {
+        sessions.tick(now_ms, session_ttl_ms, txn);
+        return Verdict::Applied;
+    }
     let id = match &cmd {
         Command::Put { id, .. } | Command::Delete { id, .. } => *id,
+        Command::Clock { .. } => None,
     };
     if let Some(id) = id {
-        let last = clients.entry(id.client).or_insert(0);
-        if *last >= id.seq {
-            return true;
+        let v = sessions.admit(id, txn);
+        if v != Verdict::Applied {
+            return v;
         }
-        *last = id.seq;
-        txn.put(&layout::client(id.client), &id.seq.to_le_bytes());
     }
     match cmd {
         Command::Put { key, value, .. } => {
@@ -285,8 +291,9 @@ fn apply_command(
         Command::Delete { key, .. } => {
             txn.delete(&layout::user(&key));
         }
+        Command::Clock { .. } => {}
     }
-    false
+    Verdict::Applied
 }
 
 impl StateMachine {
@@ -313,7 +320,7 @@ impl StateMachine {
             }
         }
         let store = Store::open_with(vfs.clone(), store_dir(&dir, generation), options)?;
-        let (applied, clients) = load(&store)?;
+        let (applied, sessions) = load(&store)?;
         let snapshot = snapshot::recover(&*vfs, &dir)?;
         let durable = tokio::sync::watch::Sender::new(Durable {
             applied: applied.log_id.map(|l| l.index),
@@ -330,7 +337,7 @@ impl StateMachine {
                     store: Arc::new(store),
                     generation,
                     applied,
-                    clients,
+                    sessions,
                     snapshot,
                     snapshots_built: 0,
                     received: 0,
@@ -347,6 +354,11 @@ impl StateMachine {
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
         let store = self.inner.state.lock().store.clone();
         Ok(store.get(&layout::user(key))?)
+    }
+
+    /// Client sessions held (the table the log's clock bounds).
+    pub fn sessions(&self) -> usize {
+        self.inner.state.lock().sessions.len()
     }
 
     /// The last applied log id.
@@ -446,8 +458,8 @@ impl StateMachine {
                 }
                 EntryPayload::Normal(batch) => {
                     for cmd in batch.0 {
-                        let dup = apply_command(&mut st.clients, &mut txn, cmd, &mut bytes);
-                        reply.duplicate.push(dup);
+                        let v = apply_command(&mut st.sessions, &mut txn, cmd, &mut bytes);
+                        reply.verdicts.push(v);
                     }
                 }
             }

@@ -53,6 +53,10 @@ enum Cmd {
         /// The floor of the snapshot policy by bytes, MiB.
         #[arg(long, default_value_t = 64)]
         snapshot_min_mib: u64,
+        /// A client session idle this long (seconds, by the leader's clock
+        /// in the log) expires.
+        #[arg(long, default_value_t = 600)]
+        session_ttl_s: u64,
         /// Writes waiting for a Raft entry before more are answered 503.
         #[arg(long, default_value_t = raftkv::propose::MAX_PENDING)]
         max_pending_writes: usize,
@@ -244,6 +248,7 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
         cluster_id,
         snapshot_logs,
         snapshot_min_mib,
+        session_ttl_s,
         heartbeat_ms,
         election_timeout_ms,
         max_pending_writes,
@@ -259,6 +264,7 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
     o.init = init;
     o.snapshot_logs = snapshot_logs;
     o.snapshot_min_bytes = snapshot_min_mib << 20;
+    o.session_ttl = Duration::from_secs(session_ttl_s);
     o.max_pending_writes = max_pending_writes;
     o.max_client_requests = max_client_requests;
     o.heartbeat = Duration::from_millis(heartbeat_ms);

@@ -56,6 +56,11 @@ pub struct NodeOptions {
     pub snapshot_logs: Option<u64>,
     /// The byte policy's floor (default 64 MiB).
     pub snapshot_min_bytes: u64,
+    /// A client session idle this long, by the log's clock, expires
+    /// (default 10 minutes). The leader puts it in the log with its clock,
+    /// so replicas agree on it; a client that comes back later starts a
+    /// new session.
+    pub session_ttl: Duration,
     /// Writes waiting for a Raft entry before more are answered `503`
     /// (default [`crate::propose::MAX_PENDING`]).
     pub max_pending_writes: usize,
@@ -82,6 +87,7 @@ impl NodeOptions {
             election_timeout: Duration::from_millis(500),
             snapshot_logs: None,
             snapshot_min_bytes: 64 << 20,
+            session_ttl: Duration::from_secs(600),
             max_pending_writes: crate::propose::MAX_PENDING,
             max_client_requests: crate::api::MAX_CLIENT_REQUESTS,
             vfs: Arc::new(OsVfs::new()),
@@ -471,8 +477,12 @@ impl Node {
                 .await
                 .map_err(|e| Error::Raft(e.to_string()))?;
         }
-        let proposer =
-            crate::propose::Proposer::start(raft.clone(), o.max_pending_writes, metrics.clone());
+        let proposer = crate::propose::Proposer::start(
+            raft.clone(),
+            o.max_pending_writes,
+            o.session_ttl,
+            metrics.clone(),
+        );
         let tasks = background_tasks(&o, &raft, &machine, &metrics);
         Ok(Node {
             id: o.id,

@@ -9,7 +9,7 @@
 //! commit at the Raft level, as jbd2 does for a filesystem's handles. A
 //! lone writer pays nothing for it: its entry leaves at once.
 
-use crate::types::{Batch, Command, Raft};
+use crate::types::{Batch, Command, Raft, Verdict};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::BasicNode;
 use std::sync::Arc;
@@ -32,13 +32,13 @@ pub const MAX_PENDING: usize = 4 * MAX_BATCH;
 /// How a proposed command ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// Committed by a majority and applied at this log index; `duplicate`
-    /// if its request id had been applied before.
+    /// Committed by a majority and applied at this log index, with what
+    /// its request id made of it.
     Applied {
         /// The entry's log index.
         index: u64,
-        /// A retry of a request applied before.
-        duplicate: bool,
+        /// Applied, a retry, or refused by its session.
+        verdict: Verdict,
     },
     /// This node is not the leader; the leader, if one is known.
     Forward(Option<BasicNode>),
@@ -58,6 +58,7 @@ fn size(c: &Command) -> usize {
     match c {
         Command::Put { key, value, .. } => key.len() + value.len(),
         Command::Delete { key, .. } => key.len(),
+        Command::Clock { .. } => 16,
     }
 }
 
@@ -87,8 +88,10 @@ impl Proposer {
     pub fn start(
         raft: Raft,
         max_pending: usize,
+        session_ttl: std::time::Duration,
         metrics: Arc<crate::metrics::Metrics>,
     ) -> Proposer {
+        let session_ttl_ms = u64::try_from(session_ttl.as_millis()).unwrap_or(u64::MAX);
         let (tx, mut rx) = mpsc::channel::<Pending>(max_pending.max(1));
         let permits = Arc::new(Semaphore::new(IN_FLIGHT));
         tokio::spawn(async move {
@@ -119,15 +122,28 @@ impl Proposer {
                 metrics.proposals.inc_by(batch.len() as u64);
                 metrics.proposal_entries.inc();
                 tokio::spawn(async move {
-                    let (cmds, replies): (Vec<_>, Vec<_>) =
-                        batch.into_iter().map(|p| (p.cmd, p.reply)).unzip();
+                    // The leader's clock first: sessions expire by it.
+                    let now_ms = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                    let clock = Command::Clock {
+                        now_ms,
+                        session_ttl_ms,
+                    };
+                    let (cmds, replies): (Vec<_>, Vec<_>) = std::iter::once((clock, None))
+                        .chain(batch.into_iter().map(|p| (p.cmd, Some(p.reply))))
+                        .unzip();
                     let r = raft.client_write(Batch(cmds)).await;
                     drop(permit);
                     for (i, reply) in replies.into_iter().enumerate() {
+                        let Some(reply) = reply else { continue };
                         let outcome = match &r {
-                            Ok(resp) => Outcome::Applied {
-                                index: resp.log_id.index,
-                                duplicate: resp.data.duplicate.get(i).copied().unwrap_or(false),
+                            Ok(resp) => match resp.data.verdicts.get(i) {
+                                Some(&verdict) => Outcome::Applied {
+                                    index: resp.log_id.index,
+                                    verdict,
+                                },
+                                None => Outcome::Failed("the state machine gave no verdict".into()),
                             },
                             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
                                 Outcome::Forward(f.leader_node.clone())

@@ -52,6 +52,17 @@ pub enum Command {
         /// The client's request id, if it sent one.
         id: Option<RequestId>,
     },
+    /// The leader's clock when it proposed the entry, first in every
+    /// batch it proposes, and the session time-to-live it runs with: the
+    /// state machine expires client sessions by this time, decided in the
+    /// log, so every replica expires the same sessions at the same index
+    /// (the Raft dissertation, §6.3).
+    Clock {
+        /// Milliseconds since the Unix epoch, on the leader.
+        now_ms: u64,
+        /// A session idle this long (by the log's clock) expires.
+        session_ttl_ms: u64,
+    },
 }
 
 impl fmt::Display for Command {
@@ -64,6 +75,7 @@ impl fmt::Display for Command {
                 value.len()
             ),
             Command::Delete { key, .. } => write!(f, "delete {}", String::from_utf8_lossy(key)),
+            Command::Clock { now_ms, .. } => write!(f, "clock {now_ms}"),
         }
     }
 }
@@ -84,12 +96,29 @@ impl fmt::Display for Batch {
     }
 }
 
+/// What applying one command did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Verdict {
+    /// Applied (or a clock, which changes only the sessions).
+    Applied,
+    /// Its request id is the session's last one: a retry of a request
+    /// applied before; nothing changed this time.
+    Duplicate,
+    /// Its client has no session (never opened — a session opens with
+    /// sequence number 1 — or expired): not applied. The client starts a
+    /// new session under a new id.
+    UnknownSession,
+    /// Its sequence number is below the session's last: a late copy of a
+    /// request the client has moved on from, or a client id used twice.
+    /// Not applied.
+    Stale,
+}
+
 /// What applying a batch did, command by command.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Applied {
-    /// For each command of the batch: its request id was applied before
-    /// (a retry), so it changed nothing this time.
-    pub duplicate: Vec<bool>,
+    /// For each command of the batch, in order.
+    pub verdicts: Vec<Verdict>,
 }
 
 /// The longest key a client may use, in bytes.
@@ -155,8 +184,11 @@ pub(crate) mod layout {
     pub const USER: u8 = b'u';
     /// The key of the last applied log id and membership.
     pub const APPLIED: &[u8] = b"m/applied";
-    /// The prefix of the per-client sequence numbers.
+    /// The prefix of the client sessions (last sequence number and last
+    /// activity, by the log's clock).
     pub const CLIENT: u8 = b'c';
+    /// The key of the log's clock (the last `Clock` applied).
+    pub const CLOCK: &[u8] = b"m/clock";
 
     /// The stored key of a client's key.
     pub fn user(key: &[u8]) -> Vec<u8> {

@@ -7,6 +7,7 @@ use journal_core::vfs::{CrashPolicy, OpenOptions, SimVfs, Vfs};
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot};
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
 use raftkv::machine::SnapshotFile;
+use raftkv::Verdict::{Applied, Duplicate, Stale, UnknownSession};
 use raftkv::{Batch, Command, RequestId, StateMachine, TypeConfig};
 use std::collections::BTreeMap;
 use std::io::SeekFrom;
@@ -17,9 +18,10 @@ const KEYS: u64 = 16;
 
 fn entry(index: u64) -> Entry<TypeConfig> {
     let key = format!("k{}", index * 7 % KEYS).into_bytes();
+    // Three clients, each with sequence numbers 1, 2, 3, ...
     let id = Some(RequestId {
         client: index % 3,
-        seq: index,
+        seq: index.div_ceil(3),
     });
     let cmd = if index.is_multiple_of(11) {
         Command::Delete { key, id }
@@ -51,6 +53,7 @@ fn expected(applied: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
                 Command::Delete { key, .. } => {
                     m.remove(&key);
                 }
+                Command::Clock { .. } => {}
             }
         }
     }
@@ -149,9 +152,9 @@ async fn a_retried_request_is_applied_once() {
         ])
         .await
         .unwrap();
-    assert_eq!(r[0].duplicate, [false, false, true]);
-    assert_eq!(r[1].duplicate, [true]);
-    // The retry of seq 1 did not bring "a" back.
+    assert_eq!(r[0].verdicts, [Applied, Applied, Stale]);
+    assert_eq!(r[1].verdicts, [Duplicate]);
+    // The late copy of seq 1 did not bring "a" back.
     assert_eq!(sm.get(b"k").unwrap().as_deref(), Some(&b"b"[..]));
     // The table survives a reopen: seq 2 again is a retry, 3 is new.
     sm.close().unwrap();
@@ -161,8 +164,74 @@ async fn a_retried_request_is_applied_once() {
         .apply(vec![entry(3, vec![put(2, "c"), put(3, "d")])])
         .await
         .unwrap();
-    assert_eq!(r[0].duplicate, [true, false]);
+    assert_eq!(r[0].verdicts, [Duplicate, Applied]);
     assert_eq!(sm.get(b"k").unwrap().as_deref(), Some(&b"d"[..]));
+}
+
+/// Sessions expire by the clock the leader puts in the log: with 100 new
+/// clients a second for ten minutes of log time and a 60 s time-to-live,
+/// the table never holds more than 100 × 60 plus the current second's,
+/// and it does fill to that; an expired client's next request, or a new
+/// one that does not start at 1, is refused, never applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_expire_by_the_log_clock_and_stay_bounded() {
+    const RATE: u64 = 100;
+    const TTL_S: u64 = 60;
+    let sim = SimVfs::new();
+    let mut sm = open(Arc::new(sim.clone()));
+    let clock = |s: u64| Command::Clock {
+        now_ms: 1_700_000_000_000 + s * 1000,
+        session_ttl_ms: TTL_S * 1000,
+    };
+    let put = |client: u64, seq: u64| Command::Put {
+        key: format!("k{}", client % 64).into_bytes(),
+        value: b"v".to_vec(),
+        id: Some(RequestId { client, seq }),
+    };
+    let entry = |index: u64, cmds: Vec<Command>| Entry::<TypeConfig> {
+        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+        payload: EntryPayload::Normal(Batch(cmds)),
+    };
+    let mut most = 0;
+    for s in 0..600u64 {
+        let cmds = std::iter::once(clock(s))
+            .chain((0..RATE).map(|i| put(s * RATE + i, 1)))
+            .collect();
+        let r = sm.apply([entry(s + 1, cmds)]).await.unwrap();
+        assert!(r[0].verdicts.iter().all(|v| *v == Applied), "second {s}");
+        most = most.max(sm.sessions());
+    }
+    let bound = (RATE * (TTL_S + 1)) as usize;
+    assert!(most <= bound, "{most} sessions, bound {bound}");
+    assert!(
+        most >= (RATE * TTL_S) as usize,
+        "the table never filled: {most}"
+    );
+    // Client 0 (second 0) expired long ago; client 59,950 (second 599) is
+    // live; client 10,000,000 is new.
+    let r = sm
+        .apply([entry(
+            601,
+            vec![
+                clock(600),
+                put(0, 2),
+                put(59_950, 2),
+                put(10_000_000, 7),
+                put(10_000_001, 1),
+            ],
+        )])
+        .await
+        .unwrap();
+    assert_eq!(
+        r[0].verdicts,
+        [Applied, UnknownSession, Applied, UnknownSession, Applied]
+    );
+    // The table survives a reopen.
+    let n = sm.sessions();
+    sm.close().unwrap();
+    drop(sm);
+    let sm = open(Arc::new(sim));
+    assert_eq!(sm.sessions(), n);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

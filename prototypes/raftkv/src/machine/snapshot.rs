@@ -385,8 +385,8 @@ pub(super) fn due(st: &State) -> bool {
 fn ours(k: &[u8], v: &[u8]) -> bool {
     let key_ok = match k.first() {
         Some(&layout::USER) => crate::types::check_key(&k[1..]).is_ok(),
-        Some(&layout::CLIENT) => k.len() == 9 && v.len() == 8,
-        Some(b'm') => k == layout::APPLIED,
+        Some(&layout::CLIENT) => k.len() == 9 && sessions::decode(v).is_some(),
+        Some(b'm') => k == layout::APPLIED || (k == layout::CLOCK && v.len() == 8),
         _ => false,
     };
     key_ok && v.len() <= kvstore::MAX_VALUE
@@ -542,7 +542,7 @@ impl StateMachine {
         let mut txn = store.transaction();
         txn.put(layout::APPLIED, &state);
         txn.commit()?;
-        let (_, clients) = load(&store)?;
+        let (_, sessions) = load(&store)?;
         let mut st = inner.state.lock();
         // A crash here leaves the new store whole and durable, still not
         // named: the next open removes it, and the node runs on the old one.
@@ -557,7 +557,7 @@ impl StateMachine {
         let old_dir = store_dir(&inner.dir, st.generation);
         st.generation = generation;
         st.applied = applied;
-        st.clients = clients;
+        st.sessions = sessions;
         drop(st);
         old.close()?;
         drop(old);
