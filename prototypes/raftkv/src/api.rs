@@ -24,6 +24,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod range;
+pub use range::{KeyValue, RangeReply, RANGE_BYTES, RANGE_LIMIT};
+
 /// The header on a `409` to a write refused by its session: what was
 /// wrong ([`SESSION_UNKNOWN`] or [`SESSION_STALE`]).
 pub const ERROR_HEADER: &str = "x-raftkv-error";
@@ -60,6 +63,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/raft/snapshot", post(snapshot))
         .layer(DefaultBodyLimit::max(MAX_RPC_BODY));
     let router = Router::new()
+        .route("/kv", get(range::range))
         .route("/kv/{*key}", get(read).put(put).delete(delete))
         .route("/members", post(members))
         .layer(DefaultBodyLimit::max(MAX_CLIENT_BODY))

@@ -9,6 +9,7 @@
 //! | `PUT /kv/{key}` with the value as body | `200` once a majority holds the write durably in their logs and the leader applied it |
 //! | `GET /kv/{key}` | `200` and the value, linearizable (read index: leadership confirmed by a majority, then the state machine caught up; see below); `404` if absent |
 //! | `GET /kv/{key}?stale=true` | the value as applied on this node, without asking anyone |
+//! | `GET /kv?prefix=P` (`&start=K` for the next page), `GET /kv?start=A&end=B` (`end` optional), with `limit=N` (default 1,000, at most 10,000) and `stale=true` | `200` and JSON `{"index", "kvs": [{"key", "value" (base64)}], "next"}`: the keys of the range in order, linearizable unless stale; a page stops at `limit` or about 4 MiB, and `next` is where the range goes on. A page is one snapshot (every entry up to `index`, none after); pages are not one snapshot together (no old versions are kept) |
 //! | `DELETE /kv/{key}` | `200` as for a `PUT` |
 //! | `GET /status` | JSON: id, pid, cluster, state, leader, term, last log index, applied index, snapshot index, purged index, voters, learners, the error that stopped Raft if one did, and on the leader each member's matched index |
 //! | `GET /metrics` | Prometheus text: proposals, applied index and apply lag, term, leader changes, log flush latency, snapshot durations and sizes, request latency by route ([`metrics`]) |

@@ -141,6 +141,17 @@ struct Durable {
     failed: Option<String>,
 }
 
+/// A page of a range read ([`StateMachine::range`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RangePage {
+    /// Client keys and their values, in key order.
+    pub pairs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The first key not in the page, if the range goes on.
+    pub next: Option<Vec<u8>>,
+    /// The applied index the page reflects.
+    pub index: u64,
+}
+
 /// The state machine (cheap to clone; clones share it, and its snapshot
 /// builder is a clone).
 #[derive(Clone)]
@@ -354,6 +365,46 @@ impl StateMachine {
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
         let store = self.inner.state.lock().store.clone();
         Ok(store.get(&layout::user(key))?)
+    }
+
+    /// A page of client keys from `start` on, before `end` (`None`: to
+    /// the last key), read from one snapshot of the store: at most
+    /// `limit` pairs and, past the first, about `max_bytes`. Returns the
+    /// pairs, the key to continue from if more remain, and the applied
+    /// index the page reflects (every entry up to it, none after).
+    pub fn range(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<RangePage, Error> {
+        let from = layout::user(start);
+        let to = end.map_or_else(|| vec![layout::USER + 1], layout::user);
+        let (pairs, index) = {
+            // Under the lock applies hold: the iterator's snapshot and
+            // the applied index agree.
+            let st = self.inner.state.lock();
+            let index = st.applied.log_id.map_or(0, |l| l.index);
+            (st.store.range(from..to)?, index)
+        };
+        let mut page = RangePage {
+            pairs: Vec::new(),
+            next: None,
+            index,
+        };
+        let mut bytes = 0;
+        for pair in pairs {
+            let (k, v) = pair?;
+            let key = k.get(1..).unwrap_or_default().to_vec();
+            if page.pairs.len() == limit || (bytes >= max_bytes && !page.pairs.is_empty()) {
+                page.next = Some(key);
+                break;
+            }
+            bytes += key.len() + v.len();
+            page.pairs.push((key, v));
+        }
+        Ok(page)
     }
 
     /// Client sessions held (the table the log's clock bounds).

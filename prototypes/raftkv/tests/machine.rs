@@ -434,3 +434,23 @@ async fn snapshots_are_due_by_bytes_written_against_the_store_size() {
         "small store {small}, large store {large}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_are_timed_and_sized_in_the_metrics() {
+    let mut sm = open(Arc::new(SimVfs::new()));
+    let m = Arc::new(raftkv::metrics::Metrics::new().unwrap());
+    sm.set_metrics(m.clone());
+    sm.build_snapshot().await.unwrap();
+    let text = m.encode().unwrap();
+    let sample = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+    };
+    assert_eq!(
+        sample(r#"raftkv_snapshot_duration_seconds_count{op="build"}"#),
+        Some(1.0),
+        "{text}"
+    );
+    let bytes = sample(r#"raftkv_snapshot_bytes{op="build"}"#).unwrap();
+    assert!(bytes > 16.0, "{bytes}");
+}

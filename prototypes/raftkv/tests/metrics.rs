@@ -1,16 +1,12 @@
 //! `GET /metrics`: after writes through a three-node cluster, the leader's
 //! metrics count them — proposals, the applied index, log flushes,
-//! request latencies by route — in Prometheus's text format; snapshot
-//! builds and installs are timed and sized.
+//! request latencies by route — in Prometheus's text format. (Snapshot
+//! metrics: `tests/machine.rs`.)
 
 mod common;
 
 use common::Cluster;
-use journal_core::vfs::SimVfs;
-use openraft::storage::RaftSnapshotBuilder;
 use raftkv::client::Client;
-use raftkv::metrics::Metrics;
-use std::sync::Arc;
 
 /// The value of the sample `name` (with its labels, as written) in `text`.
 fn sample(text: &str, name: &str) -> Option<f64> {
@@ -60,32 +56,4 @@ async fn the_leader_counts_writes_flushes_and_requests() {
         .unwrap();
     assert_eq!(sample(&text, "raftkv_is_leader"), Some(0.0), "{text}");
     assert_eq!(sample(&text, "raftkv_proposals_total"), Some(0.0));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn snapshots_are_timed_and_sized() {
-    let o = kvstore::Options {
-        journal: journal_core::Options {
-            segment_size: 1 << 20,
-            logbsize: 256 << 10,
-            preallocate_ahead: 1,
-            ..kvstore::Options::default().journal
-        },
-        ..kvstore::Options::default()
-    };
-    let mut sm = raftkv::StateMachine::open(Arc::new(SimVfs::new()), "/sm", o).unwrap();
-    let m = Arc::new(Metrics::new().unwrap());
-    sm.set_metrics(m.clone());
-    sm.build_snapshot().await.unwrap();
-    let text = m.encode().unwrap();
-    assert_eq!(
-        sample(
-            &text,
-            r#"raftkv_snapshot_duration_seconds_count{op="build"}"#
-        ),
-        Some(1.0),
-        "{text}"
-    );
-    let bytes = sample(&text, r#"raftkv_snapshot_bytes{op="build"}"#).unwrap();
-    assert!(bytes > 16.0, "{bytes}");
 }

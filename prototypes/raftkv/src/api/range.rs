@@ -1,0 +1,129 @@
+//! Range reads: `GET /kv?prefix=P[&start=K]` and `GET /kv?start=A[&end=B]`
+//! (see the crate docs).
+
+use super::{linearize, text, INDEX_HEADER};
+use crate::node::Node;
+use axum::extract::{Query, State};
+use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// Pairs a range read answers at most, by default and at most.
+pub const RANGE_LIMIT: (usize, usize) = (1_000, 10_000);
+/// Bytes of keys and values a range read answers, about, at most (past
+/// its first pair).
+pub const RANGE_BYTES: usize = 4 << 20;
+
+/// The query of a range read.
+#[derive(Debug, Deserialize)]
+pub(super) struct RangeQuery {
+    prefix: Option<String>,
+    start: Option<String>,
+    end: Option<String>,
+    limit: Option<usize>,
+    #[serde(default)]
+    stale: bool,
+}
+
+/// A pair in a range read's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyValue {
+    /// The key.
+    pub key: String,
+    /// The value, in base64 (standard alphabet, padded).
+    pub value: String,
+}
+
+/// What `GET /kv?…` answers (JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeReply {
+    /// The applied index the page reflects (also in `x-raftkv-index`).
+    pub index: u64,
+    /// The pairs, in key order.
+    pub kvs: Vec<KeyValue>,
+    /// If the range goes on: the key to ask from next (`start=`).
+    pub next: Option<String>,
+}
+
+/// The first byte string after every one that starts with `prefix`
+/// (`None`: there is none, the prefix is all 0xff or empty).
+fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// The range a query names: `(start, end)`.
+fn bounds(q: &RangeQuery) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
+    match (&q.prefix, &q.start, &q.end) {
+        // `start` within a prefix: the next page of it.
+        (Some(p), a, None) => {
+            let start = a.as_ref().filter(|a| a.as_str() > p.as_str()).unwrap_or(p);
+            Some((start.clone().into_bytes(), prefix_end(p.as_bytes())))
+        }
+        (None, Some(a), b) => Some((a.clone().into_bytes(), b.clone().map(String::into_bytes))),
+        _ => None,
+    }
+}
+
+/// `GET /kv?prefix=P[&start=K]` or `GET /kv?start=A[&end=B]`, `limit=N`,
+/// `stale=true`: a page of the keys in the range, from one snapshot of the
+/// state machine, linearizable unless stale (see the crate docs).
+pub(super) async fn range(
+    State(node): State<Arc<Node>>,
+    Query(q): Query<RangeQuery>,
+    uri: Uri,
+) -> Response {
+    let Some((start, end)) = bounds(&q) else {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "a range is prefix=P (start=K for its next page), or start=A with an optional end=B",
+        );
+    };
+    let limit = q.limit.unwrap_or(RANGE_LIMIT.0);
+    if limit == 0 || limit > RANGE_LIMIT.1 {
+        return text(
+            StatusCode::BAD_REQUEST,
+            format!("limit is 1 to {}", RANGE_LIMIT.1),
+        );
+    }
+    if !q.stale {
+        if let Err(r) = linearize(&node, &uri).await {
+            return r;
+        }
+    }
+    let machine = node.machine.clone();
+    let page = tokio::task::spawn_blocking(move || {
+        machine.range(&start, end.as_deref(), limit, RANGE_BYTES)
+    })
+    .await;
+    let page = match page {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let reply = RangeReply {
+        index: page.index,
+        kvs: page
+            .pairs
+            .iter()
+            .map(|(k, v)| KeyValue {
+                key: String::from_utf8_lossy(k).into_owned(),
+                value: b64.encode(v),
+            })
+            .collect(),
+        next: page.next.map(|k| String::from_utf8_lossy(&k).into_owned()),
+    };
+    let mut r = Json(reply).into_response();
+    r.headers_mut().insert(INDEX_HEADER, page.index.into());
+    r
+}
