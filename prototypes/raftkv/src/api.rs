@@ -63,7 +63,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/raft/snapshot", post(snapshot))
         .layer(DefaultBodyLimit::max(MAX_RPC_BODY));
     let router = Router::new()
-        .route("/kv", get(range::range))
+        .route("/kv", get(range::range).delete(range::delete_range))
         .route("/kv/{*key}", get(read).put(put).delete(delete))
         .route("/members", post(members))
         .layer(DefaultBodyLimit::max(MAX_CLIENT_BODY))

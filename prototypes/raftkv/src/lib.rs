@@ -11,6 +11,7 @@
 //! | `GET /kv/{key}?stale=true` | the value as applied on this node, without asking anyone |
 //! | `GET /kv?prefix=P` (`&start=K` for the next page), `GET /kv?start=A&end=B` (`end` optional), with `limit=N` (default 1,000, at most 10,000) and `stale=true` | `200` and JSON `{"index", "kvs": [{"key", "value" (base64)}], "next"}`: the keys of the range in order, linearizable unless stale; a page stops at `limit` or about 4 MiB, and `next` is where the range goes on. A page is one snapshot (every entry up to `index`, none after); pages are not one snapshot together (no old versions are kept) |
 //! | `DELETE /kv/{key}` | `200` as for a `PUT` |
+//! | `DELETE /kv?prefix=P`, `DELETE /kv?start=A&end=B` (`end` optional; not empty) | `200` as for a `PUT`: every key of the range removed, in one command of the log |
 //! | `GET /status` | JSON: id, pid, cluster, state, leader, term, last log index, applied index, snapshot index, purged index, voters, learners, the error that stopped Raft if one did, and on the leader each member's matched index |
 //! | `GET /metrics` | Prometheus text: proposals, applied index and apply lag, term, leader changes, log flush latency, snapshot durations and sizes, request latency by route ([`metrics`]) |
 //! | `POST /members` with `{"op":"add","id":4,"addr":"127.0.0.1:7004"}`, `{"op":"promote","id":4}` or `{"op":"remove","id":3}` | `200` once the change is committed (an added learner has caught up) |

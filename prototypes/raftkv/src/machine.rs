@@ -286,7 +286,7 @@ fn apply_command(
     }
     let id = match &cmd {
         Command::Put { id, .. } | Command::Delete { id, .. } => *id,
-        Command::Clock { .. } => None,
+        Command::Clock { .. } | Command::DeleteRange { .. } => None,
     };
     if let Some(id) = id {
         let v = sessions.admit(id, txn);
@@ -302,9 +302,46 @@ fn apply_command(
         Command::Delete { key, .. } => {
             txn.delete(&layout::user(&key));
         }
-        Command::Clock { .. } => {}
+        Command::Clock { .. } | Command::DeleteRange { .. } => {}
     }
     Verdict::Applied
+}
+
+/// Removes the client keys in `[start, end)`. What the batch applied
+/// before it is committed first (without the applied id: a crash replays
+/// the entry, and every command in it replays to the same state), so the
+/// range's iterator sees it; the keys go in transactions of 1,024, the
+/// last ones in the batch's.
+fn delete_range<'s>(
+    store: &'s Store,
+    sessions: &mut Sessions,
+    txn: &mut kvstore::Transaction<'s>,
+    (start, end): (Vec<u8>, Option<Vec<u8>>),
+    id: Option<crate::types::RequestId>,
+) -> Result<Verdict, Error> {
+    if let Some(id) = id {
+        let v = sessions.admit(id, txn);
+        if v != Verdict::Applied {
+            return Ok(v);
+        }
+    }
+    std::mem::replace(txn, store.transaction()).commit_no_wait()?;
+    let to = end.map_or_else(|| vec![layout::USER + 1], |e| layout::user(&e));
+    let mut keys = Vec::new();
+    for pair in store.range(layout::user(&start)..to)? {
+        keys.push(pair?.0);
+        if keys.len() == 1024 {
+            let mut t = store.transaction();
+            for k in keys.drain(..) {
+                t.delete(&k);
+            }
+            t.commit_no_wait()?;
+        }
+    }
+    for k in keys {
+        txn.delete(&k);
+    }
+    Ok(Verdict::Applied)
 }
 
 impl StateMachine {
@@ -509,7 +546,13 @@ impl StateMachine {
                 }
                 EntryPayload::Normal(batch) => {
                     for cmd in batch.0 {
-                        let v = apply_command(&mut st.sessions, &mut txn, cmd, &mut bytes);
+                        let v = match cmd {
+                            Command::DeleteRange { start, end, id } => {
+                                let range = (start, end);
+                                delete_range(&store, &mut st.sessions, &mut txn, range, id)?
+                            }
+                            cmd => apply_command(&mut st.sessions, &mut txn, cmd, &mut bytes),
+                        };
                         reply.verdicts.push(v);
                     }
                 }

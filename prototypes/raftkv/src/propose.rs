@@ -59,6 +59,7 @@ fn size(c: &Command) -> usize {
         Command::Put { key, value, .. } => key.len() + value.len(),
         Command::Delete { key, .. } => key.len(),
         Command::Clock { .. } => 16,
+        Command::DeleteRange { start, end, .. } => start.len() + end.as_ref().map_or(0, Vec::len),
     }
 }
 

@@ -63,6 +63,16 @@ pub enum Command {
         /// A session idle this long (by the log's clock) expires.
         session_ttl_ms: u64,
     },
+    /// Removes every key from `start` on, before `end` (`None`: to the
+    /// last key).
+    DeleteRange {
+        /// The first key removed, if present.
+        start: Vec<u8>,
+        /// The first key kept after the range.
+        end: Option<Vec<u8>>,
+        /// The client's request id, if it sent one.
+        id: Option<RequestId>,
+    },
 }
 
 impl fmt::Display for Command {
@@ -76,6 +86,9 @@ impl fmt::Display for Command {
             ),
             Command::Delete { key, .. } => write!(f, "delete {}", String::from_utf8_lossy(key)),
             Command::Clock { now_ms, .. } => write!(f, "clock {now_ms}"),
+            Command::DeleteRange { start, .. } => {
+                write!(f, "delete from {}", String::from_utf8_lossy(start))
+            }
         }
     }
 }

@@ -53,7 +53,7 @@ fn expected(applied: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
                 Command::Delete { key, .. } => {
                     m.remove(&key);
                 }
-                Command::Clock { .. } => {}
+                Command::Clock { .. } | Command::DeleteRange { .. } => {}
             }
         }
     }
@@ -453,4 +453,39 @@ async fn snapshots_are_timed_and_sized_in_the_metrics() {
     );
     let bytes = sample(r#"raftkv_snapshot_bytes{op="build"}"#).unwrap();
     assert!(bytes > 16.0, "{bytes}");
+}
+
+/// A range delete sees the writes before it in its own entry (they are
+/// committed first), and not the ones after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_range_delete_sees_the_writes_before_it_in_its_entry() {
+    let sim = SimVfs::new();
+    let mut sm = open(Arc::new(sim.clone()));
+    let put = |k: &str| Command::Put {
+        key: k.as_bytes().to_vec(),
+        value: b"v".to_vec(),
+        id: None,
+    };
+    let del = Command::DeleteRange {
+        start: b"x/".to_vec(),
+        end: Some(b"x0".to_vec()),
+        id: None,
+    };
+    let many: Vec<Command> = (0..3000).map(|i| put(&format!("x/{i:05}"))).collect();
+    let e1 = Entry::<TypeConfig> {
+        log_id: LogId::new(CommittedLeaderId::new(1, 1), 1),
+        payload: EntryPayload::Normal(Batch(many)),
+    };
+    let e2 = Entry::<TypeConfig> {
+        log_id: LogId::new(CommittedLeaderId::new(1, 1), 2),
+        payload: EntryPayload::Normal(Batch(vec![put("x/new"), del, put("x/after"), put("y")])),
+    };
+    sm.apply([e1, e2]).await.unwrap();
+    assert_eq!(sm.get(b"x/00000").unwrap(), None);
+    assert_eq!(sm.get(b"x/new").unwrap(), None, "the write before it");
+    assert_eq!(sm.get(b"x/after").unwrap().as_deref(), Some(&b"v"[..]));
+    assert_eq!(sm.get(b"y").unwrap().as_deref(), Some(&b"v"[..]));
+    let page = sm.range(b"", None, 10, 1 << 20).unwrap();
+    let keys: Vec<_> = page.pairs.iter().map(|(k, _)| k.as_slice()).collect();
+    assert_eq!(keys, [&b"x/after"[..], b"y"]);
 }

@@ -1,7 +1,8 @@
 //! Range reads, `GET /kv?prefix=` and `?start=&end=`: pages in key order
 //! from one snapshot, continued from `next` until the range is done —
 //! every key exactly once — linearizable on the leader or stale on a
-//! follower; bad ranges are `400`.
+//! follower; bad ranges are `400`. `DELETE` with the same bounds removes
+//! a range, and nothing outside it.
 
 mod common;
 
@@ -78,4 +79,43 @@ async fn a_prefix_is_read_in_pages_every_key_once_in_order() {
         let (code, body) = get(leader_addr.clone(), bad.into()).await;
         assert_eq!(code, 400, "{bad}: {body}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_range_is_deleted_and_nothing_outside_it() {
+    let cluster = Cluster::start(3, &[]);
+    let leader = cluster.leader(None).await;
+    let mut client = Client::new(&cluster.endpoints(), 42).unwrap();
+    for k in ["a", "a/1", "a/2", "a/3", "b/1", "b/2", "c"] {
+        client.put(k, k.as_bytes()).await.unwrap();
+    }
+    let addr = cluster.nodes[leader].addr.clone();
+    let http = reqwest::Client::new();
+    let send = |method: reqwest::Method, q: &str| {
+        let (http, url) = (http.clone(), format!("http://{addr}/kv?{q}"));
+        async move {
+            let r = http.request(method, url).send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let del = reqwest::Method::DELETE;
+    let (code, body) = send(del.clone(), "prefix=a/&client=900&seq=1").await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = send(del.clone(), "start=b/2&end=c").await;
+    assert_eq!(code, 200, "{body}");
+    for bad in [
+        "",
+        "prefix=",
+        "start=",
+        "prefix=a&end=b",
+        "prefix=a&client=1",
+    ] {
+        let (code, body) = send(del.clone(), bad).await;
+        assert_eq!(code, 400, "{bad}: {body}");
+    }
+    let (code, body) = send(reqwest::Method::GET, "start=%20").await;
+    assert_eq!(code, 200, "{body}");
+    let page: RangeReply = serde_json::from_str(&body).unwrap();
+    let keys: Vec<_> = page.kvs.iter().map(|kv| kv.key.as_str()).collect();
+    assert_eq!(keys, ["a", "b/1", "c"]);
 }

@@ -1,8 +1,10 @@
-//! Range reads: `GET /kv?prefix=P[&start=K]` and `GET /kv?start=A[&end=B]`
-//! (see the crate docs).
+//! Ranges: `GET /kv?prefix=P[&start=K]` and `GET /kv?start=A[&end=B]`
+//! read one, `DELETE` with the same bounds removes it (see the crate
+//! docs).
 
-use super::{linearize, text, INDEX_HEADER};
+use super::{linearize, text, write, WriteQuery, INDEX_HEADER};
 use crate::node::Node;
+use crate::types::Command;
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -17,7 +19,7 @@ pub const RANGE_LIMIT: (usize, usize) = (1_000, 10_000);
 /// its first pair).
 pub const RANGE_BYTES: usize = 4 << 20;
 
-/// The query of a range read.
+/// The query of a range read or delete.
 #[derive(Debug, Deserialize)]
 pub(super) struct RangeQuery {
     prefix: Option<String>,
@@ -26,6 +28,8 @@ pub(super) struct RangeQuery {
     limit: Option<usize>,
     #[serde(default)]
     stale: bool,
+    client: Option<u64>,
+    seq: Option<u64>,
 }
 
 /// A pair in a range read's answer.
@@ -72,6 +76,34 @@ fn bounds(q: &RangeQuery) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
         (None, Some(a), b) => Some((a.clone().into_bytes(), b.clone().map(String::into_bytes))),
         _ => None,
     }
+}
+
+/// `DELETE /kv?prefix=P` or `DELETE /kv?start=A[&end=B]` (with an
+/// optional request id): removes every key of the range, atomically with
+/// the writes of its entry, as one command in the log. An empty prefix
+/// or start (every key) is refused: deleting everything should not be a
+/// typo away.
+pub(super) async fn delete_range(
+    State(node): State<Arc<Node>>,
+    Query(q): Query<RangeQuery>,
+    uri: Uri,
+) -> Response {
+    let id = match (WriteQuery {
+        client: q.client,
+        seq: q.seq,
+    })
+    .id()
+    {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    let Some((start, end)) = bounds(&q).filter(|(s, _)| !s.is_empty()) else {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "a range to delete is a non-empty prefix=P, or start=A with an optional end=B",
+        );
+    };
+    write(&node, Command::DeleteRange { start, end, id }, &uri).await
 }
 
 /// `GET /kv?prefix=P[&start=K]` or `GET /kv?start=A[&end=B]`, `limit=N`,
