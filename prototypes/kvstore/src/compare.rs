@@ -4,7 +4,8 @@
 //! overwrites at each client count, random gets, 100-key range scans, and
 //! one full scan of every key beside 16 overwriting clients (a backup or
 //! a Raft snapshot: it must see one snapshot, all N keys once, while the
-//! writers go on and memory stays bounded).
+//! writers go on and memory stays bounded); then half the keys deleted
+//! and as many new ones put (is the freed space used again?).
 //! Each engine runs in its own process (`kvstore engine`), so its peak RSS
 //! is its own; rounds interleave the engines; medians are reported.
 //!
@@ -69,6 +70,8 @@ trait Engine: Send + Sync {
     fn put(&self, k: &[u8], v: &[u8]) -> Result<(), String>;
     /// Many keys in one durable transaction.
     fn put_batch(&self, kvs: &[(Vec<u8>, Vec<u8>)]) -> Result<(), String>;
+    /// Deletes many keys in one durable transaction.
+    fn delete_batch(&self, keys: &[Vec<u8>]) -> Result<(), String>;
     fn get(&self, k: &[u8]) -> Result<Option<Vec<u8>>, String>;
     /// Reads up to `n` entries from `from` on; returns how many.
     fn scan(&self, from: &[u8], n: usize) -> Result<usize, String>;
@@ -89,6 +92,13 @@ impl Engine for Kv {
         let mut t = self.0.transaction();
         for (k, v) in kvs {
             t.put(k, v);
+        }
+        t.commit().map(|_| ()).map_err(|e| e.to_string())
+    }
+    fn delete_batch(&self, keys: &[Vec<u8>]) -> Result<(), String> {
+        let mut t = self.0.transaction();
+        for k in keys {
+            t.delete(k);
         }
         t.commit().map(|_| ()).map_err(|e| e.to_string())
     }
@@ -154,6 +164,14 @@ mod peers {
             b.commit().map_err(e)?;
             self.db.persist(fjall::PersistMode::SyncData).map_err(e)
         }
+        fn delete_batch(&self, keys: &[Vec<u8>]) -> Result<(), String> {
+            let mut b = self.db.batch();
+            for k in keys {
+                b.remove(&self.ks, k.as_slice());
+            }
+            b.commit().map_err(e)?;
+            self.db.persist(fjall::PersistMode::SyncData).map_err(e)
+        }
         fn get(&self, k: &[u8]) -> Result<Option<Vec<u8>>, String> {
             Ok(self.ks.get(k).map_err(e)?.map(|v| v.to_vec()))
         }
@@ -197,6 +215,17 @@ mod peers {
                 let mut t = tx.open_table(TABLE).map_err(e)?;
                 for (k, v) in kvs {
                     t.insert(k.as_slice(), v.as_slice()).map_err(e)?;
+                }
+            }
+            tx.commit().map_err(e)
+        }
+        fn delete_batch(&self, keys: &[Vec<u8>]) -> Result<(), String> {
+            let mut tx = self.0.begin_write().map_err(e)?;
+            tx.set_durability(redb::Durability::Immediate).map_err(e)?;
+            {
+                let mut t = tx.open_table(TABLE).map_err(e)?;
+                for k in keys {
+                    t.remove(k.as_slice()).map_err(e)?;
                 }
             }
             tx.commit().map_err(e)
@@ -345,21 +374,11 @@ pub fn engine(name: &str, args: &ScaleArgs) -> Result<(), String> {
         }),
     )?;
     let full_scan = full_scan_beside_writers(&e, n, size, 16)?;
+    let space = delete_half_then_refill(&e, &args.dir, n, size)?;
     // A clean close; `compare` times the reopen in a fresh process.
     e.close()?;
     drop(e);
-    let du = std::process::Command::new("du")
-        .args(["-sb"])
-        .arg(&args.dir)
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .split_whitespace()
-                .next()?
-                .parse::<u64>()
-                .ok()
-        });
+    let disk = du(&args.dir);
     let peak = process_usage().map_err(|e| e.to_string())?.max_rss_bytes;
     println!(
         "{}",
@@ -367,7 +386,8 @@ pub fn engine(name: &str, args: &ScaleArgs) -> Result<(), String> {
             "engine": name, "keys": n, "value_size": size, "cache_mib": args.cache_mib,
             "load_s": load_s, "rss_after_load_mib": rss_load as f64 / 1048576.0,
             "puts": puts, "gets": gets, "scans": scans, "full_scan": full_scan,
-            "peak_rss_mib": peak as f64 / 1048576.0, "disk_bytes": du,
+            "space": space,
+            "peak_rss_mib": peak as f64 / 1048576.0, "disk_bytes": disk,
             "logical_bytes": n * (15 + size as u64),
         })
     );
@@ -424,6 +444,57 @@ fn full_scan_beside_writers(
         "keys": scanned, "seconds": scan_s, "keys_per_s": scanned as f64 / scan_s,
         "writers": writers, "writer_puts_per_s": puts as f64 / scan_s,
         "peak_rss_mib_so_far": rss as f64 / 1048576.0,
+    }))
+}
+
+/// Bytes under `dir` (`du -sb`), if `du` answers.
+fn du(dir: &Path) -> Option<u64> {
+    let o = std::process::Command::new("du")
+        .args(["-sb"])
+        .arg(dir)
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Deletes every other key (1,000 per durable transaction), then puts as
+/// many new keys: does the space the deletes freed get used again? The
+/// disk under the store before, after the deletes and after the refill.
+fn delete_half_then_refill(
+    e: &Arc<dyn Engine>,
+    dir: &Path,
+    n: u64,
+    size: usize,
+) -> Result<Value, String> {
+    let before = du(dir);
+    let t = Instant::now();
+    let evens: Vec<Vec<u8>> = (0..n).step_by(2).map(key).collect();
+    for chunk in evens.chunks(1000) {
+        e.delete_batch(chunk)?;
+    }
+    let delete_s = t.elapsed().as_secs_f64();
+    let deleted = du(dir);
+    let t = Instant::now();
+    let mut i = n;
+    while i < n + n / 2 {
+        let batch: Vec<_> = (i..(i + 1000).min(n + n / 2))
+            .map(|j| (key(j), value(j, 0, size)))
+            .collect();
+        e.put_batch(&batch)?;
+        i += 1000;
+    }
+    let refill_s = t.elapsed().as_secs_f64();
+    match e.get(&key(0))? {
+        None => {}
+        Some(_) => return Err("key 0 survived its delete".into()),
+    }
+    Ok(json!({
+        "deleted_keys": evens.len(), "delete_s": delete_s, "refill_s": refill_s,
+        "disk_before": before, "disk_after_delete": deleted, "disk_after_refill": du(dir),
     }))
 }
 
@@ -531,6 +602,7 @@ fn report(args: &ScaleArgs, runs: &[Value]) {
             "open s",
             "peak RSS MiB",
             "disk MiB",
+            "MiB full/half/refilled",
         ]
         .map(String::from),
     );
@@ -560,6 +632,12 @@ fn report(args: &ScaleArgs, runs: &[Value]) {
         row.push(cell(2, &["open_after_close_s"], 1.0));
         row.push(cell(0, &["peak_rss_mib"], 1.0));
         row.push(cell(0, &["disk_bytes"], 1.0 / 1048576.0));
+        row.push(format!(
+            "{}/{}/{}",
+            cell(0, &["space", "disk_before"], 1.0 / 1048576.0),
+            cell(0, &["space", "disk_after_delete"], 1.0 / 1048576.0),
+            cell(0, &["space", "disk_after_refill"], 1.0 / 1048576.0)
+        ));
         rows.push(row);
     }
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
