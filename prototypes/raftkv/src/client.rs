@@ -201,9 +201,12 @@ impl Client {
                 (StatusCode::OK, body) => {
                     return Ok(String::from_utf8_lossy(&body).contains("a retry"))
                 }
-                // The session expired (or its first request was lost): the
-                // write was refused, never applied, and every copy of it
-                // under this id will be. A new session under a new id, once.
+                // The session expired (or its first request was lost): this
+                // copy was refused, and so will every later one under this
+                // id be. A new session under a new id, once — safe as long
+                // as the session could not expire while this request was
+                // being retried (a TTL well above `deadline`; see
+                // `NodeOptions::session_ttl`).
                 (StatusCode::CONFLICT, _)
                     if !renewed
                         && self.last_error.as_deref() == Some(crate::api::SESSION_UNKNOWN) =>

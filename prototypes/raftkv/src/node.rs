@@ -59,7 +59,10 @@ pub struct NodeOptions {
     /// A client session idle this long, by the log's clock, expires
     /// (default 10 minutes). The leader puts it in the log with its clock,
     /// so replicas agree on it; a client that comes back later starts a
-    /// new session.
+    /// new session. Keep it well above the clients' retry deadline (the
+    /// [`crate::client::Client`]'s is 10 s): a session that expired while
+    /// a request of it was being retried would let the client resend that
+    /// request under a new session after the first copy was applied.
     pub session_ttl: Duration,
     /// Writes waiting for a Raft entry before more are answered `503`
     /// (default [`crate::propose::MAX_PENDING`]).
