@@ -113,7 +113,8 @@ pub use error::{Error, Result};
 pub use page::{FORMAT_VERSION, PAGE_SIZE};
 pub use record::Op;
 pub use store::{
-    CacheStats, CheckpointInfo, Iter, Options, RecoveryInfo, Store, Transaction, DATA_FILE, WAL_DIR,
+    prefix_end, CacheStats, CheckpointInfo, Iter, Options, RecoveryInfo, Store, Transaction,
+    DATA_FILE, WAL_DIR,
 };
 
 /// The longest key.

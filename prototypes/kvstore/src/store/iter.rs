@@ -18,8 +18,9 @@ use crate::tree::MAX_HEIGHT;
 use std::ops::Bound;
 
 /// The first key after every key that starts with `prefix` (`None`: no
-/// such key, the prefix is all 0xff).
-pub(super) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+/// such key: the prefix is empty or all 0xff). raftkv bounds its prefix
+/// reads with it.
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < 0xff {

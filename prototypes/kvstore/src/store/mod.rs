@@ -20,7 +20,7 @@ mod iter;
 mod recovery;
 mod write;
 
-pub use iter::Iter;
+pub use iter::{prefix_end, Iter};
 
 /// The journal directory inside a store directory.
 pub const WAL_DIR: &str = "wal";

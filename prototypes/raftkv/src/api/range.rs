@@ -52,26 +52,16 @@ pub struct RangeReply {
     pub next: Option<String>,
 }
 
-/// The first byte string after every one that starts with `prefix`
-/// (`None`: there is none, the prefix is all 0xff or empty).
-fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return Some(end);
-        }
-    }
-    None
-}
-
 /// The range a query names: `(start, end)`.
 fn bounds(q: &RangeQuery) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
     match (&q.prefix, &q.start, &q.end) {
         // `start` within a prefix: the next page of it.
         (Some(p), a, None) => {
             let start = a.as_ref().filter(|a| a.as_str() > p.as_str()).unwrap_or(p);
-            Some((start.clone().into_bytes(), prefix_end(p.as_bytes())))
+            Some((
+                start.clone().into_bytes(),
+                kvstore::prefix_end(p.as_bytes()),
+            ))
         }
         (None, Some(a), b) => Some((a.clone().into_bytes(), b.clone().map(String::into_bytes))),
         _ => None,
