@@ -488,9 +488,8 @@ fn delete_half_then_refill(
         i += 1000;
     }
     let refill_s = t.elapsed().as_secs_f64();
-    match e.get(&key(0))? {
-        None => {}
-        Some(_) => return Err("key 0 survived its delete".into()),
+    if e.get(&key(0))?.is_some() {
+        return Err("key 0 survived its delete".into());
     }
     Ok(json!({
         "deleted_keys": evens.len(), "delete_s": delete_s, "refill_s": refill_s,

@@ -287,7 +287,7 @@ fn background_tasks(
         let (mut rx, m, id) = (raft.metrics(), metrics.clone(), o.id);
         let task = tokio::spawn(async move {
             loop {
-                m.observe_raft(id, &rx.borrow_and_update().clone());
+                m.observe_raft(id, &rx.borrow_and_update());
                 if rx.changed().await.is_err() {
                     return; // Raft stopped.
                 }

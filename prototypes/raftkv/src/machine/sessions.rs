@@ -75,17 +75,16 @@ impl Sessions {
 
     /// Decides a request id, and records it in `txn` if it is applied.
     pub(super) fn admit(&mut self, id: RequestId, txn: &mut kvstore::Transaction<'_>) -> Verdict {
-        let verdict = match self.by_id.get(&id.client) {
+        let last = self.by_id.get(&id.client).map(|&(last, _)| last);
+        let verdict = match last {
             None if id.seq == 1 => Verdict::Applied,
             None => return Verdict::UnknownSession,
-            Some(&(last, _)) if id.seq > last => Verdict::Applied,
-            Some(&(last, _)) if id.seq == last => Verdict::Duplicate,
+            Some(last) if id.seq > last => Verdict::Applied,
+            Some(last) if id.seq == last => Verdict::Duplicate,
             Some(_) => return Verdict::Stale,
         };
-        let seq = match verdict {
-            Verdict::Applied => id.seq,
-            _ => self.by_id[&id.client].0,
-        };
+        // (A duplicate's seq is the session's last.)
+        let seq = id.seq;
         // A retry refreshes the session too: its client is active.
         self.insert(id.client, seq, self.clock);
         txn.put(&layout::client(id.client), &encode(seq, self.clock));

@@ -216,13 +216,14 @@ impl Writer {
         Ok(())
     }
 
-    /// Writes the last chunk and the end record, and syncs the file.
-    pub(crate) fn finish(mut self) -> Result<(), Error> {
+    /// Writes the last chunk and the end record, and syncs the file;
+    /// returns its length.
+    pub(crate) fn finish(mut self) -> Result<u64, Error> {
         self.flush()?;
         let entries = self.entries.to_le_bytes();
         self.record(0, &entries)?;
         self.file.sync_all()?;
-        Ok(())
+        Ok(self.pos)
     }
 }
 
@@ -427,9 +428,9 @@ impl StateMachine {
             let (k, v) = pair?;
             w.push(k, v)?;
         }
-        w.finish()?;
+        let bytes = w.finish()?;
         let path = self.make_current(&tmp, &meta)?;
-        self.observe("build", began, &path);
+        self.observe("build", began, bytes);
         Ok(Snapshot {
             meta,
             snapshot: Box::new(SnapshotFile::open(&*inner.vfs, &path)?),
@@ -461,18 +462,11 @@ impl StateMachine {
         self.inner.state.lock().metrics = Some(metrics);
     }
 
-    /// Notes a snapshot built or installed from `began`, its file at `path`.
-    fn observe(&self, op: &str, began: std::time::Instant, path: &Path) {
-        let Some(m) = self.inner.state.lock().metrics.clone() else {
-            return;
-        };
-        let bytes = self
-            .inner
-            .vfs
-            .open(path, OpenOptions::read())
-            .and_then(|f| f.len())
-            .unwrap_or(0);
-        m.observe_snapshot(op, began.elapsed(), bytes);
+    /// Notes a snapshot of `bytes` built or installed from `began`.
+    fn observe(&self, op: &str, began: std::time::Instant, bytes: u64) {
+        if let Some(m) = self.inner.state.lock().metrics.clone() {
+            m.observe_snapshot(op, began.elapsed(), bytes);
+        }
     }
 
     /// Turns on the byte policy ([`StateMachine::snapshot_due`]) with
@@ -563,8 +557,9 @@ impl StateMachine {
         drop(old);
         remove_tree(&*inner.vfs, &old_dir)?;
         inner.vfs.sync_dir(&inner.dir)?;
-        let path = self.make_current(&file.path, meta)?;
-        self.observe("install", began, &path);
+        let bytes = file.file.len()?;
+        self.make_current(&file.path, meta)?;
+        self.observe("install", began, bytes);
         Ok(())
     }
 }
