@@ -8,8 +8,7 @@
 
 use crate::network::{CLUSTER_HEADER, MAX_RPC_BODY};
 use crate::node::Node;
-use crate::propose::Outcome;
-use crate::types::{check_key, check_value, Command, NodeId, RequestId, TypeConfig, Verdict};
+use crate::types::{check_key, NodeId, RequestId, TypeConfig};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode, Uri};
@@ -25,7 +24,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod range;
+mod write;
 pub use range::{KeyValue, RangeReply, RANGE_BYTES, RANGE_LIMIT};
+pub use write::{
+    TxnChange, TxnCompare, TxnExpect, TxnReply, TxnRequest, COMPARE_FAILED, REVISION_HEADER,
+};
 
 /// The header on a `409` to a write refused by its session: what was
 /// wrong ([`SESSION_UNKNOWN`] or [`SESSION_STALE`]).
@@ -44,6 +47,10 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// read index (the state machine had applied at least this far when the
 /// value was read).
 pub const INDEX_HEADER: &str = "x-raftkv-index";
+
+/// The header on a `200` to `GET /kv/{key}`: the revision the key was
+/// created at (its `ETag` is the revision it was last put at).
+pub const CREATE_HEADER: &str = "x-raftkv-create-revision";
 
 /// Client requests a node serves at once, by default; beyond, `503` with
 /// `Retry-After` (each may hold a body of up to [`MAX_CLIENT_BODY`]).
@@ -64,7 +71,11 @@ pub fn router(node: Arc<Node>) -> Router {
         .layer(DefaultBodyLimit::max(MAX_RPC_BODY));
     let router = Router::new()
         .route("/kv", get(range::range).delete(range::delete_range))
-        .route("/kv/{*key}", get(read).put(put).delete(delete))
+        .route(
+            "/kv/{*key}",
+            get(read).put(write::put).delete(write::delete),
+        )
+        .route("/txn", post(write::txn))
         .route("/members", post(members))
         .layer(DefaultBodyLimit::max(MAX_CLIENT_BODY))
         .layer(axum::middleware::from_fn_with_state(node.clone(), bounded))
@@ -345,85 +356,9 @@ fn forward(f: &ForwardToLeader<NodeId, BasicNode>, uri: &Uri) -> Response {
     redirect(f.leader_node.as_ref(), uri)
 }
 
-async fn write(node: &Node, cmd: Command, uri: &Uri) -> Response {
-    let r = tokio::time::timeout(REQUEST_TIMEOUT, node.proposer.propose(cmd)).await;
-    match r {
-        Err(_) => text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "no majority answered in time: the write may or may not take effect",
-        ),
-        Ok(Outcome::Applied { index, verdict }) => {
-            let (code, msg) = match verdict {
-                Verdict::Applied => (StatusCode::OK, format!("ok, log index {index}")),
-                Verdict::Duplicate => (
-                    StatusCode::OK,
-                    format!("ok, log index {index} (a retry: applied before)"),
-                ),
-                Verdict::UnknownSession => (
-                    StatusCode::CONFLICT,
-                    "the client has no session (expired, or never opened: a session opens with seq=1): not applied".into(),
-                ),
-                Verdict::Stale => (
-                    StatusCode::CONFLICT,
-                    "the sequence number is below the session's last (a late copy, or a client id used twice): not applied".into(),
-                ),
-            };
-            let mut r = text(code, msg);
-            r.headers_mut().insert(INDEX_HEADER, index.into());
-            if let Some(e) = match verdict {
-                Verdict::UnknownSession => Some(SESSION_UNKNOWN),
-                Verdict::Stale => Some(SESSION_STALE),
-                _ => None,
-            } {
-                r.headers_mut()
-                    .insert(ERROR_HEADER, header::HeaderValue::from_static(e));
-            }
-            r
-        }
-        Ok(Outcome::Forward(leader)) => redirect(leader.as_ref(), uri),
-        Ok(Outcome::Failed(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e),
-        Ok(Outcome::Busy) => busy("too many writes waiting: the write was not taken"),
-    }
-}
-
 fn key_bytes(key: &str) -> Result<Vec<u8>, Response> {
     check_key(key.as_bytes()).map_err(|e| text(StatusCode::BAD_REQUEST, e.to_string()))?;
     Ok(key.as_bytes().to_vec())
-}
-
-async fn put(
-    State(node): State<Arc<Node>>,
-    Path(key): Path<String>,
-    Query(q): Query<WriteQuery>,
-    uri: Uri,
-    body: Bytes,
-) -> Response {
-    let (key, id) = match (key_bytes(&key), q.id()) {
-        (Ok(k), Ok(id)) => (k, id),
-        (Err(r), _) | (_, Err(r)) => return r,
-    };
-    if let Err(e) = check_value(&body) {
-        return text(StatusCode::BAD_REQUEST, e.to_string());
-    }
-    let cmd = Command::Put {
-        key,
-        value: body.to_vec(),
-        id,
-    };
-    write(&node, cmd, &uri).await
-}
-
-async fn delete(
-    State(node): State<Arc<Node>>,
-    Path(key): Path<String>,
-    Query(q): Query<WriteQuery>,
-    uri: Uri,
-) -> Response {
-    let (key, id) = match (key_bytes(&key), q.id()) {
-        (Ok(k), Ok(id)) => (k, id),
-        (Err(r), _) | (_, Err(r)) => return r,
-    };
-    write(&node, Command::Delete { key, id }, &uri).await
 }
 
 /// The read index of a linearizable read, once the state machine applied
@@ -502,8 +437,13 @@ async fn read(
             Err(r) => return r,
         }
     };
-    let mut r = match node.machine.get(&key) {
-        Ok(Some(v)) => (StatusCode::OK, v).into_response(),
+    let mut r = match node.machine.entry(&key) {
+        Ok(Some((v, meta))) => {
+            let etag = format!("\"{}\"", meta.modified);
+            let create = meta.create.to_string();
+            let headers = [(header::ETAG.as_str(), etag), (CREATE_HEADER, create)];
+            (StatusCode::OK, headers, v).into_response()
+        }
         Ok(None) => text(StatusCode::NOT_FOUND, "no such key"),
         Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };

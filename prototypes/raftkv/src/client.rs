@@ -3,6 +3,7 @@
 //! leader a `307` names, or to the next endpoint after a `503` or a
 //! refused connection) until it is answered or its deadline passes.
 
+use crate::types::{Expect, Revision};
 use reqwest::StatusCode;
 use std::time::{Duration, Instant};
 
@@ -41,15 +42,26 @@ pub struct Client {
     last_index: Option<u64>,
     /// The last answer's [`crate::api::ERROR_HEADER`].
     last_error: Option<String>,
+    /// The last answer's revision: a read's `ETag`, a write's
+    /// [`crate::api::REVISION_HEADER`].
+    last_revision: Option<Revision>,
     /// Sessions this client started again under a new id.
     renewals: u64,
     /// How long an operation retries before it gives up.
     pub deadline: Duration,
 }
 
+/// What an answer's headers said.
+#[derive(Debug, Clone, Default)]
+struct Said {
+    index: Option<u64>,
+    error: Option<String>,
+    revision: Option<Revision>,
+}
+
 enum Attempt {
-    /// An answer: its status, body, index header and error header.
-    Done(StatusCode, Vec<u8>, Option<u64>, Option<String>),
+    /// An answer: its status, body, and headers.
+    Done(StatusCode, Vec<u8>, Said),
     /// Sent to another node (the leader a `307` named): retry at once.
     Redirected,
     /// No answer, or `503`: retry after a pause.
@@ -82,6 +94,7 @@ impl Client {
             seq: 0,
             last_index: None,
             last_error: None,
+            last_revision: None,
             renewals: 0,
             deadline: Duration::from_secs(10),
         })
@@ -90,12 +103,15 @@ impl Client {
     async fn attempt(
         &mut self,
         method: reqwest::Method,
-        path: &str,
+        (path, condition): (&str, Option<(&str, String)>),
         body: &[u8],
         rotate: &mut usize,
     ) -> Attempt {
         let url = format!("{}{path}", self.leader);
-        let req = self.http.request(method, &url).body(body.to_vec());
+        let mut req = self.http.request(method, &url).body(body.to_vec());
+        if let Some((name, value)) = condition {
+            req = req.header(name, value);
+        }
         let mut next = |me: &mut Client, why: String| {
             *rotate += 1;
             me.leader = me.endpoints[*rotate % me.endpoints.len()].clone();
@@ -120,22 +136,20 @@ impl Client {
                 None => next(self, format!("{url}: a redirect without the same path")),
             };
         }
-        let index = resp
-            .headers()
-            .get(crate::api::INDEX_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok());
-        let error = resp
-            .headers()
-            .get(crate::api::ERROR_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok());
+        let said = Said {
+            index: header(crate::api::INDEX_HEADER).and_then(|v| v.parse().ok()),
+            error: header(crate::api::ERROR_HEADER).map(str::to_owned),
+            revision: header(crate::api::REVISION_HEADER)
+                .or_else(|| header(reqwest::header::ETAG.as_str()))
+                .and_then(|v| v.parse().ok()),
+        };
         match resp.bytes().await {
             Err(e) => next(self, format!("{url}: {e}")),
             Ok(_) if status == StatusCode::SERVICE_UNAVAILABLE => {
                 next(self, format!("{url}: {status}"))
             }
-            Ok(b) => Attempt::Done(status, b.to_vec(), index, error),
+            Ok(b) => Attempt::Done(status, b.to_vec(), said),
         }
     }
 
@@ -145,17 +159,32 @@ impl Client {
         path: &str,
         body: &[u8],
     ) -> Result<(StatusCode, Vec<u8>), ClientError> {
+        self.call_if(method, (path, None), body).await
+    }
+
+    async fn call_if(
+        &mut self,
+        method: reqwest::Method,
+        (path, condition): (&str, Option<(&str, String)>),
+        body: &[u8],
+    ) -> Result<(StatusCode, Vec<u8>), ClientError> {
         let start = Instant::now();
         let mut rotate = 0;
         let mut last = String::new();
         let mut backoff = Duration::from_millis(5);
         self.last_index = None;
         self.last_error = None;
+        self.last_revision = None;
         while start.elapsed() < self.deadline {
-            match self.attempt(method.clone(), path, body, &mut rotate).await {
-                Attempt::Done(s, b, index, error) => {
-                    self.last_index = index;
-                    self.last_error = error;
+            let target = (path, condition.clone());
+            match self
+                .attempt(method.clone(), target, body, &mut rotate)
+                .await
+            {
+                Attempt::Done(s, b, said) => {
+                    self.last_index = said.index;
+                    self.last_error = said.error;
+                    self.last_revision = said.revision;
                     return Ok((s, b));
                 }
                 Attempt::Redirected => {}
@@ -182,12 +211,26 @@ impl Client {
         p
     }
 
+    /// A write, conditional on `expect` (not `Expect::Value`): whether it
+    /// was a retry applied before, and whether its condition held.
     async fn write(
         &mut self,
         method: reqwest::Method,
         key: &str,
         value: &[u8],
-    ) -> Result<bool, ClientError> {
+        expect: Option<&Expect>,
+    ) -> Result<(bool, bool), ClientError> {
+        let condition = match expect {
+            None => None,
+            Some(Expect::Absent) => Some(("if-none-match", "*".to_owned())),
+            Some(Expect::Present) => Some(("if-match", "*".to_owned())),
+            Some(Expect::ModRevision(r)) => Some(("if-match", format!("\"{r}\""))),
+            Some(Expect::Value(_)) => {
+                return Err(ClientError::Refused(
+                    "a single-key write compares revisions, not values: use a transaction".into(),
+                ))
+            }
+        };
         let mut renewed = false;
         loop {
             self.seq += 1;
@@ -197,9 +240,11 @@ impl Client {
                 self.id,
                 self.seq
             );
-            match self.call(method.clone(), &path, value).await? {
-                (StatusCode::OK, body) => {
-                    return Ok(String::from_utf8_lossy(&body).contains("a retry"))
+            let target = (path.as_str(), condition.clone());
+            match self.call_if(method.clone(), target, value).await? {
+                (code @ (StatusCode::OK | StatusCode::PRECONDITION_FAILED), body) => {
+                    let retry = String::from_utf8_lossy(&body).contains("a retry");
+                    return Ok((retry, code == StatusCode::OK));
                 }
                 // The session expired (or its first request was lost): this
                 // copy was refused, and so will every later one under this
@@ -250,12 +295,51 @@ impl Client {
     /// Sets `key` to `value`; `Ok(true)` if the write was a retry that had
     /// already been applied.
     pub async fn put(&mut self, key: &str, value: &[u8]) -> Result<bool, ClientError> {
-        self.write(reqwest::Method::PUT, key, value).await
+        Ok(self.write(reqwest::Method::PUT, key, value, None).await?.0)
     }
 
     /// Removes `key`.
     pub async fn delete(&mut self, key: &str) -> Result<bool, ClientError> {
-        self.write(reqwest::Method::DELETE, key, &[]).await
+        Ok(self.write(reqwest::Method::DELETE, key, &[], None).await?.0)
+    }
+
+    /// Sets `key` to `value` if `expect` holds when the write is applied
+    /// (`Absent`, `Present` or `ModRevision`): `Ok(true)` if it did and
+    /// the value was written, `Ok(false)` if not (`412`). A retry is
+    /// answered as the first attempt was decided.
+    pub async fn put_if(
+        &mut self,
+        key: &str,
+        value: &[u8],
+        expect: &Expect,
+    ) -> Result<bool, ClientError> {
+        let m = reqwest::Method::PUT;
+        Ok(self.write(m, key, value, Some(expect)).await?.1)
+    }
+
+    /// Removes `key` if `expect` holds, as [`Client::put_if`].
+    pub async fn delete_if(&mut self, key: &str, expect: &Expect) -> Result<bool, ClientError> {
+        let m = reqwest::Method::DELETE;
+        Ok(self.write(m, key, &[], Some(expect)).await?.1)
+    }
+
+    /// A linearizable read of `key` and the revision it was last put at.
+    pub async fn get_entry(
+        &mut self,
+        key: &str,
+    ) -> Result<Option<(Vec<u8>, Revision)>, ClientError> {
+        let value = self.get(key, false).await?;
+        match (value, self.last_revision) {
+            (None, _) => Ok(None),
+            (Some(v), Some(r)) => Ok(Some((v, r))),
+            (Some(_), None) => Err(ClientError::Refused("a value without an ETag".into())),
+        }
+    }
+
+    /// The revision the last answer carried: a write's, or the `ETag` of
+    /// a value read.
+    pub fn last_revision(&self) -> Option<Revision> {
+        self.last_revision
     }
 
     /// A linearizable read of `key` (a stale local one if `stale`).

@@ -19,6 +19,41 @@ pub enum Kind {
     Write(Option<Vec<u8>>),
     /// Read the value (`None`: the key was absent).
     Read(Option<Vec<u8>>),
+    /// Compare-and-set: if the value was `expect`, wrote `write`.
+    /// `succeeded` is what the answer said (`None`: no answer — then it may
+    /// have taken effect, if the value was `expect`, or not at all). With
+    /// every value written unique, a comparison of revisions is one of
+    /// values: the key holds the revision read exactly while it holds the
+    /// value read.
+    Cas {
+        /// The value compared with (`None`: the key absent).
+        expect: Option<Vec<u8>>,
+        /// The value written if it held (`None`: the key deleted).
+        write: Option<Vec<u8>>,
+        /// Whether the answer said it held.
+        succeeded: Option<bool>,
+    },
+}
+
+impl Kind {
+    /// Whether the operation may come next with the register at `value`,
+    /// and the value it leaves.
+    fn step(&self, value: &Option<Vec<u8>>) -> Option<Option<Vec<u8>>> {
+        match self {
+            Kind::Write(w) => Some(w.clone()),
+            Kind::Read(r) => (r == value).then(|| value.clone()),
+            Kind::Cas {
+                expect,
+                write,
+                succeeded,
+            } => match succeeded {
+                // Unanswered: placed only where it takes effect (placed
+                // where it fails, it is the same as left out).
+                Some(true) | None => (expect == value).then(|| write.clone()),
+                Some(false) => (expect != value).then(|| value.clone()),
+            },
+        }
+    }
 }
 
 /// One operation on the key.
@@ -108,19 +143,11 @@ pub fn check_bounded(ops: &[Op], budget: u64) -> Verdict {
             if ops[i].invoked > horizon {
                 break;
             }
-            let ok = match &ops[i].kind {
-                Kind::Write(_) => true,
-                Kind::Read(r) => *r == value,
-            };
-            if !ok {
+            let Some(new_value) = ops[i].kind.step(&value) else {
                 continue;
-            }
+            };
             let mut after = placed.clone();
             after[i / 64] |= 1 << (i % 64);
-            let new_value = match &ops[i].kind {
-                Kind::Write(w) => w.clone(),
-                Kind::Read(_) => value.clone(),
-            };
             if seen.insert((after, new_value)) {
                 next = Some(i);
                 break;
@@ -130,8 +157,8 @@ pub fn check_bounded(ops: &[Op], budget: u64) -> Verdict {
             Some(i) => {
                 placed[i / 64] |= 1 << (i % 64);
                 let before = value.clone();
-                if let Kind::Write(w) = &ops[i].kind {
-                    value = w.clone();
+                if let Some(v) = ops[i].kind.step(&value) {
+                    value = v;
                 }
                 if ops[i].completed.is_some() {
                     done_required += 1;
@@ -230,6 +257,69 @@ mod tests {
         assert!(matches!(check_bounded(&h, u64::MAX), Verdict::Violation(_)));
         let ok = [w(0, Some(1), "a"), r(2, 3, Some("a"))];
         assert_eq!(check_bounded(&ok, 10), Verdict::Linearizable);
+    }
+
+    fn cas(
+        invoked: u64,
+        completed: Option<u64>,
+        expect: Option<&str>,
+        v: &str,
+        ok: Option<bool>,
+    ) -> Op {
+        Op {
+            invoked,
+            completed,
+            kind: Kind::Cas {
+                expect: expect.map(|e| e.as_bytes().to_vec()),
+                write: Some(v.as_bytes().to_vec()),
+                succeeded: ok,
+            },
+        }
+    }
+
+    #[test]
+    fn compare_and_set_is_checked() {
+        // Sequential: a CAS from the value read wins; one from an old value fails.
+        let h = [
+            w(0, Some(1), "a"),
+            cas(2, Some(3), Some("a"), "b", Some(true)),
+            cas(4, Some(5), Some("a"), "c", Some(false)),
+            r(6, 7, Some("b")),
+        ];
+        assert!(check(&h).is_ok());
+        // Two concurrent CASes from the same value cannot both win.
+        let both = [
+            w(0, Some(1), "a"),
+            cas(2, Some(10), Some("a"), "b", Some(true)),
+            cas(3, Some(11), Some("a"), "c", Some(true)),
+        ];
+        assert!(check(&both).is_err());
+        // A CAS that says it failed while the value was what it expected.
+        assert!(check(&[
+            w(0, Some(1), "a"),
+            cas(2, Some(3), Some("a"), "b", Some(false))
+        ])
+        .is_err());
+        // A win over an absent key, and a failure once it exists.
+        let h = [
+            cas(0, Some(1), None, "a", Some(true)),
+            cas(2, Some(3), None, "b", Some(false)),
+            r(4, 5, Some("a")),
+        ];
+        assert!(check(&h).is_ok());
+        // Unanswered: either it took effect (only from its expected value) or not.
+        let h = [
+            w(0, Some(1), "a"),
+            cas(2, None, Some("a"), "b", None),
+            r(5, 6, Some("b")),
+        ];
+        assert!(check(&h).is_ok());
+        let h = [
+            w(0, Some(1), "x"),
+            cas(2, None, Some("a"), "b", None),
+            r(5, 6, Some("b")),
+        ];
+        assert!(check(&h).is_err());
     }
 
     #[test]

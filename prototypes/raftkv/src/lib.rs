@@ -10,7 +10,9 @@
 //! | `GET /kv/{key}` | `200` and the value, linearizable (read index: leadership confirmed by a majority, then the state machine caught up; see below); `404` if absent |
 //! | `GET /kv/{key}?stale=true` | the value as applied on this node, without asking anyone |
 //! | `GET /kv?prefix=P` (`&start=K` for the next page), `GET /kv?start=A&end=B` (`end` optional), with `limit=N` (default 1,000, at most 10,000) and `stale=true` | `200` and JSON `{"index", "kvs": [{"key", "value" (base64)}], "next"}`: the keys of the range in order, linearizable unless stale; a page stops at `limit` or about 4 MiB, and `next` is where the range goes on. A page is one snapshot (every entry up to `index`, none after); pages are not one snapshot together (no old versions are kept) |
-//! | `DELETE /kv/{key}` | `200` as for a `PUT` |
+//! | `PUT /kv/{key}` with `If-None-Match: *`, `If-Match: *` or `If-Match: "<revision>"` | `200` as above if, when the write is applied, the key is absent, present, or was last put at that revision; else `412` with `x-raftkv-error: compare-failed`, and nothing written |
+//! | `DELETE /kv/{key}` | `200` as for a `PUT` (conditional with the same headers) |
+//! | `POST /txn` with JSON `{"compare": [{"key", "expect": "absent" \| "present" \| {"mod_revision": R} \| {"value": base64}}], "success": [{"put": {"key", "value"}} \| {"delete": {"key"}}], "failure": [...]}` | `200` and JSON `{"succeeded", "revision", "retry"}`: if every comparison held, the `success` changes were made, else the `failure` ones — one branch, whole, at one revision; at most 64 comparisons and 64 changes a branch, 1 MiB |
 //! | `DELETE /kv?prefix=P`, `DELETE /kv?start=A&end=B` (`end` optional; not empty) | `200` as for a `PUT`: every key of the range removed, in one command of the log |
 //! | `GET /status` | JSON: id, pid, cluster, state, leader, term, last log index, applied index, snapshot index, purged index, voters, learners, the error that stopped Raft if one did, and on the leader each member's matched index |
 //! | `GET /metrics` | Prometheus text: proposals, applied index and apply lag, term, leader changes, log flush latency, snapshot durations and sizes, request latency by route ([`metrics`]) |
@@ -19,6 +21,25 @@
 //! A `200` to a write or a linearizable read carries the header
 //! `x-raftkv-index` ([`api::INDEX_HEADER`]): the log index the write was
 //! applied in, or the read's read index.
+//!
+//! # Revisions and compare-and-set
+//!
+//! Every change has a [`Revision`], like etcd's (main, sub) revision: the
+//! log index of the entry it was applied in and its position in that entry
+//! (`index.sub`, e.g. `812.3`). Revisions increase with every change but
+//! are not dense. Each key keeps the revision it was created at and the one
+//! it was last put at: a `GET` answers them as `x-raftkv-create-revision`
+//! and `ETag: "812.3"`, a range read as `create_revision` and
+//! `mod_revision`, a write as `x-raftkv-revision` (and a `PUT` as its new
+//! `ETag`). A conditional write is a transaction of one comparison and one
+//! change; a transaction's comparisons are evaluated when its entry is
+//! **applied**, against every change before it in the log (those of its
+//! own entry included), never at the API, so of two compare-and-sets from
+//! one revision at most one wins. A retried request (same request id) is
+//! answered as it was decided the first time — its revision, and `412`
+//! again if its comparison failed — from the session, which keeps each
+//! client's last answer. Old values are not kept: there is no read at a
+//! past revision.
 //!
 //! A write may carry a request id, `?client=C&seq=S` (one request at a
 //! time per client): the state machine applies each client's ids once and
@@ -145,8 +166,9 @@ mod types;
 pub use machine::StateMachine;
 pub use node::{Node, NodeOptions};
 pub use types::{
-    check_key, check_value, Applied, BadInput, Batch, Command, NodeId, Raft, RequestId, TypeConfig,
-    Verdict, MAX_KEY, MAX_VALUE,
+    check_key, check_txn, check_value, Applied, BadInput, Batch, Command, Compare, Expect, NodeId,
+    Raft, RequestId, Revision, TxnOp, TypeConfig, Verdict, MAX_KEY, MAX_TXN_BYTES, MAX_TXN_OPS,
+    MAX_VALUE,
 };
 
 use std::future::Future;

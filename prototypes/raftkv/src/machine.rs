@@ -26,7 +26,7 @@
 //! renamed, directory synced) to name it; the old store is removed after.
 //! Memory, at any store size: a chunk or two.
 
-use crate::types::{layout, Applied, Command, NodeId, TypeConfig, Verdict};
+use crate::types::{layout, Applied, NodeId, Revision, TypeConfig};
 use journal_core::sync::Mutex;
 use journal_core::vfs::{OpenOptions, Vfs};
 use kvstore::Store;
@@ -38,8 +38,11 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod apply;
+mod record;
 mod sessions;
 mod snapshot;
+pub use record::KeyMeta;
 use sessions::Sessions;
 pub use snapshot::{SnapshotFile, SNAPSHOT_DIR};
 
@@ -70,6 +73,10 @@ pub enum Error {
     /// The directory's `CURRENT` file, the store's `m/applied` record or a
     /// snapshot is damaged or not raftkv's.
     Corrupt(String),
+    /// The store was written by a raftkv whose store format this one does
+    /// not read (its format; 1 for a store from before revisions). The
+    /// node must be replaced: removed, started empty, added back.
+    OldFormat(u32),
 }
 
 impl std::fmt::Display for Error {
@@ -77,6 +84,11 @@ impl std::fmt::Display for Error {
         match self {
             Error::Store(e) => write!(f, "state machine store: {e}"),
             Error::Corrupt(what) => write!(f, "state machine: {what}"),
+            Error::OldFormat(v) => write!(
+                f,
+                "state machine: store format {v}; this raftkv reads format {} (replace the member: remove it, start it empty, add it back)",
+                layout::FORMAT
+            ),
         }
     }
 }
@@ -85,7 +97,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Store(e) => Some(e),
-            Error::Corrupt(_) => None,
+            Error::Corrupt(_) | Error::OldFormat(_) => None,
         }
     }
 }
@@ -144,8 +156,8 @@ struct Durable {
 /// A page of a range read ([`StateMachine::range`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RangePage {
-    /// Client keys and their values, in key order.
-    pub pairs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Client keys, their values and revisions, in key order.
+    pub pairs: Vec<(Vec<u8>, Vec<u8>, KeyMeta)>,
     /// The first key not in the page, if the range goes on.
     pub next: Option<Vec<u8>>,
     /// The applied index the page reflects.
@@ -248,9 +260,25 @@ fn corrupt(what: impl std::fmt::Display) -> Error {
     Error::Corrupt(what.to_string())
 }
 
-/// Loads what a store holds besides clients' keys.
+/// Loads what a store holds besides clients' keys, once its format is
+/// this build's. A store without a format record is new (no `m/applied`
+/// either) and gets one, or is format 1.
 fn load(store: &Store) -> Result<(AppliedState, Sessions), Error> {
-    let applied = match store.get(layout::APPLIED)? {
+    let applied = store.get(layout::APPLIED)?;
+    match store.get(layout::FORMAT_KEY)? {
+        Some(v) if v == layout::FORMAT.to_le_bytes() => {}
+        Some(v) => {
+            let v = v.try_into().map(u32::from_le_bytes);
+            return Err(v.map_or_else(|_| corrupt("m/format is malformed"), Error::OldFormat));
+        }
+        None if applied.is_some() => return Err(Error::OldFormat(1)),
+        None => {
+            let mut txn = store.transaction();
+            txn.put(layout::FORMAT_KEY, &layout::FORMAT.to_le_bytes());
+            txn.commit_no_wait()?;
+        }
+    }
+    let applied = match applied {
         Some(b) => postcard::from_bytes(&b).map_err(|e| corrupt(format!("m/applied: {e}")))?,
         None => AppliedState::default(),
     };
@@ -266,82 +294,6 @@ fn load(store: &Store) -> Result<(AppliedState, Sessions), Error> {
     let sessions =
         Sessions::load(pairs, clock).ok_or_else(|| corrupt("a session record is malformed"))?;
     Ok((applied, sessions))
-}
-
-/// Adds one command to the batch's transaction, unless its request id
-/// says otherwise ([`Sessions::admit`]); what became of it.
-fn apply_command(
-    sessions: &mut Sessions,
-    txn: &mut kvstore::Transaction<'_>,
-    cmd: Command,
-    bytes: &mut usize,
-) -> Verdict {
-    if let Command::Clock {
-        now_ms,
-        session_ttl_ms,
-    } = cmd
-    {
-        sessions.tick(now_ms, session_ttl_ms, txn);
-        return Verdict::Applied;
-    }
-    let id = match &cmd {
-        Command::Put { id, .. } | Command::Delete { id, .. } => *id,
-        Command::Clock { .. } | Command::DeleteRange { .. } => None,
-    };
-    if let Some(id) = id {
-        let v = sessions.admit(id, txn);
-        if v != Verdict::Applied {
-            return v;
-        }
-    }
-    match cmd {
-        Command::Put { key, value, .. } => {
-            *bytes += value.len();
-            txn.put(&layout::user(&key), &value);
-        }
-        Command::Delete { key, .. } => {
-            txn.delete(&layout::user(&key));
-        }
-        Command::Clock { .. } | Command::DeleteRange { .. } => {}
-    }
-    Verdict::Applied
-}
-
-/// Removes the client keys in `[start, end)`. What the batch applied
-/// before it is committed first (without the applied id: a crash replays
-/// the entry, and every command in it replays to the same state), so the
-/// range's iterator sees it; the keys go in transactions of 1,024, the
-/// last ones in the batch's.
-fn delete_range<'s>(
-    store: &'s Store,
-    sessions: &mut Sessions,
-    txn: &mut kvstore::Transaction<'s>,
-    (start, end): (Vec<u8>, Option<Vec<u8>>),
-    id: Option<crate::types::RequestId>,
-) -> Result<Verdict, Error> {
-    if let Some(id) = id {
-        let v = sessions.admit(id, txn);
-        if v != Verdict::Applied {
-            return Ok(v);
-        }
-    }
-    std::mem::replace(txn, store.transaction()).commit_no_wait()?;
-    let to = end.map_or_else(|| vec![layout::USER + 1], |e| layout::user(&e));
-    let mut keys = Vec::new();
-    for pair in store.range(layout::user(&start)..to)? {
-        keys.push(pair?.0);
-        if keys.len() == 1024 {
-            let mut t = store.transaction();
-            for k in keys.drain(..) {
-                t.delete(&k);
-            }
-            t.commit_no_wait()?;
-        }
-    }
-    for k in keys {
-        txn.delete(&k);
-    }
-    Ok(Verdict::Applied)
 }
 
 impl StateMachine {
@@ -400,8 +352,21 @@ impl StateMachine {
 
     /// The value of a client's key, as applied here.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self.entry(key)?.map(|(v, _)| v))
+    }
+
+    /// The value of a client's key and its revisions, as applied here.
+    pub fn entry(&self, key: &[u8]) -> Result<Option<(Vec<u8>, KeyMeta)>, Error> {
         let store = self.inner.state.lock().store.clone();
-        Ok(store.get(&layout::user(key))?)
+        match store.get(&layout::user(key))? {
+            None => Ok(None),
+            Some(mut v) => {
+                let (meta, _) = record::decode(&v)
+                    .ok_or_else(|| corrupt("a client value without its revision header"))?;
+                v.drain(..record::HEADER);
+                Ok(Some((v, meta)))
+            }
+        }
     }
 
     /// A page of client keys from `start` on, before `end` (`None`: to
@@ -438,8 +403,10 @@ impl StateMachine {
                 page.next = Some(key);
                 break;
             }
-            bytes += key.len() + v.len();
-            page.pairs.push((key, v));
+            let (meta, value) =
+                record::decode(&v).ok_or_else(|| corrupt("a client value without its header"))?;
+            bytes += key.len() + value.len();
+            page.pairs.push((key, value.to_vec(), meta));
         }
         Ok(page)
     }
@@ -532,7 +499,7 @@ impl StateMachine {
         let st = &mut *st;
         let store = st.store.clone();
         let mut out = Vec::with_capacity(entries.len());
-        let mut txn = store.transaction();
+        let mut w = apply::Writer::new(&store);
         let (mut n, mut bytes) = (0, 0);
         let mut total = 0u64;
         for e in entries {
@@ -545,14 +512,13 @@ impl StateMachine {
                     st.applied.membership = StoredMembership::new(Some(e.log_id), m);
                 }
                 EntryPayload::Normal(batch) => {
-                    for cmd in batch.0 {
-                        let v = match cmd {
-                            Command::DeleteRange { start, end, id } => {
-                                let range = (start, end);
-                                delete_range(&store, &mut st.sessions, &mut txn, range, id)?
-                            }
-                            cmd => apply_command(&mut st.sessions, &mut txn, cmd, &mut bytes),
+                    for (sub, cmd) in (0u32..).zip(batch.0) {
+                        let rev = Revision {
+                            index: e.log_id.index,
+                            sub,
                         };
+                        let v =
+                            apply::apply_command(&mut w, &mut st.sessions, cmd, rev, &mut bytes)?;
                         reply.verdicts.push(v);
                     }
                 }
@@ -562,16 +528,15 @@ impl StateMachine {
             n += 1;
             if n == BATCH_ENTRIES || bytes >= BATCH_BYTES {
                 let state = postcard::to_stdvec(&st.applied).map_err(corrupt)?;
-                txn.put(layout::APPLIED, &state);
-                txn.commit_no_wait()?;
-                txn = store.transaction();
+                w.txn().put(layout::APPLIED, &state);
+                w.commit_no_wait()?;
                 (n, bytes) = (0, 0);
             }
         }
         if n > 0 {
             let state = postcard::to_stdvec(&st.applied).map_err(corrupt)?;
-            txn.put(layout::APPLIED, &state);
-            txn.commit_no_wait()?;
+            w.txn().put(layout::APPLIED, &state);
+            w.commit_no_wait()?;
         }
         st.bytes_since_snapshot += total;
         if !st.snapshot_asked && snapshot::due(st) {

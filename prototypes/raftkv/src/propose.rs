@@ -9,7 +9,7 @@
 //! commit at the Raft level, as jbd2 does for a filesystem's handles. A
 //! lone writer pays nothing for it: its entry leaves at once.
 
-use crate::types::{Batch, Command, Raft, Verdict};
+use crate::types::{Batch, Command, Raft, Revision, Verdict};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::BasicNode;
 use std::sync::Arc;
@@ -37,6 +37,8 @@ pub enum Outcome {
     Applied {
         /// The entry's log index.
         index: u64,
+        /// The command's revision (the entry's index, its position in it).
+        revision: Revision,
         /// Applied, a retry, or refused by its session.
         verdict: Verdict,
     },
@@ -60,6 +62,23 @@ fn size(c: &Command) -> usize {
         Command::Delete { key, .. } => key.len(),
         Command::Clock { .. } => 16,
         Command::DeleteRange { start, end, .. } => start.len() + end.as_ref().map_or(0, Vec::len),
+        Command::Txn {
+            compares,
+            success,
+            failure,
+            ..
+        } => {
+            let op = |o: &crate::types::TxnOp| match o {
+                crate::types::TxnOp::Put { key, value } => key.len() + value.len(),
+                crate::types::TxnOp::Delete { key } => key.len(),
+            };
+            let cmp = |c: &crate::types::Compare| match &c.expect {
+                crate::types::Expect::Value(v) => c.key.len() + v.len(),
+                _ => c.key.len() + 12,
+            };
+            compares.iter().map(cmp).sum::<usize>()
+                + success.iter().chain(failure).map(op).sum::<usize>()
+        }
     }
 }
 
@@ -142,6 +161,10 @@ impl Proposer {
                             Ok(resp) => match resp.data.verdicts.get(i) {
                                 Some(&verdict) => Outcome::Applied {
                                     index: resp.log_id.index,
+                                    revision: Revision {
+                                        index: resp.log_id.index,
+                                        sub: u32::try_from(i).unwrap_or(u32::MAX),
+                                    },
                                     verdict,
                                 },
                                 None => Outcome::Failed("the state machine gave no verdict".into()),

@@ -33,7 +33,129 @@ pub struct RequestId {
     pub seq: u64,
 }
 
-/// A write in the Raft log.
+/// A store-wide revision, as etcd's (main, sub) revision: the log index of
+/// the entry a change was applied in and the command's position in that
+/// entry (0 is the entry's [`Command::Clock`]). Every change advances it;
+/// revisions increase but are not dense. Written `index.sub` (`"812.3"`),
+/// which is also how HTTP carries it (`ETag`, `If-Match`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+pub struct Revision {
+    /// The log index of the entry.
+    pub index: u64,
+    /// The command's position in the entry.
+    pub sub: u32,
+}
+
+impl fmt::Display for Revision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.index, self.sub)
+    }
+}
+
+impl std::str::FromStr for Revision {
+    type Err = BadInput;
+
+    /// Parses `index.sub`, quoted or not (an HTTP entity tag is quoted).
+    fn from_str(s: &str) -> Result<Revision, BadInput> {
+        let t = s.trim();
+        let t = t
+            .strip_prefix('"')
+            .and_then(|t| t.strip_suffix('"'))
+            .unwrap_or(t);
+        let (i, sub) = t.split_once('.').ok_or(BadInput::Revision)?;
+        Ok(Revision {
+            index: i.parse().map_err(|_| BadInput::Revision)?,
+            sub: sub.parse().map_err(|_| BadInput::Revision)?,
+        })
+    }
+}
+
+/// What a [`Compare`] expects of its key, as the state machine holds it
+/// when the transaction is applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Expect {
+    /// The key is absent (`If-None-Match: *`).
+    Absent,
+    /// The key is present (`If-Match: *`).
+    Present,
+    /// The key is present and was last changed at this revision
+    /// (`If-Match: "812.3"`).
+    ModRevision(Revision),
+    /// The key is present and holds this value.
+    Value(Vec<u8>),
+}
+
+/// One comparison of a [`Command::Txn`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compare {
+    /// The client's key.
+    pub key: Vec<u8>,
+    /// What it must be.
+    pub expect: Expect,
+}
+
+/// A change a [`Command::Txn`] makes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxnOp {
+    /// Sets `key` to `value`.
+    Put {
+        /// The key.
+        key: Vec<u8>,
+        /// The value.
+        value: Vec<u8>,
+    },
+    /// Removes `key`.
+    Delete {
+        /// The key.
+        key: Vec<u8>,
+    },
+}
+
+/// The most comparisons, and the most changes in each branch, of a
+/// transaction.
+pub const MAX_TXN_OPS: usize = 64;
+/// The most bytes of keys and values a transaction's changes hold.
+pub const MAX_TXN_BYTES: usize = 1 << 20;
+
+/// Checks a transaction from a client: keys and values as for single
+/// writes, at most [`MAX_TXN_OPS`] comparisons and changes per branch,
+/// at most [`MAX_TXN_BYTES`] in all.
+pub fn check_txn(
+    compares: &[Compare],
+    success: &[TxnOp],
+    failure: &[TxnOp],
+) -> Result<(), BadInput> {
+    if compares.len() > MAX_TXN_OPS || success.len() > MAX_TXN_OPS || failure.len() > MAX_TXN_OPS {
+        return Err(BadInput::TxnTooLarge);
+    }
+    let mut bytes = 0usize;
+    for c in compares {
+        check_key(&c.key)?;
+        if let Expect::Value(v) = &c.expect {
+            check_value(v)?;
+            bytes += v.len();
+        }
+        bytes += c.key.len();
+    }
+    for op in success.iter().chain(failure) {
+        let (TxnOp::Put { key, .. } | TxnOp::Delete { key }) = op;
+        check_key(key)?;
+        if let TxnOp::Put { value, .. } = op {
+            check_value(value)?;
+            bytes += value.len();
+        }
+        bytes += key.len();
+    }
+    if bytes > MAX_TXN_BYTES {
+        return Err(BadInput::TxnTooLarge);
+    }
+    Ok(())
+}
+
+/// A write in the Raft log. (Variants are only ever added at the end:
+/// the log holds them by their position.)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     /// Sets `key` to `value`.
@@ -73,6 +195,34 @@ pub enum Command {
         /// The client's request id, if it sent one.
         id: Option<RequestId>,
     },
+    /// A transaction, evaluated when it is applied: if every comparison
+    /// holds, the `success` changes are made, else the `failure` ones;
+    /// either way at the command's one revision, atomically. (A
+    /// conditional `PUT` or `DELETE` is a transaction of one comparison
+    /// and one change.)
+    Txn {
+        /// The comparisons, all of which must hold.
+        compares: Vec<Compare>,
+        /// The changes made if they do, in order.
+        success: Vec<TxnOp>,
+        /// The changes made if one does not, in order.
+        failure: Vec<TxnOp>,
+        /// The client's request id, if it sent one.
+        id: Option<RequestId>,
+    },
+}
+
+impl Command {
+    /// The client's request id the command carries, if any.
+    pub fn request_id(&self) -> Option<RequestId> {
+        match self {
+            Command::Put { id, .. }
+            | Command::Delete { id, .. }
+            | Command::DeleteRange { id, .. }
+            | Command::Txn { id, .. } => *id,
+            Command::Clock { .. } => None,
+        }
+    }
 }
 
 impl fmt::Display for Command {
@@ -89,6 +239,18 @@ impl fmt::Display for Command {
             Command::DeleteRange { start, .. } => {
                 write!(f, "delete from {}", String::from_utf8_lossy(start))
             }
+            Command::Txn {
+                compares,
+                success,
+                failure,
+                ..
+            } => write!(
+                f,
+                "txn ({} compares, {}/{} changes)",
+                compares.len(),
+                success.len(),
+                failure.len()
+            ),
         }
     }
 }
@@ -112,11 +274,20 @@ impl fmt::Display for Batch {
 /// What applying one command did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Verdict {
-    /// Applied (or a clock, which changes only the sessions).
+    /// Applied (or a clock, which changes only the sessions); a
+    /// transaction whose comparisons all held.
     Applied,
+    /// A transaction whose comparisons did not all hold: its `failure`
+    /// changes (if any) were applied instead.
+    CompareFailed,
     /// Its request id is the session's last one: a retry of a request
-    /// applied before; nothing changed this time.
-    Duplicate,
+    /// decided before; nothing changed this time. What was decided then:
+    Duplicate {
+        /// The revision it was applied at.
+        revision: Revision,
+        /// Whether its comparisons held (always, for a plain write).
+        succeeded: bool,
+    },
     /// Its client has no session (never opened — a session opens with
     /// sequence number 1 — or expired): not applied. The client starts a
     /// new session under a new id.
@@ -151,6 +322,11 @@ pub enum BadInput {
     ControlCharacter,
     /// The value is longer than [`MAX_VALUE`].
     ValueTooLong(usize),
+    /// A revision is not `index.sub`.
+    Revision,
+    /// A transaction has more than [`MAX_TXN_OPS`] comparisons or changes
+    /// in a branch, or more than [`MAX_TXN_BYTES`].
+    TxnTooLarge,
 }
 
 impl fmt::Display for BadInput {
@@ -160,6 +336,11 @@ impl fmt::Display for BadInput {
             BadInput::KeyTooLong(n) => write!(f, "the key is {n} bytes; at most {MAX_KEY}"),
             BadInput::ControlCharacter => write!(f, "the key holds a control character"),
             BadInput::ValueTooLong(n) => write!(f, "the value is {n} bytes; at most {MAX_VALUE}"),
+            BadInput::Revision => write!(f, "a revision is INDEX.SUB (as in an ETag)"),
+            BadInput::TxnTooLarge => write!(
+                f,
+                "a transaction has at most {MAX_TXN_OPS} comparisons and {MAX_TXN_OPS} changes per branch, {MAX_TXN_BYTES} bytes in all"
+            ),
         }
     }
 }
@@ -202,6 +383,12 @@ pub(crate) mod layout {
     pub const CLIENT: u8 = b'c';
     /// The key of the log's clock (the last `Clock` applied).
     pub const CLOCK: &[u8] = b"m/clock";
+    /// The key of the store's format (`FORMAT`, a little-endian `u32`).
+    pub const FORMAT_KEY: &[u8] = b"m/format";
+    /// The format this build writes and reads: 2, client values behind a
+    /// revision header (`machine::record`) and sessions with their last
+    /// answer. Format 1 (raw values, no `m/format`) is refused.
+    pub const FORMAT: u32 = 2;
 
     /// The stored key of a client's key.
     pub fn user(key: &[u8]) -> Vec<u8> {

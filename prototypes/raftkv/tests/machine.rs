@@ -8,7 +8,7 @@ use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot};
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
 use raftkv::machine::SnapshotFile;
 use raftkv::Verdict::{Applied, Duplicate, Stale, UnknownSession};
-use raftkv::{Batch, Command, RequestId, StateMachine, TypeConfig};
+use raftkv::{Batch, Command, RequestId, Revision, StateMachine, TypeConfig};
 use std::collections::BTreeMap;
 use std::io::SeekFrom;
 use std::sync::Arc;
@@ -53,7 +53,7 @@ fn expected(applied: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
                 Command::Delete { key, .. } => {
                     m.remove(&key);
                 }
-                Command::Clock { .. } | Command::DeleteRange { .. } => {}
+                Command::Clock { .. } | Command::DeleteRange { .. } | Command::Txn { .. } => {}
             }
         }
     }
@@ -153,7 +153,12 @@ async fn a_retried_request_is_applied_once() {
         .await
         .unwrap();
     assert_eq!(r[0].verdicts, [Applied, Applied, Stale]);
-    assert_eq!(r[1].verdicts, [Duplicate]);
+    // A retry is answered with the first answer: put(2) at entry 1, position 1.
+    let first = Duplicate {
+        revision: Revision { index: 1, sub: 1 },
+        succeeded: true,
+    };
+    assert_eq!(r[1].verdicts, [first]);
     // The late copy of seq 1 did not bring "a" back.
     assert_eq!(sm.get(b"k").unwrap().as_deref(), Some(&b"b"[..]));
     // The table survives a reopen: seq 2 again is a retry, 3 is new.
@@ -164,7 +169,7 @@ async fn a_retried_request_is_applied_once() {
         .apply(vec![entry(3, vec![put(2, "c"), put(3, "d")])])
         .await
         .unwrap();
-    assert_eq!(r[0].verdicts, [Duplicate, Applied]);
+    assert_eq!(r[0].verdicts, [first, Applied]);
     assert_eq!(sm.get(b"k").unwrap().as_deref(), Some(&b"d"[..]));
 }
 
@@ -486,6 +491,6 @@ async fn a_range_delete_sees_the_writes_before_it_in_its_entry() {
     assert_eq!(sm.get(b"x/after").unwrap().as_deref(), Some(&b"v"[..]));
     assert_eq!(sm.get(b"y").unwrap().as_deref(), Some(&b"v"[..]));
     let page = sm.range(b"", None, 10, 1 << 20).unwrap();
-    let keys: Vec<_> = page.pairs.iter().map(|(k, _)| k.as_slice()).collect();
+    let keys: Vec<_> = page.pairs.iter().map(|(k, ..)| k.as_slice()).collect();
     assert_eq!(keys, [&b"x/after"[..], b"y"]);
 }

@@ -2,7 +2,8 @@
 //! read one, `DELETE` with the same bounds removes it (see the crate
 //! docs).
 
-use super::{linearize, text, write, WriteQuery, INDEX_HEADER};
+use super::write::write;
+use super::{linearize, text, WriteQuery, INDEX_HEADER};
 use crate::node::Node;
 use crate::types::Command;
 use axum::extract::{Query, State};
@@ -39,6 +40,10 @@ pub struct KeyValue {
     pub key: String,
     /// The value, in base64 (standard alphabet, padded).
     pub value: String,
+    /// The revision the key was created at (`index.sub`).
+    pub create_revision: String,
+    /// The revision it was last put at.
+    pub mod_revision: String,
 }
 
 /// What `GET /kv?…` answers (JSON).
@@ -138,9 +143,11 @@ pub(super) async fn range(
         kvs: page
             .pairs
             .iter()
-            .map(|(k, v)| KeyValue {
+            .map(|(k, v, meta)| KeyValue {
                 key: String::from_utf8_lossy(k).into_owned(),
                 value: b64.encode(v),
+                create_revision: meta.create.to_string(),
+                mod_revision: meta.modified.to_string(),
             })
             .collect(),
         next: page.next.map(|k| String::from_utf8_lossy(&k).into_owned()),

@@ -140,6 +140,16 @@ fn keep(out: &Path, name: &str, r: &Report) {
             let what = match &o.kind {
                 Kind::Write(v) => format!("write {}", show(v)),
                 Kind::Read(v) => format!("read {}", show(v)),
+                Kind::Cas {
+                    expect,
+                    write,
+                    succeeded,
+                } => format!(
+                    "cas {} -> {} {}",
+                    show(expect),
+                    show(write),
+                    succeeded.map_or("unknown", |s| if s { "won" } else { "lost" })
+                ),
             };
             let done = o.completed.map_or("null".into(), |c| c.to_string());
             text.push_str(&format!("{} {done} {what}\n", o.invoked));
@@ -341,10 +351,10 @@ pub(super) struct Checked {
 pub(super) fn check_all(recs: &[Rec], budget: u64) -> Checked {
     let mut by_key: BTreeMap<u32, Vec<Op>> = BTreeMap::new();
     for r in recs {
-        // A read without an answer says nothing; a write without one may
-        // or may not have happened (completed is None).
+        // A read without an answer says nothing; a write or a CAS without
+        // one may or may not have happened (completed is None).
         let answered_read = matches!(r.op.kind, Kind::Read(_)) && !r.failed;
-        if answered_read || matches!(r.op.kind, Kind::Write(_)) {
+        if answered_read || matches!(r.op.kind, Kind::Write(_) | Kind::Cas { .. }) {
             by_key.entry(r.key).or_default().push(r.op.clone());
         }
     }

@@ -1,9 +1,12 @@
 //! Closed-loop clients over many keys, every operation recorded for the
-//! checker: unique values, half puts and half linearizable reads, each
-//! client on its own fixed-seed sequence.
+//! checker: unique values; half puts, a quarter linearizable reads, a
+//! quarter reads each followed by a compare-and-set from the revision
+//! read (`If-Match`, or `If-None-Match: *` on an absent key); each client
+//! on its own fixed-seed sequence.
 
 use crate::client::{Client, ClientError};
 use crate::history::{Kind, Op};
+use crate::types::{Expect, Revision};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -85,12 +88,16 @@ pub async fn client(
                 failed: !ok,
             });
         } else {
-            let (kind, completed, failed) = match c.get(&name, false).await {
-                Ok(v) => (Kind::Read(v), Some(now()), false),
+            let (kind, completed, failed) = match c.get_entry(&name).await {
+                Ok(v) => (Kind::Read(v.clone().map(|(v, _)| v)), Some(now()), false),
                 Err(ClientError::Unknown(_) | ClientError::Refused(_)) => {
                     (Kind::Read(None), Some(now()), true)
                 }
             };
+            let read = (!failed).then(|| match &kind {
+                Kind::Read(v) => v.clone().map(|v| (v, c.last_revision())),
+                _ => None,
+            });
             out.push(Rec {
                 key,
                 op: Op {
@@ -100,9 +107,49 @@ pub async fn client(
                 },
                 failed,
             });
+            if let Some(read) = read.filter(|_| (x >> 33).is_multiple_of(2)) {
+                n += 1;
+                if let Some(rec) = cas(&mut c, key, read, format!("c{id}-{n}"), base).await {
+                    out.push(rec);
+                }
+            }
         }
     }
     out
+}
+
+/// A compare-and-set of key `key` from what a read found (its value and
+/// revision; `None`: absent) to `value`, recorded; none if the read had
+/// no revision.
+async fn cas(
+    c: &mut Client,
+    key: u32,
+    read: Option<(Vec<u8>, Option<Revision>)>,
+    value: String,
+    base: Instant,
+) -> Option<Rec> {
+    let now = || base.elapsed().as_nanos() as u64;
+    let invoked = now();
+    let (expect, cond) = match read {
+        None => (None, Expect::Absent),
+        Some((v, Some(r))) => (Some(v), Expect::ModRevision(r)),
+        Some((_, None)) => return None,
+    };
+    let value = value.into_bytes();
+    let r = c.put_if(&key_name(key), &value, &cond).await;
+    Some(Rec {
+        key,
+        op: Op {
+            invoked,
+            completed: r.is_ok().then(now),
+            kind: Kind::Cas {
+                expect,
+                write: Some(value),
+                succeeded: r.as_ref().ok().copied(),
+            },
+        },
+        failed: r.is_err(),
+    })
 }
 
 /// Linearizable reads of keys `0..keys`, all at once, at `endpoint`

@@ -9,18 +9,35 @@
 //! number again is a retry (not applied again, answered as applied
 //! before); a lower one is stale (a late copy, or an id used twice), and
 //! a client unknown with `seq > 1` has lost its session: both are refused,
-//! never applied. Each session is a store key (`c` + client id: the last
-//! sequence number and the last activity, 8 bytes each, little-endian),
-//! so snapshots carry the table.
+//! never applied. A retry is answered with what was decided the first
+//! time (the revision and whether its comparisons held), as the Raft
+//! dissertation's sessions keep each client's last response. Each session
+//! is a store key (`c` + client id, big-endian) holding 29 bytes,
+//! little-endian: the last sequence number (8), the last activity (8),
+//! the last answer's revision (index 8, position 4) and whether its
+//! comparisons held (1: 0 or 1), so snapshots carry the table.
 
-use crate::types::{layout, RequestId, Verdict};
+use crate::types::{layout, RequestId, Revision, Verdict};
 use std::collections::{BTreeSet, HashMap};
+
+/// One client's session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Session {
+    /// The last sequence number decided.
+    seq: u64,
+    /// The last activity, by the log's clock (ms).
+    at: u64,
+    /// The revision the last request was decided at.
+    revision: Revision,
+    /// Whether its comparisons held.
+    succeeded: bool,
+}
 
 /// The sessions, and the log's clock.
 #[derive(Debug, Default)]
 pub(super) struct Sessions {
-    /// Client id to (last sequence number, last activity in ms).
-    by_id: HashMap<u64, (u64, u64)>,
+    /// Client id to its session.
+    by_id: HashMap<u64, Session>,
     /// (last activity, client id), oldest first: what expires next.
     by_time: BTreeSet<(u64, u64)>,
     /// The log's clock: the latest `Clock` applied (ms).
@@ -39,8 +56,7 @@ impl Sessions {
         };
         for (k, v) in pairs {
             let id = u64::from_be_bytes(k.get(1..9).filter(|_| k.len() == 9)?.try_into().ok()?);
-            let (seq, at) = decode(&v)?;
-            s.insert(id, seq, at);
+            s.insert(id, decode(&v)?);
         }
         Some(s)
     }
@@ -50,11 +66,11 @@ impl Sessions {
         self.by_id.len()
     }
 
-    fn insert(&mut self, id: u64, seq: u64, at: u64) {
-        if let Some((_, old)) = self.by_id.insert(id, (seq, at)) {
-            self.by_time.remove(&(old, id));
+    fn insert(&mut self, id: u64, session: Session) {
+        if let Some(old) = self.by_id.insert(id, session) {
+            self.by_time.remove(&(old.at, id));
         }
-        self.by_time.insert((at, id));
+        self.by_time.insert((session.at, id));
     }
 
     /// Advances the clock to `now` (never back) and expires the sessions
@@ -73,39 +89,99 @@ impl Sessions {
         txn.put(layout::CLOCK, &self.clock.to_le_bytes());
     }
 
-    /// Decides a request id, and records it in `txn` if it is applied.
-    pub(super) fn admit(&mut self, id: RequestId, txn: &mut kvstore::Transaction<'_>) -> Verdict {
-        let last = self.by_id.get(&id.client).map(|&(last, _)| last);
-        let verdict = match last {
-            None if id.seq == 1 => Verdict::Applied,
-            None => return Verdict::UnknownSession,
-            Some(last) if id.seq > last => Verdict::Applied,
-            Some(last) if id.seq == last => Verdict::Duplicate,
-            Some(_) => return Verdict::Stale,
+    /// Decides a request id: `Ok` if the request is to be applied now
+    /// (then [`Sessions::record`] its answer), else the verdict to answer
+    /// with — a retry's carries the first answer, and refreshes the
+    /// session in `txn` (its client is active).
+    pub(super) fn admit(
+        &mut self,
+        id: RequestId,
+        txn: &mut kvstore::Transaction<'_>,
+    ) -> Result<(), Verdict> {
+        match self.by_id.get(&id.client).copied() {
+            None if id.seq == 1 => Ok(()),
+            None => Err(Verdict::UnknownSession),
+            Some(s) if id.seq > s.seq => Ok(()),
+            Some(s) if id.seq == s.seq => {
+                let s = Session {
+                    at: self.clock,
+                    ..s
+                };
+                self.insert(id.client, s);
+                txn.put(&layout::client(id.client), &encode(s));
+                Err(Verdict::Duplicate {
+                    revision: s.revision,
+                    succeeded: s.succeeded,
+                })
+            }
+            Some(_) => Err(Verdict::Stale),
+        }
+    }
+
+    /// Records the answer to a request [`Sessions::admit`] let through.
+    pub(super) fn record(
+        &mut self,
+        id: RequestId,
+        revision: Revision,
+        succeeded: bool,
+        txn: &mut kvstore::Transaction<'_>,
+    ) {
+        let s = Session {
+            seq: id.seq,
+            at: self.clock,
+            revision,
+            succeeded,
         };
-        // (A duplicate's seq is the session's last.)
-        let seq = id.seq;
-        // A retry refreshes the session too: its client is active.
-        self.insert(id.client, seq, self.clock);
-        txn.put(&layout::client(id.client), &encode(seq, self.clock));
-        verdict
+        self.insert(id.client, s);
+        txn.put(&layout::client(id.client), &encode(s));
     }
 }
 
-fn encode(seq: u64, at: u64) -> [u8; 16] {
-    let mut v = [0u8; 16];
-    v[..8].copy_from_slice(&seq.to_le_bytes());
-    v[8..].copy_from_slice(&at.to_le_bytes());
+fn encode(s: Session) -> [u8; 29] {
+    let mut v = [0u8; 29];
+    v[..8].copy_from_slice(&s.seq.to_le_bytes());
+    v[8..16].copy_from_slice(&s.at.to_le_bytes());
+    v[16..24].copy_from_slice(&s.revision.index.to_le_bytes());
+    v[24..28].copy_from_slice(&s.revision.sub.to_le_bytes());
+    v[28] = u8::from(s.succeeded);
     v
 }
 
-/// A session's stored value: 16 bytes (sequence number, last activity),
-/// or 8 (a store from before sessions expired: activity 0).
-pub(super) fn decode(v: &[u8]) -> Option<(u64, u64)> {
-    let u = |b: &[u8]| b.try_into().ok().map(u64::from_le_bytes);
-    match v.len() {
-        8 => Some((u(v)?, 0)),
-        16 => Some((u(&v[..8])?, u(&v[8..])?)),
-        _ => None,
+/// A session's stored value (29 bytes), checked.
+pub(super) fn decode(v: &[u8]) -> Option<Session> {
+    let v: &[u8; 29] = v.try_into().ok()?;
+    let u = |r: std::ops::Range<usize>| v.get(r)?.try_into().ok().map(u64::from_le_bytes);
+    Some(Session {
+        seq: u(0..8)?,
+        at: u(8..16)?,
+        revision: Revision {
+            index: u(16..24)?,
+            sub: u32::from_le_bytes(v.get(24..28)?.try_into().ok()?),
+        },
+        succeeded: match v[28] {
+            0 => false,
+            1 => true,
+            _ => return None,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_round_trips_and_a_malformed_one_is_refused() {
+        let s = Session {
+            seq: 9,
+            at: 1_700_000_000_000,
+            revision: Revision { index: 44, sub: 3 },
+            succeeded: false,
+        };
+        assert_eq!(decode(&encode(s)), Some(s));
+        let mut bad = encode(s);
+        bad[28] = 2;
+        assert_eq!(decode(&bad), None);
+        assert_eq!(decode(&encode(s)[..16]), None);
     }
 }

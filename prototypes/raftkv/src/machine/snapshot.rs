@@ -26,7 +26,7 @@ use tokio::io::{AsyncRead, AsyncSeek, AsyncWrite, ReadBuf};
 /// The directory of snapshot files inside a state machine's directory.
 pub const SNAPSHOT_DIR: &str = "snapshots";
 const MAGIC: &[u8; 4] = b"RKS1";
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
 /// Bytes of the fixed header before the meta.
 const HEADER: usize = 16;
 /// Bytes of the meta at most.
@@ -385,9 +385,15 @@ pub(super) fn due(st: &State) -> bool {
 /// Whether `(k, v)` is a pair raftkv's store can hold.
 fn ours(k: &[u8], v: &[u8]) -> bool {
     let key_ok = match k.first() {
-        Some(&layout::USER) => crate::types::check_key(&k[1..]).is_ok(),
+        Some(&layout::USER) => {
+            crate::types::check_key(&k[1..]).is_ok() && super::record::decode(v).is_some()
+        }
         Some(&layout::CLIENT) => k.len() == 9 && sessions::decode(v).is_some(),
-        Some(b'm') => k == layout::APPLIED || (k == layout::CLOCK && v.len() == 8),
+        Some(b'm') => {
+            k == layout::APPLIED
+                || (k == layout::CLOCK && v.len() == 8)
+                || (k == layout::FORMAT_KEY && v == layout::FORMAT.to_le_bytes())
+        }
         _ => false,
     };
     key_ok && v.len() <= kvstore::MAX_VALUE

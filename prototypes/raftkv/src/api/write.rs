@@ -1,0 +1,365 @@
+//! Writes: `PUT` and `DELETE /kv/{key}`, conditional on `If-Match` /
+//! `If-None-Match`, and `POST /txn` (see the crate docs).
+
+use super::{
+    busy, key_bytes, redirect, text, WriteQuery, ERROR_HEADER, INDEX_HEADER, REQUEST_TIMEOUT,
+    SESSION_STALE, SESSION_UNKNOWN,
+};
+use crate::node::Node;
+use crate::propose::Outcome;
+use crate::types::{check_txn, check_value, Command, Compare, Expect, Revision, TxnOp, Verdict};
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// The header on the answer to a write: the revision it was applied at
+/// (`index.sub`); on a retry, the revision of its first application.
+pub const REVISION_HEADER: &str = "x-raftkv-revision";
+/// The [`ERROR_HEADER`] of a `412`: a comparison did not hold.
+pub const COMPARE_FAILED: &str = "compare-failed";
+
+/// How a write was decided, once it was.
+struct Decided {
+    index: u64,
+    revision: Revision,
+    succeeded: bool,
+    retry: bool,
+}
+
+/// Proposes `cmd` and waits until it is decided; the answer to send if it
+/// was not (a redirect, `503`, `409` from its session).
+async fn decide(node: &Node, cmd: Command, uri: &Uri) -> Result<Decided, Response> {
+    let r = tokio::time::timeout(REQUEST_TIMEOUT, node.proposer.propose(cmd)).await;
+    let (index, revision, verdict) = match r {
+        Err(_) => {
+            return Err(text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no majority answered in time: the write may or may not take effect",
+            ))
+        }
+        Ok(Outcome::Applied {
+            index,
+            revision,
+            verdict,
+        }) => (index, revision, verdict),
+        Ok(Outcome::Forward(leader)) => return Err(redirect(leader.as_ref(), uri)),
+        Ok(Outcome::Failed(e)) => return Err(text(StatusCode::SERVICE_UNAVAILABLE, e)),
+        Ok(Outcome::Busy) => return Err(busy("too many writes waiting: the write was not taken")),
+    };
+    let refused = |msg: &str, e: &'static str| {
+        let mut r = text(StatusCode::CONFLICT, msg);
+        r.headers_mut().insert(INDEX_HEADER, index.into());
+        r.headers_mut()
+            .insert(ERROR_HEADER, HeaderValue::from_static(e));
+        r
+    };
+    let d = |revision, succeeded, retry| Decided {
+        index,
+        revision,
+        succeeded,
+        retry,
+    };
+    match verdict {
+        Verdict::Applied => Ok(d(revision, true, false)),
+        Verdict::CompareFailed => Ok(d(revision, false, false)),
+        Verdict::Duplicate {
+            revision,
+            succeeded,
+        } => Ok(d(revision, succeeded, true)),
+        Verdict::UnknownSession => Err(refused(
+            "the client has no session (expired, or never opened: a session opens with seq=1): not applied",
+            SESSION_UNKNOWN,
+        )),
+        Verdict::Stale => Err(refused(
+            "the sequence number is below the session's last (a late copy, or a client id used twice): not applied",
+            SESSION_STALE,
+        )),
+    }
+}
+
+/// Proposes a `PUT` or `DELETE` and answers: `200` with the revision, or
+/// `412` if its condition did not hold.
+pub(super) async fn write(node: &Node, cmd: Command, uri: &Uri) -> Response {
+    let d = match decide(node, cmd, uri).await {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    let retry = if d.retry {
+        " (a retry: applied before)"
+    } else {
+        ""
+    };
+    let mut r = if d.succeeded {
+        text(
+            StatusCode::OK,
+            format!("ok, revision {}{retry}", d.revision),
+        )
+    } else {
+        let mut r = text(
+            StatusCode::PRECONDITION_FAILED,
+            format!(
+                "the condition did not hold at revision {}{retry}: not applied",
+                d.revision
+            ),
+        );
+        r.headers_mut()
+            .insert(ERROR_HEADER, HeaderValue::from_static(COMPARE_FAILED));
+        r
+    };
+    r.headers_mut().insert(INDEX_HEADER, d.index.into());
+    if let Ok(v) = HeaderValue::from_str(&d.revision.to_string()) {
+        r.headers_mut().insert(REVISION_HEADER, v);
+    }
+    r
+}
+
+/// The condition of a `PUT` or `DELETE` on `key`: `If-Match: *`,
+/// `If-Match: "<revision>"` or `If-None-Match: *`.
+fn condition(headers: &HeaderMap, key: &[u8]) -> Result<Option<Compare>, Response> {
+    let get = |h| headers.get(h).map(|v| v.to_str().unwrap_or("\u{0}").trim());
+    let expect = match (get(header::IF_MATCH), get(header::IF_NONE_MATCH)) {
+        (None, None) => return Ok(None),
+        (Some("*"), None) => Expect::Present,
+        (Some(r), None) => Expect::ModRevision(
+            r.parse()
+                .map_err(|e: crate::BadInput| text(StatusCode::BAD_REQUEST, e.to_string()))?,
+        ),
+        (None, Some("*")) => Expect::Absent,
+        _ => {
+            return Err(text(
+                StatusCode::BAD_REQUEST,
+                "a condition is If-Match: * or If-Match: \"<revision>\", or If-None-Match: *",
+            ))
+        }
+    };
+    Ok(Some(Compare {
+        key: key.to_vec(),
+        expect,
+    }))
+}
+
+/// A write, conditional if `headers` say so: a [`Command::Txn`] of the
+/// condition and the change.
+fn conditional(cond: Option<Compare>, op: TxnOp, id: Option<crate::RequestId>) -> Command {
+    match (cond, op) {
+        (None, TxnOp::Put { key, value }) => Command::Put { key, value, id },
+        (None, TxnOp::Delete { key }) => Command::Delete { key, id },
+        (Some(c), op) => Command::Txn {
+            compares: vec![c],
+            success: vec![op],
+            failure: Vec::new(),
+            id,
+        },
+    }
+}
+
+/// `PUT /kv/{key}`.
+pub(super) async fn put(
+    State(node): State<Arc<Node>>,
+    Path(key): Path<String>,
+    Query(q): Query<WriteQuery>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Bytes,
+) -> Response {
+    let (key, id) = match (key_bytes(&key), q.id()) {
+        (Ok(k), Ok(id)) => (k, id),
+        (Err(r), _) | (_, Err(r)) => return r,
+    };
+    if let Err(e) = check_value(&body) {
+        return text(StatusCode::BAD_REQUEST, e.to_string());
+    }
+    let cond = match condition(&headers, &key) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let op = TxnOp::Put {
+        key,
+        value: body.to_vec(),
+    };
+    let mut r = write(&node, conditional(cond, op, id), &uri).await;
+    // A put's revision is the key's new modification revision: its ETag.
+    if r.status() == StatusCode::OK {
+        if let Some(v) = r.headers().get(REVISION_HEADER).cloned() {
+            if let Ok(tag) = HeaderValue::from_str(&format!("\"{}\"", v.to_str().unwrap_or(""))) {
+                r.headers_mut().insert(header::ETAG, tag);
+            }
+        }
+    }
+    r
+}
+
+/// `DELETE /kv/{key}`.
+pub(super) async fn delete(
+    State(node): State<Arc<Node>>,
+    Path(key): Path<String>,
+    Query(q): Query<WriteQuery>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
+    let (key, id) = match (key_bytes(&key), q.id()) {
+        (Ok(k), Ok(id)) => (k, id),
+        (Err(r), _) | (_, Err(r)) => return r,
+    };
+    let cond = match condition(&headers, &key) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    write(&node, conditional(cond, TxnOp::Delete { key }, id), &uri).await
+}
+
+/// What a comparison of `POST /txn` expects (JSON: `"absent"`,
+/// `"present"`, `{"mod_revision": "812.3"}`, `{"value": "<base64>"}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TxnExpect {
+    /// The key is absent.
+    Absent,
+    /// The key is present.
+    Present,
+    /// The key was last changed at this revision.
+    ModRevision(String),
+    /// The key holds this value (base64).
+    Value(String),
+}
+
+/// A comparison of `POST /txn`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnCompare {
+    /// The key.
+    pub key: String,
+    /// What it must be.
+    pub expect: TxnExpect,
+}
+
+/// A change of `POST /txn` (JSON: `{"put": {"key", "value" (base64)}}`
+/// or `{"delete": {"key"}}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TxnChange {
+    /// Sets a key.
+    Put {
+        /// The key.
+        key: String,
+        /// The value, in base64.
+        value: String,
+    },
+    /// Removes a key.
+    Delete {
+        /// The key.
+        key: String,
+    },
+}
+
+/// The body of `POST /txn`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TxnRequest {
+    /// Comparisons that must all hold.
+    #[serde(default)]
+    pub compare: Vec<TxnCompare>,
+    /// Changes made if they do.
+    #[serde(default)]
+    pub success: Vec<TxnChange>,
+    /// Changes made if one does not.
+    #[serde(default)]
+    pub failure: Vec<TxnChange>,
+}
+
+/// What `POST /txn` answers (JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnReply {
+    /// Whether every comparison held (the `success` changes were made).
+    pub succeeded: bool,
+    /// The revision the transaction was applied at.
+    pub revision: String,
+    /// A retry of a transaction decided before: this is its first answer.
+    pub retry: bool,
+}
+
+/// The command of a `POST /txn` body.
+fn txn_command(req: TxnRequest, id: Option<crate::RequestId>) -> Result<Command, String> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let bytes = |s: String| -> Result<Vec<u8>, String> {
+        b64.decode(s)
+            .map_err(|e| format!("a value is not base64: {e}"))
+    };
+    let mut compares = Vec::with_capacity(req.compare.len().min(crate::MAX_TXN_OPS + 1));
+    for c in req.compare {
+        let expect = match c.expect {
+            TxnExpect::Absent => Expect::Absent,
+            TxnExpect::Present => Expect::Present,
+            TxnExpect::ModRevision(r) => {
+                Expect::ModRevision(r.parse().map_err(|e: crate::BadInput| e.to_string())?)
+            }
+            TxnExpect::Value(v) => Expect::Value(bytes(v)?),
+        };
+        compares.push(Compare {
+            key: c.key.into_bytes(),
+            expect,
+        });
+    }
+    let ops = |changes: Vec<TxnChange>| -> Result<Vec<TxnOp>, String> {
+        changes
+            .into_iter()
+            .map(|c| match c {
+                TxnChange::Put { key, value } => Ok(TxnOp::Put {
+                    key: key.into_bytes(),
+                    value: bytes(value)?,
+                }),
+                TxnChange::Delete { key } => Ok(TxnOp::Delete {
+                    key: key.into_bytes(),
+                }),
+            })
+            .collect()
+    };
+    let (success, failure) = (ops(req.success)?, ops(req.failure)?);
+    check_txn(&compares, &success, &failure).map_err(|e| e.to_string())?;
+    Ok(Command::Txn {
+        compares,
+        success,
+        failure,
+        id,
+    })
+}
+
+/// `POST /txn` (with an optional request id): `200` and a [`TxnReply`]
+/// once applied, whether its comparisons held or not.
+pub(super) async fn txn(
+    State(node): State<Arc<Node>>,
+    Query(q): Query<WriteQuery>,
+    uri: Uri,
+    body: Bytes,
+) -> Response {
+    let id = match q.id() {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    let cmd = serde_json::from_slice::<TxnRequest>(&body)
+        .map_err(|e| format!("not a transaction: {e}"))
+        .and_then(|req| txn_command(req, id));
+    let cmd = match cmd {
+        Ok(c) => c,
+        Err(e) => return text(StatusCode::BAD_REQUEST, e),
+    };
+    match decide(&node, cmd, &uri).await {
+        Ok(d) => {
+            let reply = TxnReply {
+                succeeded: d.succeeded,
+                revision: d.revision.to_string(),
+                retry: d.retry,
+            };
+            let mut r = Json(reply).into_response();
+            r.headers_mut().insert(INDEX_HEADER, d.index.into());
+            if let Ok(v) = HeaderValue::from_str(&d.revision.to_string()) {
+                r.headers_mut().insert(REVISION_HEADER, v);
+            }
+            r
+        }
+        Err(r) => r,
+    }
+}
