@@ -280,7 +280,9 @@ fn run_seed(seed: u64) -> u64 {
                     CrashPolicy::DropUnsynced => CrashPolicy::TornSectors {
                         seed: rng.next_u64(),
                     },
-                    CrashPolicy::TornSectors { .. } => CrashPolicy::DropUnsynced,
+                    CrashPolicy::TornSectors { .. } | CrashPolicy::ProcessOnly => {
+                        CrashPolicy::DropUnsynced
+                    }
                 };
                 break (
                     snapshot,

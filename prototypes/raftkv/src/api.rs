@@ -24,8 +24,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod range;
+mod watch;
 mod write;
 pub use range::{KeyValue, RangeReply, RANGE_BYTES, RANGE_LIMIT};
+pub use watch::{WatchLine, MAX_WATCHERS};
 pub use write::{
     TxnChange, TxnCompare, TxnExpect, TxnReply, TxnRequest, COMPARE_FAILED, REVISION_HEADER,
 };
@@ -81,6 +83,8 @@ pub fn router(node: Arc<Node>) -> Router {
         .layer(axum::middleware::from_fn_with_state(node.clone(), bounded))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
+        // Long-lived: bounded by its own limit, not the requests'.
+        .route("/watch", get(watch::watch))
         .merge(raft)
         .layer(axum::middleware::from_fn_with_state(node.clone(), timed));
     #[cfg(feature = "failpoints")]

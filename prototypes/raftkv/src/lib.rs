@@ -14,6 +14,7 @@
 //! | `DELETE /kv/{key}` | `200` as for a `PUT` (conditional with the same headers) |
 //! | `POST /txn` with JSON `{"compare": [{"key", "expect": "absent" \| "present" \| {"mod_revision": R} \| {"value": base64}}], "success": [{"put": {"key", "value"}} \| {"delete": {"key"}}], "failure": [...]}` | `200` and JSON `{"succeeded", "revision", "retry"}`: if every comparison held, the `success` changes were made, else the `failure` ones — one branch, whole, at one revision; at most 64 comparisons and 64 changes a branch, 1 MiB |
 //! | `DELETE /kv?prefix=P`, `DELETE /kv?start=A&end=B` (`end` optional; not empty) | `200` as for a `PUT`: every key of the range removed, in one command of the log |
+//! | `GET /watch?prefix=P&from=REV` (or `&after=POS`; `prefix` optional) | `200` and a stream of NDJSON lines, one per change of a key under `P`: `{"pos", "revision", "kind": "put" \| "delete", "key", "value" (base64, puts)}`, every change at or after revision `REV` (or after the event at position `POS`; by default from the next entry applied), in order, then the new ones as they are applied; `410` with `{"error": "compacted", "first"}` if the history no longer holds the start. A stream that falls behind the history ends with such a line |
 //! | `GET /status` | JSON: id, pid, cluster, state, leader, term, last log index, applied index, snapshot index, purged index, voters, learners, the error that stopped Raft if one did, and on the leader each member's matched index |
 //! | `GET /metrics` | Prometheus text: proposals, applied index and apply lag, term, leader changes, log flush latency, snapshot durations and sizes, request latency by route ([`metrics`]) |
 //! | `POST /members` with `{"op":"add","id":4,"addr":"127.0.0.1:7004"}`, `{"op":"promote","id":4}` or `{"op":"remove","id":3}` | `200` once the change is committed (an added learner has caught up) |
@@ -72,6 +73,24 @@
 //! before it was proposed is dropped, never applied. A Raft append whose
 //! body would pass [`network::MAX_RPC_BODY`] is refused to openraft as
 //! `PayloadTooLarge`, which splits the batch.
+//!
+//! # Watch
+//!
+//! Every change the state machine applies is also written, in the same
+//! store transaction, into its history: an event keyed by its position
+//! (`index.sub.n`: the revision, and the event's number among that
+//! revision's changes). So the history is the same on every replica,
+//! survives restarts and travels in snapshots, and a watcher may read it
+//! from any node and resume on any other with `after=` the last position
+//! it saw — every change exactly once, in order. A node serves the events
+//! it has applied: a follower's stream may lag the leader's. The history
+//! keeps about the newest `serve --watch-history` events (default
+//! 100,000), compacted at each batch commit; a start before what it holds
+//! is `410`, as is, mid-stream, a watcher that fell that far behind. A
+//! stream holds no events in memory beyond one page (256): a slow reader
+//! only slows its own stream. A node serves at most
+//! [`api::MAX_WATCHERS`] streams at once (`503` beyond), and ends them when
+//! it stops. Deleting a key that is absent makes no event.
 //!
 //! # What is durable when a `PUT` returns
 //!
@@ -210,6 +229,7 @@ pub async fn serve(
     });
     let fatal = Arc::new(std::sync::Mutex::new(None::<String>));
     let seen = fatal.clone();
+    let stopping = node.clone();
     let until = async move {
         tokio::select! {
             _ = stop => {}
@@ -221,6 +241,8 @@ pub async fn serve(
                 }
             }
         }
+        // Open watch streams end: the graceful shutdown waits for them.
+        stopping.stopping.send_replace(true);
     };
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(until)

@@ -26,7 +26,7 @@
 //! renamed, directory synced) to name it; the old store is removed after.
 //! Memory, at any store size: a chunk or two.
 
-use crate::types::{layout, Applied, NodeId, Revision, TypeConfig};
+use crate::types::{layout, Applied, NodeId, TypeConfig};
 use journal_core::sync::Mutex;
 use journal_core::vfs::{OpenOptions, Vfs};
 use kvstore::Store;
@@ -39,9 +39,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod apply;
+mod events;
 mod record;
 mod sessions;
 mod snapshot;
+pub use events::{Change, Event, EventPage, Position, DEFAULT_RETENTION};
 pub use record::KeyMeta;
 use sessions::Sessions;
 pub use snapshot::{SnapshotFile, SNAPSHOT_DIR};
@@ -62,6 +64,26 @@ type Meta = SnapshotMeta<NodeId, BasicNode>;
 struct AppliedState {
     log_id: Option<LogId<NodeId>>,
     membership: Membership,
+    /// How far into the entry after `log_id` the store holds, if a range
+    /// delete committed it in parts (`apply.rs`).
+    partial: Option<Partial>,
+}
+
+/// An entry applied in part: a range delete too large for one store
+/// transaction commits as it goes, each commit recording this, so a crash
+/// replays the entry from exactly where it stopped — never a command
+/// twice (a comparison evaluated again against its own effects could
+/// decide otherwise), never an event twice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Partial {
+    /// The entry's log index.
+    index: u64,
+    /// The range delete in progress: the commands before it are applied.
+    sub: u32,
+    /// The stored key it goes on from.
+    resume: Vec<u8>,
+    /// Its next event number.
+    n: u32,
 }
 
 /// Why the state machine failed.
@@ -120,6 +142,10 @@ struct State {
     applied: AppliedState,
     /// The client sessions (mirrors the `c` keys) and the log's clock.
     sessions: Sessions,
+    /// The watch history's count and horizon (mirrors `m/history`).
+    history: events::History,
+    /// Events the history keeps, about.
+    retention: u64,
     /// The current snapshot and its file.
     snapshot: Option<(Meta, PathBuf)>,
     snapshots_built: u64,
@@ -144,6 +170,8 @@ struct Inner {
     durable: tokio::sync::watch::Sender<Durable>,
     /// Told when a snapshot is due by the byte policy.
     snapshot_due: tokio::sync::Notify,
+    /// The last applied index, for watchers waiting for events.
+    applied_index: tokio::sync::watch::Sender<u64>,
 }
 
 /// The last log index the store holds durably, or why it never will.
@@ -263,7 +291,7 @@ fn corrupt(what: impl std::fmt::Display) -> Error {
 /// Loads what a store holds besides clients' keys, once its format is
 /// this build's. A store without a format record is new (no `m/applied`
 /// either) and gets one, or is format 1.
-fn load(store: &Store) -> Result<(AppliedState, Sessions), Error> {
+fn load(store: &Store) -> Result<(AppliedState, Sessions, events::History), Error> {
     let applied = store.get(layout::APPLIED)?;
     match store.get(layout::FORMAT_KEY)? {
         Some(v) if v == layout::FORMAT.to_le_bytes() => {}
@@ -293,7 +321,7 @@ fn load(store: &Store) -> Result<(AppliedState, Sessions), Error> {
     let pairs = store.scan(vec![layout::CLIENT]..vec![layout::CLIENT + 1])?;
     let sessions =
         Sessions::load(pairs, clock).ok_or_else(|| corrupt("a session record is malformed"))?;
-    Ok((applied, sessions))
+    Ok((applied, sessions, events::History::load(store)?))
 }
 
 impl StateMachine {
@@ -320,8 +348,9 @@ impl StateMachine {
             }
         }
         let store = Store::open_with(vfs.clone(), store_dir(&dir, generation), options)?;
-        let (applied, sessions) = load(&store)?;
+        let (applied, sessions, history) = load(&store)?;
         let snapshot = snapshot::recover(&*vfs, &dir)?;
+        let applied_index = tokio::sync::watch::Sender::new(applied.log_id.map_or(0, |l| l.index));
         let durable = tokio::sync::watch::Sender::new(Durable {
             applied: applied.log_id.map(|l| l.index),
             failed: None,
@@ -333,11 +362,14 @@ impl StateMachine {
                 options,
                 durable,
                 snapshot_due: tokio::sync::Notify::new(),
+                applied_index,
                 state: Mutex::new(State {
                     store: Arc::new(store),
                     generation,
                     applied,
                     sessions,
+                    history,
+                    retention: DEFAULT_RETENTION,
                     snapshot,
                     snapshots_built: 0,
                     received: 0,
@@ -504,39 +536,31 @@ impl StateMachine {
         let mut total = 0u64;
         for e in entries {
             let start = bytes;
-            st.applied.log_id = Some(e.log_id);
-            let mut reply = Applied::default();
-            match e.payload {
-                EntryPayload::Blank => {}
+            let prev = st.applied.log_id.replace(e.log_id);
+            let reply = match e.payload {
+                EntryPayload::Blank => Applied::default(),
                 EntryPayload::Membership(m) => {
                     st.applied.membership = StoredMembership::new(Some(e.log_id), m);
+                    Applied::default()
                 }
                 EntryPayload::Normal(batch) => {
-                    for (sub, cmd) in (0u32..).zip(batch.0) {
-                        let rev = Revision {
-                            index: e.log_id.index,
-                            sub,
-                        };
-                        let v =
-                            apply::apply_command(&mut w, &mut st.sessions, cmd, rev, &mut bytes)?;
-                        reply.verdicts.push(v);
-                    }
+                    let at = (prev, e.log_id.index);
+                    apply::apply_batch(&mut w, st, at, batch, &mut bytes)?
                 }
-            }
+            };
             out.push(reply);
             total += (bytes - start) as u64;
             n += 1;
             if n == BATCH_ENTRIES || bytes >= BATCH_BYTES {
-                let state = postcard::to_stdvec(&st.applied).map_err(corrupt)?;
-                w.txn().put(layout::APPLIED, &state);
-                w.commit_no_wait()?;
+                commit_batch(st, &store, &mut w)?;
                 (n, bytes) = (0, 0);
             }
         }
         if n > 0 {
-            let state = postcard::to_stdvec(&st.applied).map_err(corrupt)?;
-            w.txn().put(layout::APPLIED, &state);
-            w.commit_no_wait()?;
+            commit_batch(st, &store, &mut w)?;
+        }
+        if let Some(l) = st.applied.log_id {
+            self.inner.applied_index.send_replace(l.index);
         }
         st.bytes_since_snapshot += total;
         if !st.snapshot_asked && snapshot::due(st) {
@@ -545,6 +569,19 @@ impl StateMachine {
         }
         Ok(out)
     }
+}
+
+/// Commits a batch of applied entries with the applied id, the history
+/// compacted to its retention, and its count and horizon.
+fn commit_batch(st: &mut State, store: &Store, w: &mut apply::Writer<'_>) -> Result<(), Error> {
+    let added = w.take_events();
+    st.history.count += added;
+    let max = added.saturating_mul(2).max(1024);
+    st.history.compact(store, w.txn(), st.retention, max)?;
+    st.applied.partial = None;
+    let state = postcard::to_stdvec(&st.applied).map_err(corrupt)?;
+    w.txn().put(layout::APPLIED, &state);
+    w.commit_no_wait()
 }
 
 fn sm_err(e: Error) -> StorageError<NodeId> {

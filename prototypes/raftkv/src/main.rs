@@ -57,6 +57,10 @@ enum Cmd {
         /// in the log) expires.
         #[arg(long, default_value_t = 600)]
         session_ttl_s: u64,
+        /// Events the watch history keeps, about (older ones are compacted:
+        /// a watch from before them answers 410).
+        #[arg(long, default_value_t = raftkv::machine::DEFAULT_RETENTION)]
+        watch_history: u64,
         /// Writes waiting for a Raft entry before more are answered 503.
         #[arg(long, default_value_t = raftkv::propose::MAX_PENDING)]
         max_pending_writes: usize,
@@ -249,6 +253,7 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
         snapshot_logs,
         snapshot_min_mib,
         session_ttl_s,
+        watch_history,
         heartbeat_ms,
         election_timeout_ms,
         max_pending_writes,
@@ -265,6 +270,7 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
     o.snapshot_logs = snapshot_logs;
     o.snapshot_min_bytes = snapshot_min_mib << 20;
     o.session_ttl = Duration::from_secs(session_ttl_s);
+    o.watch_history = watch_history;
     o.max_pending_writes = max_pending_writes;
     o.max_client_requests = max_client_requests;
     o.heartbeat = Duration::from_millis(heartbeat_ms);

@@ -64,6 +64,10 @@ pub struct NodeOptions {
     /// a request of it was being retried would let the client resend that
     /// request under a new session after the first copy was applied.
     pub session_ttl: Duration,
+    /// Events the watch history keeps, about (default
+    /// [`machine::DEFAULT_RETENTION`]): a watch from before them answers
+    /// `410`.
+    pub watch_history: u64,
     /// Writes waiting for a Raft entry before more are answered `503`
     /// (default [`crate::propose::MAX_PENDING`]).
     pub max_pending_writes: usize,
@@ -91,6 +95,7 @@ impl NodeOptions {
             snapshot_logs: None,
             snapshot_min_bytes: 64 << 20,
             session_ttl: Duration::from_secs(600),
+            watch_history: machine::DEFAULT_RETENTION,
             max_pending_writes: crate::propose::MAX_PENDING,
             max_client_requests: crate::api::MAX_CLIENT_REQUESTS,
             vfs: Arc::new(OsVfs::new()),
@@ -389,6 +394,10 @@ pub struct Node {
     pub client_slots: Arc<tokio::sync::Semaphore>,
     /// What `GET /metrics` serves.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Permits for open watch streams.
+    pub watch_slots: Arc<tokio::sync::Semaphore>,
+    /// Set once the node stops serving: open watch streams end.
+    pub stopping: tokio::sync::watch::Sender<bool>,
     /// Tasks that end with the node: the metrics watcher, and the one that
     /// has openraft build the snapshots the byte policy asks for.
     tasks: Vec<Arc<tokio::task::AbortHandle>>,
@@ -451,6 +460,7 @@ impl Node {
         let metrics =
             Arc::new(crate::metrics::Metrics::new().map_err(|e| Error::Options(e.to_string()))?);
         machine.set_metrics(metrics.clone());
+        machine.keep_events(o.watch_history);
         let flushes = metrics.clone();
         let log = log
             .with_purge_gate(machine.purge_gate())
@@ -497,6 +507,8 @@ impl Node {
             resumed,
             client_slots: Arc::new(tokio::sync::Semaphore::new(o.max_client_requests.max(1))),
             metrics,
+            watch_slots: Arc::new(tokio::sync::Semaphore::new(crate::api::MAX_WATCHERS)),
+            stopping: tokio::sync::watch::Sender::new(false),
             tasks,
         })
     }

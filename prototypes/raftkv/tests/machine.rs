@@ -403,6 +403,9 @@ async fn snapshots_are_due_by_bytes_written_against_the_store_size() {
     const V: usize = 4096;
     let mut sm = open(Arc::new(SimVfs::new()));
     sm.snapshot_by_bytes(256 << 10);
+    // A short watch history: the store's size is the hot key's, not the
+    // history's (which holds each value written, up to its retention).
+    sm.keep_events(16);
     let mut index = 0;
     // Overwrites of one key until the policy asks: the bytes it took.
     async fn until_asked(sm: &mut StateMachine, index: &mut u64) -> usize {

@@ -73,6 +73,9 @@ pub enum CrashPolicy {
         /// The seed: the same seed on the same history gives the same image.
         seed: u64,
     },
+    /// The process died, the machine did not (`kill -9`): every write and
+    /// name operation issued survives, synced or not.
+    ProcessOnly,
 }
 
 /// An injected fault: the `nth` call (1-based, counted from injection) of
@@ -430,13 +433,19 @@ impl SimVfs {
     }
 }
 
-/// The image a power cut would leave of `st`.
+/// The image a power cut (or, with [`CrashPolicy::ProcessOnly`], a
+/// process crash) would leave of `st`.
 fn image(st: &State, policy: CrashPolicy) -> SimVfs {
     let mut rng = match policy {
-        CrashPolicy::DropUnsynced => None,
+        CrashPolicy::DropUnsynced | CrashPolicy::ProcessOnly => None,
         CrashPolicy::TornSectors { seed } => Some(SplitMix64::new(seed)),
     };
-    let mut names = st.durable.clone();
+    let process_only = policy == CrashPolicy::ProcessOnly;
+    let mut names = if process_only {
+        st.live.clone()
+    } else {
+        st.durable.clone()
+    };
     if let Some(rng) = rng.as_mut() {
         let keep = rng.below(st.pending_ns.len() as u64 + 1) as usize;
         for op in &st.pending_ns[..keep] {
@@ -449,6 +458,7 @@ fn image(st: &State, policy: CrashPolicy) -> SimVfs {
         let old = &st.inodes[&ino];
         // Unchanged bytes are shared with this image, not copied.
         let bytes = match rng.as_mut() {
+            _ if process_only => old.live.clone(),
             Some(rng) if !old.pending.is_empty() => DataArc::new(torn_image(old, rng)),
             _ => old.durable.clone(),
         };

@@ -1,11 +1,15 @@
 //! Applying commands: each at its revision, through a [`Writer`] that
 //! sees the batch's own uncommitted changes.
 
+use super::events::{self, Position, HISTORY_STATE};
 use super::record::{self, KeyMeta};
 use super::sessions::Sessions;
-use super::{corrupt, Error};
-use crate::types::{layout, Command, Compare, Expect, RequestId, Revision, TxnOp, Verdict};
+use super::{corrupt, AppliedState, Error, NodeId, Partial, State};
+use crate::types::{
+    layout, Applied, Batch, Command, Compare, Expect, RequestId, Revision, TxnOp, Verdict,
+};
 use kvstore::{Store, Transaction};
+use openraft::LogId;
 use std::collections::HashMap;
 
 /// A store transaction, and what it changed in clients' keys so far: a
@@ -17,6 +21,10 @@ pub(super) struct Writer<'s> {
     /// Stored keys this transaction wrote: their header and value, or
     /// `None` if it removed them.
     written: HashMap<Vec<u8>, Option<(KeyMeta, Vec<u8>)>>,
+    /// The position of the next event (`events.rs`).
+    next_event: Position,
+    /// Events written since [`Writer::take_events`].
+    events: u64,
 }
 
 impl<'s> Writer<'s> {
@@ -25,7 +33,37 @@ impl<'s> Writer<'s> {
             store,
             txn: store.transaction(),
             written: HashMap::new(),
+            next_event: Position::default(),
+            events: 0,
         }
+    }
+
+    /// The events written since the last call.
+    pub(super) fn take_events(&mut self) -> u64 {
+        std::mem::take(&mut self.events)
+    }
+
+    /// The number the next event at `rev` gets.
+    fn next_event_number(&self, rev: Revision) -> u32 {
+        if self.next_event.revision == rev {
+            self.next_event.n
+        } else {
+            0
+        }
+    }
+
+    /// Records a change of `key` at `rev` in the history.
+    fn event(&mut self, rev: Revision, key: &[u8], value: Option<&[u8]>) {
+        if self.next_event.revision != rev {
+            self.next_event = Position {
+                revision: rev,
+                n: 0,
+            };
+        }
+        let p = self.next_event;
+        self.txn.put(&events::key(p), &events::encode(key, value));
+        self.next_event = p.next();
+        self.events += 1;
     }
 
     /// The transaction, for the state machine's own keys.
@@ -65,13 +103,19 @@ impl<'s> Writer<'s> {
         };
         self.txn.put(&stored, &record::encode(meta, value));
         self.written.insert(stored, Some((meta, value.to_vec())));
+        self.event(rev, key, Some(value));
         Ok(())
     }
 
-    fn delete(&mut self, key: &[u8]) {
+    /// Removes `key`; an event if it was there.
+    fn delete(&mut self, key: &[u8], rev: Revision) -> Result<(), Error> {
         let stored = layout::user(key);
+        if self.entry(&stored)?.is_some() {
+            self.event(rev, key, None);
+        }
         self.txn.delete(&stored);
         self.written.insert(stored, None);
+        Ok(())
     }
 
     /// Whether `c` holds.
@@ -87,16 +131,64 @@ impl<'s> Writer<'s> {
     }
 }
 
-/// Applies one command at `rev`, unless its request id says otherwise
+/// Where a command is applied: the log id applied before its entry, and
+/// its revision.
+#[derive(Debug, Clone, Copy)]
+struct At {
+    prev: Option<LogId<NodeId>>,
+    rev: Revision,
+}
+
+/// Applies the commands of entry `index` (`prev` the entry applied before
+/// it), each at its revision; after a crash inside the entry, from where
+/// its last partial commit stopped ([`Partial`]).
+pub(super) fn apply_batch(
+    w: &mut Writer<'_>,
+    st: &mut State,
+    (prev, index): (Option<LogId<NodeId>>, u64),
+    batch: Batch,
+    bytes: &mut usize,
+) -> Result<Applied, Error> {
+    let partial = st.applied.partial.take().filter(|p| p.index == index);
+    let mut reply = Applied::default();
+    for (sub, cmd) in (0u32..).zip(batch.0) {
+        let at = At {
+            prev,
+            rev: Revision { index, sub },
+        };
+        let v = match &partial {
+            // Applied before the crash (its answer went out then, if at all).
+            Some(p) if sub < p.sub => Verdict::Applied,
+            Some(p) if sub == p.sub => match cmd {
+                Command::DeleteRange { end, .. } => {
+                    delete_range(w, st, at, (p.resume.clone(), end), p.n)?;
+                    Verdict::Applied
+                }
+                _ => {
+                    return Err(corrupt(
+                        "m/applied: a partial entry that is not a range delete",
+                    ))
+                }
+            },
+            _ => apply_command(w, st, cmd, at, bytes)?,
+        };
+        reply.verdicts.push(v);
+    }
+    Ok(reply)
+}
+
+/// Applies one command, unless its request id says otherwise
 /// ([`Sessions::admit`]); what became of it. `bytes` counts the value
 /// bytes written.
-pub(super) fn apply_command(
+fn apply_command(
     w: &mut Writer<'_>,
-    sessions: &mut Sessions,
+    st: &mut State,
     cmd: Command,
-    rev: Revision,
+    at: At,
     bytes: &mut usize,
 ) -> Result<Verdict, Error> {
+    let rev = at.rev;
+    let sessions = &mut st.sessions;
     if let Command::Clock {
         now_ms,
         session_ttl_ms,
@@ -118,12 +210,14 @@ pub(super) fn apply_command(
             true
         }
         Command::Delete { key, .. } => {
-            w.delete(&key);
+            w.delete(&key, rev)?;
             true
         }
         Command::DeleteRange { start, end, .. } => {
-            delete_range(w, start, end)?;
-            true
+            // (The session's answer goes in the first partial commit.)
+            record(&mut st.sessions, w, id, rev, true);
+            delete_range(w, st, at, (layout::user(&start), end), 0)?;
+            return Ok(Verdict::Applied);
         }
         Command::Txn {
             compares,
@@ -144,14 +238,14 @@ pub(super) fn apply_command(
                         *bytes += value.len();
                         w.put(&key, &value, rev)?;
                     }
-                    TxnOp::Delete { key } => w.delete(&key),
+                    TxnOp::Delete { key } => w.delete(&key, rev)?,
                 }
             }
             held
         }
         Command::Clock { .. } => true,
     };
-    record(sessions, w, id, rev, succeeded);
+    record(&mut st.sessions, w, id, rev, succeeded);
     Ok(if succeeded {
         Verdict::Applied
     } else {
@@ -171,29 +265,66 @@ fn record(
     }
 }
 
-/// Removes the client keys in `[start, end)`. What the batch applied
-/// before it is committed first (without the applied id: a crash replays
-/// the entry, and every command in it replays to the same state), so the
-/// range's iterator sees it; the keys go in transactions of 1,024, the
-/// last ones in the batch's.
-fn delete_range(w: &mut Writer<'_>, start: Vec<u8>, end: Option<Vec<u8>>) -> Result<(), Error> {
-    w.commit_no_wait()?;
+/// Commits what is written so far as a partial apply of the entry at
+/// `at`: the store then holds the log through `at.prev`, and the entry up
+/// to `resume` in its range delete.
+fn commit_partial(
+    w: &mut Writer<'_>,
+    st: &mut State,
+    at: At,
+    resume: Vec<u8>,
+) -> Result<(), Error> {
+    st.history.count += w.take_events();
+    w.txn().put(HISTORY_STATE, &st.history.encode());
+    let state = AppliedState {
+        log_id: at.prev,
+        membership: st.applied.membership.clone(),
+        partial: Some(Partial {
+            index: at.rev.index,
+            sub: at.rev.sub,
+            resume,
+            n: w.next_event_number(at.rev),
+        }),
+    };
+    let state = postcard::to_stdvec(&state).map_err(corrupt)?;
+    w.txn().put(layout::APPLIED, &state);
+    w.commit_no_wait()
+}
+
+/// Removes the client keys from the stored key `from` on, before `end`,
+/// each with its event (numbered from `n`). The store transaction is
+/// committed first, as a partial apply (so the range's iterator sees
+/// what came before), and after every 1,024 keys; the last ones go in the
+/// batch's transaction.
+fn delete_range(
+    w: &mut Writer<'_>,
+    st: &mut State,
+    at: At,
+    (from, end): (Vec<u8>, Option<Vec<u8>>),
+    n: u32,
+) -> Result<(), Error> {
+    w.next_event = Position {
+        revision: at.rev,
+        n,
+    };
+    commit_partial(w, st, at, from.clone())?;
     let store = w.store;
     let to = end.map_or_else(|| vec![layout::USER + 1], |e| layout::user(&e));
-    let mut keys = Vec::new();
-    for pair in store.range(layout::user(&start)..to)? {
-        keys.push(pair?.0);
-        if keys.len() == 1024 {
-            let mut t = store.transaction();
-            for k in keys.drain(..) {
-                t.delete(&k);
-            }
-            t.commit_no_wait()?;
-        }
-    }
-    for k in keys {
+    let mut in_txn = 0;
+    for pair in store.range(from..to)? {
+        let (k, _) = pair?;
+        w.event(at.rev, k.get(1..).unwrap_or_default(), None);
         w.txn.delete(&k);
-        w.written.insert(k, None);
+        in_txn += 1;
+        if in_txn == 1024 {
+            // Goes on from the smallest key after `k`.
+            let mut resume = k;
+            resume.push(0);
+            commit_partial(w, st, at, resume)?;
+            in_txn = 0;
+        } else {
+            w.written.insert(k, None);
+        }
     }
     Ok(())
 }

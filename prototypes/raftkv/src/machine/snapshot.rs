@@ -389,10 +389,13 @@ fn ours(k: &[u8], v: &[u8]) -> bool {
             crate::types::check_key(&k[1..]).is_ok() && super::record::decode(v).is_some()
         }
         Some(&layout::CLIENT) => k.len() == 9 && sessions::decode(v).is_some(),
+        Some(&super::events::HISTORY) => super::events::valid(k, v),
         Some(b'm') => {
             k == layout::APPLIED
                 || (k == layout::CLOCK && v.len() == 8)
                 || (k == layout::FORMAT_KEY && v == layout::FORMAT.to_le_bytes())
+                || (k == super::events::HISTORY_STATE
+                    && super::events::History::decode(v).is_some())
         }
         _ => false,
     };
@@ -537,12 +540,13 @@ impl StateMachine {
         let applied = AppliedState {
             log_id: meta.last_log_id,
             membership: meta.last_membership.clone(),
+            partial: None,
         };
         let state = postcard::to_stdvec(&applied).map_err(corrupt)?;
         let mut txn = store.transaction();
         txn.put(layout::APPLIED, &state);
         txn.commit()?;
-        let (_, sessions) = load(&store)?;
+        let (_, sessions, history) = load(&store)?;
         let mut st = inner.state.lock();
         // A crash here leaves the new store whole and durable, still not
         // named: the next open removes it, and the node runs on the old one.
@@ -558,7 +562,11 @@ impl StateMachine {
         st.generation = generation;
         st.applied = applied;
         st.sessions = sessions;
+        st.history = history;
         drop(st);
+        if let Some(l) = meta.last_log_id {
+            inner.applied_index.send_replace(l.index);
+        }
         old.close()?;
         drop(old);
         remove_tree(&*inner.vfs, &old_dir)?;
