@@ -78,6 +78,7 @@ pub fn router(node: Arc<Node>) -> Router {
             get(read).put(write::put).delete(write::delete),
         )
         .route("/txn", post(write::txn))
+        .route("/compact", post(compact))
         .route("/members", post(members))
         .layer(DefaultBodyLimit::max(MAX_CLIENT_BODY))
         .layer(axum::middleware::from_fn_with_state(node.clone(), bounded))
@@ -93,8 +94,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .route(
             "/debug/failpoints/{name}",
             axum::routing::put(failpoints::set),
-        )
-        .route("/debug/compact", post(failpoints::compact));
+        );
     router.with_state(node)
 }
 
@@ -135,12 +135,9 @@ fn arm(name: &str, actions: &str) -> Result<(), String> {
 #[cfg(feature = "failpoints")]
 mod failpoints {
     use super::text;
-    use crate::Node;
-    use axum::extract::{Path, State};
+    use axum::extract::Path;
     use axum::http::StatusCode;
     use axum::response::Response;
-    use std::sync::Arc;
-    use std::time::Duration;
 
     pub(super) async fn list() -> String {
         fail::list()
@@ -160,40 +157,41 @@ mod failpoints {
             Err(e) => text(StatusCode::BAD_REQUEST, e),
         }
     }
+}
 
-    /// `POST /debug/compact`: builds a snapshot of what this node applied,
-    /// purges its log up to it, and answers once both are done (10 s at
-    /// most), so a member that is behind must be sent the snapshot.
-    pub(super) async fn compact(State(node): State<Arc<Node>>) -> Response {
-        let applied = node.raft.metrics().borrow().last_applied.map(|l| l.index);
-        let Some(upto) = applied else {
-            return text(StatusCode::CONFLICT, "nothing applied");
-        };
-        let wait = || node.raft.wait(Some(Duration::from_secs(10)));
-        let r = async {
-            node.raft
-                .trigger()
-                .snapshot()
-                .await
-                .map_err(|e| e.to_string())?;
-            wait()
-                .metrics(|m| m.snapshot.is_some_and(|s| s.index >= upto), "snapshot")
-                .await
-                .map_err(|e| e.to_string())?;
-            node.raft
-                .trigger()
-                .purge_log(upto)
-                .await
-                .map_err(|e| e.to_string())?;
-            wait()
-                .metrics(|m| m.purged.is_some_and(|p| p.index >= upto), "purge")
-                .await
-                .map_err(|e| e.to_string())
-        };
-        match r.await {
-            Ok(_) => text(StatusCode::OK, format!("ok, purged to {upto}")),
-            Err(e) => text(StatusCode::SERVICE_UNAVAILABLE, e),
-        }
+/// `POST /compact`: builds a snapshot of what this node applied, purges
+/// its log up to it, and answers once both are done (2 minutes at most):
+/// frees the log's space, and a member behind it (a replacement) is then
+/// sent the snapshot.
+async fn compact(State(node): State<Arc<Node>>) -> Response {
+    let applied = node.raft.metrics().borrow().last_applied.map(|l| l.index);
+    let Some(upto) = applied else {
+        return text(StatusCode::CONFLICT, "nothing applied");
+    };
+    let wait = || node.raft.wait(Some(Duration::from_secs(120)));
+    let r = async {
+        node.raft
+            .trigger()
+            .snapshot()
+            .await
+            .map_err(|e| e.to_string())?;
+        wait()
+            .metrics(|m| m.snapshot.is_some_and(|s| s.index >= upto), "snapshot")
+            .await
+            .map_err(|e| e.to_string())?;
+        node.raft
+            .trigger()
+            .purge_log(upto)
+            .await
+            .map_err(|e| e.to_string())?;
+        wait()
+            .metrics(|m| m.purged.is_some_and(|p| p.index >= upto), "purge")
+            .await
+            .map_err(|e| e.to_string())
+    };
+    match r.await {
+        Ok(_) => text(StatusCode::OK, format!("ok, purged to {upto}")),
+        Err(e) => text(StatusCode::SERVICE_UNAVAILABLE, e),
     }
 }
 

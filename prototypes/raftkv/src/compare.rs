@@ -11,7 +11,12 @@
 //! `--keys N`, each system is first loaded with N keys through its API
 //! (timed), and the puts overwrite random keys among them; the resident
 //! memory of every server process is sampled after each measurement, and
-//! its peak (`VmHWM`) reported at the end.
+//! its peak (`VmHWM`) reported at the end; then a raftkv follower is
+//! replaced (`replace.rs`) and its catch-up by snapshot timed, with every
+//! node's memory sampled throughout.
+
+mod replace;
+pub use replace::Replacement;
 
 use crate::bench::{run_level, Level, System};
 use crate::local::LocalCluster as Cluster;
@@ -43,6 +48,8 @@ pub struct CompareOptions {
     /// The first of the loopback ports used (raftkv: P..P+2, etcd clients
     /// P+10.., peers P+20..).
     pub base_port: u16,
+    /// More arguments to every `raftkv serve` (an experiment's settings).
+    pub node_args: Vec<String>,
 }
 
 /// One measurement.
@@ -82,6 +89,8 @@ pub struct Report {
     pub samples: Vec<Sample>,
     /// Per system: load time and memory.
     pub systems: Vec<SystemReport>,
+    /// The raftkv member replacement (with `--keys`).
+    pub replacement: Option<Replacement>,
 }
 
 /// A field of `/proc/PID/status` in kB (`VmRSS`, `VmHWM`), as MiB.
@@ -263,7 +272,8 @@ pub async fn compare(o: &CompareOptions) -> Result<Report, String> {
         .tempdir_in(&o.dir)
         .map_err(|e| format!("{}: {e}", o.dir.display()))?;
     let stat = device_stat(tmp.path());
-    let raftkv = crate::local::start(3, &tmp.path().join("raftkv"), o.base_port).await?;
+    let raftkv =
+        crate::local::start(3, &tmp.path().join("raftkv"), o.base_port, &o.node_args).await?;
     let mut systems = vec![(System::Raftkv, raftkv)];
     if let Some(bin) = &o.etcd {
         systems.push((
@@ -328,12 +338,20 @@ pub async fn compare(o: &CompareOptions) -> Result<Report, String> {
     for ((_, c), r) in systems.iter().zip(&mut reports) {
         r.peak_rss_mib = servers_mib(c, "VmHWM");
     }
+    let replacement = match (o.keys, systems.first_mut()) {
+        (1.., Some((System::Raftkv, c))) => {
+            let dir = tmp.path().join("raftkv");
+            Some(replace::replace(c, &dir, o.base_port, &o.node_args).await?)
+        }
+        _ => None,
+    };
     for (_, c) in systems {
         stop(c).await;
     }
     Ok(Report {
         samples,
         systems: reports,
+        replacement,
     })
 }
 
@@ -417,5 +435,28 @@ pub fn summarize(report: &Report, clients: &[usize]) -> serde_json::Value {
         &["system", "load s", "RSS after load MiB", "peak RSS MiB"],
         &rows,
     );
-    serde_json::json!({ "levels": json, "systems": report.systems, "samples": samples })
+    if let Some(r) = &report.replacement {
+        bench_harness::table(
+            &[
+                "replaced node",
+                "compact s",
+                "catch-up s",
+                "RSS before MiB",
+                "peak MiB",
+                "after MiB",
+            ],
+            &[vec![
+                r.node.to_string(),
+                format!("{:.1}", r.compact_s),
+                format!("{:.1}", r.catch_up_s),
+                fmt(&r.steady_rss_mib),
+                fmt(&r.peak_rss_mib),
+                fmt(&r.after_rss_mib),
+            ]],
+        );
+    }
+    serde_json::json!({
+        "levels": json, "systems": report.systems, "samples": samples,
+        "replacement": report.replacement,
+    })
 }

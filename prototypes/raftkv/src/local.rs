@@ -149,10 +149,18 @@ impl NodeCommand {
 }
 
 /// Starts `nodes` nodes of this executable with their directories under
-/// `dir` (`node-N`), each with one runtime thread, and waits until each
-/// listens (up to 30 s each).
-pub async fn start(nodes: u64, dir: &Path, base_port: u16) -> Result<LocalCluster, String> {
-    let commands = NodeCommand::local(nodes, dir, base_port)?;
+/// `dir` (`node-N`), each with one runtime thread and `extra` arguments to
+/// `raftkv serve`, and waits until each listens (up to 30 s each).
+pub async fn start(
+    nodes: u64,
+    dir: &Path,
+    base_port: u16,
+    extra: &[String],
+) -> Result<LocalCluster, String> {
+    let mut commands = NodeCommand::local(nodes, dir, base_port)?;
+    for c in &mut commands {
+        c.extra.extend_from_slice(extra);
+    }
     let mut children = Vec::new();
     for c in &commands {
         children.push(c.spawn().await?);

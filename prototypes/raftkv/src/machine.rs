@@ -144,7 +144,7 @@ struct State {
     sessions: Sessions,
     /// The watch history's count and horizon (mirrors `m/history`).
     history: events::History,
-    /// Events the history keeps, about.
+    /// Events the history keeps, about (0: none).
     retention: u64,
     /// The current snapshot and its file.
     snapshot: Option<(Meta, PathBuf)>,
@@ -531,7 +531,7 @@ impl StateMachine {
         let st = &mut *st;
         let store = st.store.clone();
         let mut out = Vec::with_capacity(entries.len());
-        let mut w = apply::Writer::new(&store);
+        let mut w = apply::Writer::new(&store, st.retention > 0);
         let (mut n, mut bytes) = (0, 0);
         let mut total = 0u64;
         for e in entries {
@@ -578,6 +578,19 @@ fn commit_batch(st: &mut State, store: &Store, w: &mut apply::Writer<'_>) -> Res
     st.history.count += added;
     let max = added.saturating_mul(2).max(1024);
     st.history.compact(store, w.txn(), st.retention, max)?;
+    if st.retention == 0 && st.history.count == 0 {
+        // No history kept: a watch from anything applied is told so.
+        let next = st.applied.log_id.map_or(0, |l| l.index + 1);
+        let horizon = events::Position {
+            revision: crate::types::Revision {
+                index: next,
+                sub: 0,
+            },
+            n: 0,
+        };
+        st.history.horizon = st.history.horizon.max(horizon);
+        w.txn().put(events::HISTORY_STATE, &st.history.encode());
+    }
     st.applied.partial = None;
     let state = postcard::to_stdvec(&st.applied).map_err(corrupt)?;
     w.txn().put(layout::APPLIED, &state);

@@ -58,7 +58,7 @@ enum Cmd {
         #[arg(long, default_value_t = 600)]
         session_ttl_s: u64,
         /// Events the watch history keeps, about (older ones are compacted:
-        /// a watch from before them answers 410).
+        /// a watch from before them answers 410); 0: no history, no watch.
         #[arg(long, default_value_t = raftkv::machine::DEFAULT_RETENTION)]
         watch_history: u64,
         /// Writes waiting for a Raft entry before more are answered 503.
@@ -207,6 +207,10 @@ enum Cmd {
         /// Also write the results here, as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// An argument for every raftkv node (repeat it:
+        /// `--node-arg=--watch-history --node-arg=0`).
+        #[arg(long, allow_hyphen_values = true)]
+        node_arg: Vec<String>,
     },
 }
 
@@ -579,6 +583,7 @@ fn main() -> ExitCode {
                 etcd,
                 base_port,
                 json,
+                node_arg,
             } => {
                 let o = raftkv::compare::CompareOptions {
                     rounds,
@@ -589,6 +594,7 @@ fn main() -> ExitCode {
                     dir: dir.unwrap_or_else(std::env::temp_dir),
                     etcd,
                     base_port,
+                    node_args: node_arg,
                 };
                 compare(o, json).await
             }

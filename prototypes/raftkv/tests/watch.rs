@@ -408,3 +408,35 @@ async fn after_a_crash_the_replayed_history_is_the_same_and_counted_once() {
     eprintln!("replayed {replayed}, kept {kept}, beyond {beyond}");
     assert!(replayed > 0 && kept > 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_history_no_event_is_written_and_every_start_is_gone() {
+    let mut sm = StateMachine::open(
+        Arc::new(SimVfs::new()),
+        "/n/state",
+        kvstore::Options::default(),
+    )
+    .unwrap();
+    sm.apply([entry(1, vec![put("a", "1"), put("b", "2")])])
+        .await
+        .unwrap();
+    assert_eq!(sm.history().1, 2);
+    // Turned off: what is held is compacted away, nothing new is written,
+    // and the horizon follows the applied index.
+    sm.keep_events(0);
+    assert!(!sm.keeps_history());
+    sm.apply([entry(2, vec![put("c", "3")])]).await.unwrap();
+    let (horizon, held) = sm.history();
+    assert_eq!((horizon.to_string().as_str(), held), ("3.0.0", 0));
+    let page = sm.events(Position::default(), b"", 10, 10).unwrap();
+    assert_eq!(page.compacted, Some(horizon));
+    assert!(all_events(&sm, horizon).is_empty());
+    // On again: events from the next entry on.
+    sm.keep_events(10);
+    sm.apply([entry(3, vec![put("d", "4")])]).await.unwrap();
+    let s = |x: &str| x.to_string();
+    assert_eq!(
+        all_events(&sm, horizon),
+        [(s("3.0.0"), s("d"), Some(s("4")))]
+    );
+}

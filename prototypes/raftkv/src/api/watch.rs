@@ -176,6 +176,12 @@ impl Watcher {
 /// after `after` (an event's position), or from the next applied entry on;
 /// `410` if that part of the history was compacted.
 pub(super) async fn watch(State(node): State<Arc<Node>>, Query(q): Query<WatchQuery>) -> Response {
+    if !node.machine.keeps_history() {
+        return text(
+            StatusCode::NOT_IMPLEMENTED,
+            "this node keeps no watch history (serve --watch-history 0)",
+        );
+    }
     let bad = |e: String| text(StatusCode::BAD_REQUEST, e);
     if !q.prefix.is_empty() {
         if let Err(e) = crate::types::check_key(q.prefix.as_bytes()) {

@@ -293,9 +293,9 @@ impl ProcCluster {
     }
 
     /// Has node `i` build a snapshot and purge its log up to what it
-    /// applied (`POST /debug/compact`, a `failpoints` build); its answer.
+    /// applied (`POST /compact`); its answer.
     pub async fn compact(&self, i: usize) -> Result<String, String> {
-        let url = format!("http://{}/debug/compact", self.nodes[i].cmd.addr);
+        let url = format!("http://{}/compact", self.nodes[i].cmd.addr);
         let r = reqwest::Client::new()
             .post(&url)
             .timeout(Duration::from_secs(15))

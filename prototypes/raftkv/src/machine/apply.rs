@@ -25,16 +25,19 @@ pub(super) struct Writer<'s> {
     next_event: Position,
     /// Events written since [`Writer::take_events`].
     events: u64,
+    /// Whether events are written at all (a watch history is kept).
+    keep_events: bool,
 }
 
 impl<'s> Writer<'s> {
-    pub(super) fn new(store: &'s Store) -> Writer<'s> {
+    pub(super) fn new(store: &'s Store, keep_events: bool) -> Writer<'s> {
         Writer {
             store,
             txn: store.transaction(),
             written: HashMap::new(),
             next_event: Position::default(),
             events: 0,
+            keep_events,
         }
     }
 
@@ -61,9 +64,11 @@ impl<'s> Writer<'s> {
             };
         }
         let p = self.next_event;
-        self.txn.put(&events::key(p), &events::encode(key, value));
         self.next_event = p.next();
-        self.events += 1;
+        if self.keep_events {
+            self.txn.put(&events::key(p), &events::encode(key, value));
+            self.events += 1;
+        }
     }
 
     /// The transaction, for the state machine's own keys.

@@ -301,9 +301,15 @@ impl super::StateMachine {
     }
 
     /// Keeps about the newest `events` events in the watch history
-    /// (default [`DEFAULT_RETENTION`]; at least 1).
+    /// (default [`DEFAULT_RETENTION`]; 0: none — no events are written,
+    /// what is held is compacted away, and there is no watch).
     pub fn keep_events(&self, events: u64) {
-        self.inner.state.lock().retention = events.max(1);
+        self.inner.state.lock().retention = events;
+    }
+
+    /// Whether this node keeps a watch history.
+    pub fn keeps_history(&self) -> bool {
+        self.inner.state.lock().retention > 0
     }
 
     /// The watch history's first position held and the events it holds.

@@ -1,0 +1,161 @@
+//! The member replacement of `raftkv compare --keys N`: with the keys
+//! loaded, a follower is replaced as etcd's runbook has it — the leader
+//! snapshots and purges its log (`POST /compact`), the member is removed,
+//! its directory wiped, a new node started empty under the same id, added
+//! (a learner, caught up by the snapshot: the log it would need is gone),
+//! and promoted. Timed, with the resident memory of every node sampled
+//! every 50 ms throughout.
+
+use super::{status_mib, Cluster};
+use crate::local::NodeCommand;
+use serde::Serialize;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What replacing a member measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Replacement {
+    /// The node replaced.
+    pub node: u64,
+    /// Seconds the leader took to snapshot and purge its log.
+    pub compact_s: f64,
+    /// Seconds from the add to the learner caught up (by snapshot).
+    pub catch_up_s: f64,
+    /// Resident memory of each node before, MiB (the replaced node's: the
+    /// old process's).
+    pub steady_rss_mib: Vec<f64>,
+    /// The most each node's resident memory reached during the
+    /// replacement, MiB (the replaced node's: the new process's).
+    pub peak_rss_mib: Vec<f64>,
+    /// Resident memory of each node once it is over, MiB.
+    pub after_rss_mib: Vec<f64>,
+}
+
+async fn post(http: &reqwest::Client, url: String, body: String) -> Result<String, String> {
+    let r = http
+        .post(&url)
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    let (status, text) = (r.status(), r.text().await.unwrap_or_default());
+    if status.is_success() {
+        Ok(text)
+    } else {
+        Err(format!("{url}: {status}: {}", text.trim()))
+    }
+}
+
+/// Samples the peak `VmRSS` of `pids` (which may change) until `done`.
+fn sampler(
+    pids: Arc<Mutex<Vec<Option<u32>>>>,
+    done: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<Vec<f64>> {
+    tokio::spawn(async move {
+        let mut peak: Vec<f64> = Vec::new();
+        while !*done.borrow() {
+            let now: Vec<f64> = pids
+                .lock()
+                .map(|p| p.iter().map(|&pid| status_mib(pid, "VmRSS")).collect())
+                .unwrap_or_default();
+            peak.resize(now.len(), 0.0);
+            for (p, n) in peak.iter_mut().zip(now) {
+                *p = p.max(n);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        peak
+    })
+}
+
+/// Replaces a follower of `cluster` (nodes in `dir/node-N` from
+/// `base_port`).
+pub(super) async fn replace(
+    cluster: &mut Cluster,
+    dir: &Path,
+    base_port: u16,
+    node_args: &[String],
+) -> Result<Replacement, String> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(300))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let probe = crate::client::Client::new(&cluster.endpoints, 0).map_err(|e| e.to_string())?;
+    let status = probe
+        .status(&cluster.endpoints[0])
+        .await
+        .map_err(|e| e.to_string())?;
+    let leader = status.leader.ok_or("no leader")?;
+    // Not node 1 (it carries `--init`, which an empty directory obeys).
+    let node = [2u64, 3]
+        .into_iter()
+        .find(|&n| n != leader)
+        .ok_or("no follower")?;
+    let i = usize::try_from(node - 1).map_err(|e| e.to_string())?;
+    let leader_url = format!(
+        "http://{}",
+        cluster.endpoints[usize::try_from(leader - 1).map_err(|e| e.to_string())?]
+    );
+    let steady: Vec<f64> = cluster
+        .children
+        .iter()
+        .map(|c| status_mib(c.id(), "VmRSS"))
+        .collect();
+    let pids = Arc::new(Mutex::new(
+        cluster.children.iter().map(|c| c.id()).collect::<Vec<_>>(),
+    ));
+    let (done_tx, done_rx) = tokio::sync::watch::channel(false);
+    let sampling = sampler(pids.clone(), done_rx);
+
+    let t = Instant::now();
+    post(&http, format!("{leader_url}/compact"), String::new()).await?;
+    let compact_s = t.elapsed().as_secs_f64();
+    let change =
+        |body: serde_json::Value| post(&http, format!("{leader_url}/members"), body.to_string());
+    change(serde_json::json!({"op": "remove", "id": node})).await?;
+    let _ = cluster.children[i].kill().await;
+    let mut cmd = NodeCommand::local(3, dir, base_port)?
+        .into_iter()
+        .nth(i)
+        .ok_or("no such node")?;
+    cmd.extra.extend_from_slice(node_args);
+    let vfs = journal_core::vfs::OsVfs::new();
+    remove_tree(&vfs, &cmd.dir)?;
+    cluster.children[i] = cmd.spawn().await?;
+    if let Ok(mut p) = pids.lock() {
+        p[i] = cluster.children[i].id();
+    }
+    let t = Instant::now();
+    change(serde_json::json!({"op": "add", "id": node, "addr": cmd.addr})).await?;
+    let catch_up_s = t.elapsed().as_secs_f64();
+    change(serde_json::json!({"op": "promote", "id": node})).await?;
+    // A moment of serving as a voter before the memory is read again.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let _ = done_tx.send(true);
+    let peak = sampling.await.map_err(|e| e.to_string())?;
+    Ok(Replacement {
+        node,
+        compact_s,
+        catch_up_s,
+        steady_rss_mib: steady,
+        peak_rss_mib: peak,
+        after_rss_mib: cluster
+            .children
+            .iter()
+            .map(|c| status_mib(c.id(), "VmRSS"))
+            .collect(),
+    })
+}
+
+/// Removes a directory and everything in it (through the Vfs: no
+/// `std::fs` outside journal-vfs).
+fn remove_tree(vfs: &dyn journal_core::vfs::Vfs, path: &Path) -> Result<(), String> {
+    for name in vfs.read_dir(path).map_err(|e| e.to_string())? {
+        let p = path.join(name);
+        if vfs.remove_file(&p).is_err() {
+            remove_tree(vfs, &p)?;
+        }
+    }
+    vfs.remove_dir(path).map_err(|e| e.to_string())
+}
