@@ -23,13 +23,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod lease;
 mod range;
 mod watch;
 mod write;
+pub use lease::{LeaseGrant, LeaseReply};
 pub use range::{KeyValue, RangeReply, RANGE_BYTES, RANGE_LIMIT};
 pub use watch::{WatchLine, MAX_WATCHERS};
 pub use write::{
-    TxnChange, TxnCompare, TxnExpect, TxnReply, TxnRequest, COMPARE_FAILED, REVISION_HEADER,
+    TxnChange, TxnCompare, TxnExpect, TxnReply, TxnRequest, COMPARE_FAILED, LEASE_FULL,
+    LEASE_NOT_FOUND, REVISION_HEADER,
 };
 
 /// The header on a `409` to a write refused by its session: what was
@@ -79,6 +82,9 @@ pub fn router(node: Arc<Node>) -> Router {
         )
         .route("/txn", post(write::txn))
         .route("/compact", post(compact))
+        .route("/lease", post(lease::grant))
+        .route("/lease/{id}", axum::routing::delete(lease::revoke))
+        .route("/lease/{id}/keepalive", post(lease::keep_alive))
         .route("/members", post(members))
         .layer(DefaultBodyLimit::max(MAX_CLIENT_BODY))
         .layer(axum::middleware::from_fn_with_state(node.clone(), bounded))
@@ -316,6 +322,8 @@ async fn snapshot(State(node): State<Arc<Node>>, headers: HeaderMap, body: Bytes
 struct WriteQuery {
     client: Option<u64>,
     seq: Option<u64>,
+    /// The lease a `PUT` attaches its key to.
+    lease: Option<u64>,
 }
 
 impl WriteQuery {

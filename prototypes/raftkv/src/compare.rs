@@ -91,6 +91,8 @@ pub struct Report {
     pub systems: Vec<SystemReport>,
     /// The raftkv member replacement (with `--keys`).
     pub replacement: Option<Replacement>,
+    /// Why the replacement failed, if it did (the rest still stands).
+    pub replacement_error: Option<String>,
 }
 
 /// A field of `/proc/PID/status` in kB (`VmRSS`, `VmHWM`), as MiB.
@@ -338,12 +340,20 @@ pub async fn compare(o: &CompareOptions) -> Result<Report, String> {
     for ((_, c), r) in systems.iter().zip(&mut reports) {
         r.peak_rss_mib = servers_mib(c, "VmHWM");
     }
-    let replacement = match (o.keys, systems.first_mut()) {
+    let replaced = match (o.keys, systems.first_mut()) {
         (1.., Some((System::Raftkv, c))) => {
             let dir = tmp.path().join("raftkv");
-            Some(replace::replace(c, &dir, o.base_port, &o.node_args).await?)
+            Some(replace::replace(c, &dir, o.base_port, &o.node_args).await)
         }
         _ => None,
+    };
+    let (replacement, replacement_error) = match replaced {
+        Some(Ok(r)) => (Some(r), None),
+        Some(Err(e)) => {
+            eprintln!("raftkv compare: the member replacement failed: {e}");
+            (None, Some(e))
+        }
+        None => (None, None),
     };
     for (_, c) in systems {
         stop(c).await;
@@ -352,6 +362,7 @@ pub async fn compare(o: &CompareOptions) -> Result<Report, String> {
         samples,
         systems: reports,
         replacement,
+        replacement_error,
     })
 }
 
@@ -436,27 +447,10 @@ pub fn summarize(report: &Report, clients: &[usize]) -> serde_json::Value {
         &rows,
     );
     if let Some(r) = &report.replacement {
-        bench_harness::table(
-            &[
-                "replaced node",
-                "compact s",
-                "catch-up s",
-                "RSS before MiB",
-                "peak MiB",
-                "after MiB",
-            ],
-            &[vec![
-                r.node.to_string(),
-                format!("{:.1}", r.compact_s),
-                format!("{:.1}", r.catch_up_s),
-                fmt(&r.steady_rss_mib),
-                fmt(&r.peak_rss_mib),
-                fmt(&r.after_rss_mib),
-            ]],
-        );
+        replace::print(r);
     }
     serde_json::json!({
         "levels": json, "systems": report.systems, "samples": samples,
-        "replacement": report.replacement,
+        "replacement": report.replacement, "replacement_error": report.replacement_error,
     })
 }

@@ -15,6 +15,9 @@
 //! | `POST /txn` with JSON `{"compare": [{"key", "expect": "absent" \| "present" \| {"mod_revision": R} \| {"value": base64}}], "success": [{"put": {"key", "value"}} \| {"delete": {"key"}}], "failure": [...]}` | `200` and JSON `{"succeeded", "revision", "retry"}`: if every comparison held, the `success` changes were made, else the `failure` ones — one branch, whole, at one revision; at most 64 comparisons and 64 changes a branch, 1 MiB |
 //! | `DELETE /kv?prefix=P`, `DELETE /kv?start=A&end=B` (`end` optional; not empty) | `200` as for a `PUT`: every key of the range removed, in one command of the log |
 //! | `GET /watch?prefix=P&from=REV` (or `&after=POS`; `prefix` optional) | `200` and a stream of NDJSON lines, one per change of a key under `P`: `{"pos", "revision", "kind": "put" \| "delete", "key", "value" (base64, puts)}`, every change at or after revision `REV` (or after the event at position `POS`; by default from the next entry applied), in order, then the new ones as they are applied; `410` with `{"error": "compacted", "first"}` if the history no longer holds the start. A stream that falls behind the history ends with such a line |
+//! | `POST /lease` with `{"ttl_s": N}` (1 s to a week) | `200` and `{"id", "ttl_s"}` once granted |
+//! | `PUT /kv/{key}?lease=ID` | as a `PUT`, the key attached to the lease (`404` with `x-raftkv-error: lease-not-found` if it is gone, `409` `lease-full` past 10,000 keys); a put without it lets the key go |
+//! | `POST /lease/{id}/keepalive`, `DELETE /lease/{id}` | `200` once renewed for its time-to-live / revoked with its keys deleted; `404` if it is gone |
 //! | `POST /compact` | `200` once this node built a snapshot of what it applied and purged its log up to it (a member behind it is then sent the snapshot) |
 //! | `GET /status` | JSON: id, pid, cluster, state, leader, term, last log index, applied index, snapshot index, purged index, voters, learners, the error that stopped Raft if one did, and on the leader each member's matched index |
 //! | `GET /metrics` | Prometheus text: proposals, applied index and apply lag, term, leader changes, log flush latency, snapshot durations and sizes, request latency by route ([`metrics`]) |
@@ -92,6 +95,18 @@
 //! only slows its own stream. A node serves at most
 //! [`api::MAX_WATCHERS`] streams at once (`503` beyond), and ends them when
 //! it stops. Deleting a key that is absent makes no event.
+//!
+//! # Leases
+//!
+//! As etcd's: a lease expires when not kept alive for its time-to-live, by
+//! the leader's clock written into the log (as sessions do), so every
+//! replica expires it at the same index, and the keys attached to it are
+//! deleted then (with their watch events), or at once when it is revoked.
+//! A lease holds at most [`machine::MAX_LEASE_KEYS`] keys, and one clock
+//! tick deletes about 10,000 keys of expired leases at most (the rest at
+//! the next), so an expiry stays one modest store transaction. The table
+//! and each lease's keys are also held in memory, as etcd's lessor holds
+//! them.
 //!
 //! # What is durable when a `PUT` returns
 //!

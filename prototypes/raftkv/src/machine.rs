@@ -40,10 +40,15 @@ use std::sync::Arc;
 
 mod apply;
 mod events;
+mod files;
+use files::{read_current, remove_tree, write_current};
+pub(crate) use files::{read_small_file, replace_small_file};
+mod leases;
 mod record;
 mod sessions;
 mod snapshot;
 pub use events::{Change, Event, EventPage, Position, DEFAULT_RETENTION};
+pub use leases::{lease_id, MAX_LEASE_KEYS};
 pub use record::KeyMeta;
 use sessions::Sessions;
 pub use snapshot::{SnapshotFile, SNAPSHOT_DIR};
@@ -144,6 +149,8 @@ struct State {
     sessions: Sessions,
     /// The watch history's count and horizon (mirrors `m/history`).
     history: events::History,
+    /// The leases and their keys (mirrors the `l` and `a` keys).
+    leases: leases::Leases,
     /// Events the history keeps, about (0: none).
     retention: u64,
     /// The current snapshot and its file.
@@ -211,79 +218,6 @@ fn store_dir(dir: &Path, generation: u64) -> PathBuf {
     dir.join(format!("sm-{generation}"))
 }
 
-/// Reads a small file: `None` if it does not exist, `Some(None)` if it
-/// is longer than `max` bytes (not the file expected there).
-pub(crate) fn read_small_file(
-    vfs: &dyn Vfs,
-    path: &Path,
-    max: u64,
-) -> Result<Option<Option<Vec<u8>>>, journal_core::VfsError> {
-    if !vfs.exists(path)? {
-        return Ok(None);
-    }
-    let f = vfs.open(path, OpenOptions::read())?;
-    let len = f.len()?;
-    if len > max {
-        return Ok(Some(None));
-    }
-    let mut buf = vec![0; len as usize];
-    f.read_exact_at(&mut buf, 0)?;
-    Ok(Some(Some(buf)))
-}
-
-/// Replaces `dir/name` durably by `bytes`: a new file written and synced,
-/// renamed over the old one, the directory synced.
-pub(crate) fn replace_small_file(
-    vfs: &dyn Vfs,
-    dir: &Path,
-    name: &str,
-    bytes: &[u8],
-) -> Result<(), journal_core::VfsError> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    let f = vfs.open(&tmp, OpenOptions::create())?;
-    f.set_len(0)?;
-    f.write_at(bytes, 0)?;
-    f.sync_all()?;
-    drop(f);
-    vfs.rename(&tmp, &dir.join(name))?;
-    vfs.sync_dir(dir)
-}
-
-/// Reads `CURRENT` (`sm-<generation>` and a newline); `None` if absent.
-fn read_current(vfs: &dyn Vfs, dir: &Path) -> Result<Option<u64>, Error> {
-    let path = dir.join(CURRENT);
-    let bad = || Error::Corrupt(format!("{}: not a store name", path.display()));
-    match read_small_file(vfs, &path, 64)? {
-        None => Ok(None),
-        Some(None) => Err(bad()),
-        Some(Some(buf)) => std::str::from_utf8(&buf)
-            .ok()
-            .and_then(|s| s.strip_suffix('\n'))
-            .and_then(|s| s.strip_prefix("sm-"))
-            .and_then(|n| n.parse().ok())
-            .map(Some)
-            .ok_or_else(bad),
-    }
-}
-
-/// Replaces `CURRENT` durably.
-fn write_current(vfs: &dyn Vfs, dir: &Path, generation: u64) -> Result<(), Error> {
-    let text = format!("sm-{generation}\n");
-    Ok(replace_small_file(vfs, dir, CURRENT, text.as_bytes())?)
-}
-
-/// Removes a directory and everything in it.
-fn remove_tree(vfs: &dyn Vfs, path: &Path) -> Result<(), Error> {
-    for name in vfs.read_dir(path)? {
-        let p = path.join(name);
-        if vfs.remove_file(&p).is_err() {
-            remove_tree(vfs, &p)?;
-        }
-    }
-    vfs.remove_dir(path)?;
-    Ok(())
-}
-
 fn corrupt(what: impl std::fmt::Display) -> Error {
     Error::Corrupt(what.to_string())
 }
@@ -291,7 +225,15 @@ fn corrupt(what: impl std::fmt::Display) -> Error {
 /// Loads what a store holds besides clients' keys, once its format is
 /// this build's. A store without a format record is new (no `m/applied`
 /// either) and gets one, or is format 1.
-fn load(store: &Store) -> Result<(AppliedState, Sessions, events::History), Error> {
+/// What a store holds besides clients' keys, in memory.
+struct Loaded {
+    applied: AppliedState,
+    sessions: Sessions,
+    history: events::History,
+    leases: leases::Leases,
+}
+
+fn load(store: &Store) -> Result<Loaded, Error> {
     let applied = store.get(layout::APPLIED)?;
     match store.get(layout::FORMAT_KEY)? {
         Some(v) if v == layout::FORMAT.to_le_bytes() => {}
@@ -321,7 +263,15 @@ fn load(store: &Store) -> Result<(AppliedState, Sessions, events::History), Erro
     let pairs = store.scan(vec![layout::CLIENT]..vec![layout::CLIENT + 1])?;
     let sessions =
         Sessions::load(pairs, clock).ok_or_else(|| corrupt("a session record is malformed"))?;
-    Ok((applied, sessions, events::History::load(store)?))
+    let prefix = |p: u8| store.scan(vec![p]..vec![p + 1]);
+    let leases = leases::Leases::load(prefix(leases::LEASE)?, prefix(leases::ATTACHED)?)
+        .ok_or_else(|| corrupt("a lease record is malformed"))?;
+    Ok(Loaded {
+        applied,
+        sessions,
+        history: events::History::load(store)?,
+        leases,
+    })
 }
 
 impl StateMachine {
@@ -348,7 +298,12 @@ impl StateMachine {
             }
         }
         let store = Store::open_with(vfs.clone(), store_dir(&dir, generation), options)?;
-        let (applied, sessions, history) = load(&store)?;
+        let Loaded {
+            applied,
+            sessions,
+            history,
+            leases,
+        } = load(&store)?;
         let snapshot = snapshot::recover(&*vfs, &dir)?;
         let applied_index = tokio::sync::watch::Sender::new(applied.log_id.map_or(0, |l| l.index));
         let durable = tokio::sync::watch::Sender::new(Durable {
@@ -369,6 +324,7 @@ impl StateMachine {
                     applied,
                     sessions,
                     history,
+                    leases,
                     retention: DEFAULT_RETENTION,
                     snapshot,
                     snapshots_built: 0,
@@ -446,6 +402,11 @@ impl StateMachine {
     /// Client sessions held (the table the log's clock bounds).
     pub fn sessions(&self) -> usize {
         self.inner.state.lock().sessions.len()
+    }
+
+    /// Leases held.
+    pub fn leases(&self) -> usize {
+        self.inner.state.lock().leases.len()
     }
 
     /// The last applied log id.

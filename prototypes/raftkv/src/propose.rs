@@ -69,7 +69,7 @@ fn size(c: &Command) -> usize {
             ..
         } => {
             let op = |o: &crate::types::TxnOp| match o {
-                crate::types::TxnOp::Put { key, value } => key.len() + value.len(),
+                crate::types::TxnOp::Put { key, value, .. } => key.len() + value.len(),
                 crate::types::TxnOp::Delete { key } => key.len(),
             };
             let cmp = |c: &crate::types::Compare| match &c.expect {
@@ -79,6 +79,9 @@ fn size(c: &Command) -> usize {
             compares.iter().map(cmp).sum::<usize>()
                 + success.iter().chain(failure).map(op).sum::<usize>()
         }
+        Command::LeaseGrant { .. }
+        | Command::LeaseKeepAlive { .. }
+        | Command::LeaseRevoke { .. } => 16,
     }
 }
 

@@ -105,6 +105,8 @@ pub enum TxnOp {
         key: Vec<u8>,
         /// The value.
         value: Vec<u8>,
+        /// The lease it is attached to (it must exist), if any.
+        lease: Option<u64>,
     },
     /// Removes `key`.
     Delete {
@@ -210,6 +212,28 @@ pub enum Command {
         /// The client's request id, if it sent one.
         id: Option<RequestId>,
     },
+    /// Grants a lease of `ttl_ms` (by the log's clock); its id is
+    /// [`crate::machine::lease_id`] of the command's revision.
+    LeaseGrant {
+        /// Its time-to-live, ms.
+        ttl_ms: u64,
+        /// The client's request id, if it sent one.
+        id: Option<RequestId>,
+    },
+    /// Renews a lease for its time-to-live from the log's clock.
+    LeaseKeepAlive {
+        /// The lease.
+        lease: u64,
+        /// The client's request id, if it sent one.
+        id: Option<RequestId>,
+    },
+    /// Ends a lease and deletes its keys.
+    LeaseRevoke {
+        /// The lease.
+        lease: u64,
+        /// The client's request id, if it sent one.
+        id: Option<RequestId>,
+    },
 }
 
 impl Command {
@@ -219,7 +243,10 @@ impl Command {
             Command::Put { id, .. }
             | Command::Delete { id, .. }
             | Command::DeleteRange { id, .. }
-            | Command::Txn { id, .. } => *id,
+            | Command::Txn { id, .. }
+            | Command::LeaseGrant { id, .. }
+            | Command::LeaseKeepAlive { id, .. }
+            | Command::LeaseRevoke { id, .. } => *id,
             Command::Clock { .. } => None,
         }
     }
@@ -251,6 +278,9 @@ impl fmt::Display for Command {
                 success.len(),
                 failure.len()
             ),
+            Command::LeaseGrant { ttl_ms, .. } => write!(f, "grant a lease of {ttl_ms} ms"),
+            Command::LeaseKeepAlive { lease, .. } => write!(f, "keep lease {lease:x} alive"),
+            Command::LeaseRevoke { lease, .. } => write!(f, "revoke lease {lease:x}"),
         }
     }
 }
@@ -288,6 +318,12 @@ pub enum Verdict {
         /// Whether its comparisons held (always, for a plain write).
         succeeded: bool,
     },
+    /// A lease it names does not exist (never granted, expired or
+    /// revoked): nothing applied.
+    LeaseNotFound,
+    /// A lease it attaches a key to holds its most keys
+    /// ([`crate::machine::MAX_LEASE_KEYS`]): nothing applied.
+    LeaseFull,
     /// Its client has no session (never opened — a session opens with
     /// sequence number 1 — or expired): not applied. The client starts a
     /// new session under a new id.

@@ -59,6 +59,7 @@ fn cas(key: &str, r: Revision, v: &str, id: Option<RequestId>) -> Command {
         success: vec![TxnOp::Put {
             key: key.into(),
             value: v.into(),
+            lease: None,
         }],
         failure: Vec::new(),
         id,
@@ -82,6 +83,7 @@ async fn revisions_follow_creates_puts_and_deletes() {
     let created = KeyMeta {
         create: rev(1, 0),
         modified: rev(1, 0),
+        lease: None,
     };
     assert_eq!(meta(&sm, "k"), Some(created));
     assert_eq!(meta(&sm, "j").unwrap().modified, rev(1, 1));
@@ -140,12 +142,14 @@ async fn a_transaction_applies_one_branch_whole() {
             TxnOp::Put {
                 key: b"b".to_vec(),
                 value: b"yes".to_vec(),
+                lease: None,
             },
             TxnOp::Delete { key: b"a".to_vec() },
         ],
         failure: vec![TxnOp::Put {
             key: b"c".to_vec(),
             value: b"no".to_vec(),
+            lease: None,
         }],
         id: None,
     };

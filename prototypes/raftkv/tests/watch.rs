@@ -77,6 +77,7 @@ async fn the_history_holds_every_change_in_order_and_compacts() {
             TxnOp::Put {
                 key: b"t".to_vec(),
                 value: b"1".to_vec(),
+                lease: None,
             },
             TxnOp::Delete { key: b"b".to_vec() },
         ],

@@ -86,6 +86,7 @@ pub(super) async fn delete_range(
     let id = match (WriteQuery {
         client: q.client,
         seq: q.seq,
+        lease: None,
     })
     .id()
     {

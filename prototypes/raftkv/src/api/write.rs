@@ -22,18 +22,24 @@ use std::sync::Arc;
 pub const REVISION_HEADER: &str = "x-raftkv-revision";
 /// The [`ERROR_HEADER`] of a `412`: a comparison did not hold.
 pub const COMPARE_FAILED: &str = "compare-failed";
+/// The [`ERROR_HEADER`] of a `404` to a write naming a lease that does not
+/// exist (never granted, expired or revoked).
+pub const LEASE_NOT_FOUND: &str = "lease-not-found";
+/// The [`ERROR_HEADER`] of a `409` to a put whose lease holds its most
+/// keys.
+pub const LEASE_FULL: &str = "lease-full";
 
 /// How a write was decided, once it was.
-struct Decided {
+pub(super) struct Decided {
     index: u64,
-    revision: Revision,
+    pub(super) revision: Revision,
     succeeded: bool,
     retry: bool,
 }
 
 /// Proposes `cmd` and waits until it is decided; the answer to send if it
 /// was not (a redirect, `503`, `409` from its session).
-async fn decide(node: &Node, cmd: Command, uri: &Uri) -> Result<Decided, Response> {
+pub(super) async fn decide(node: &Node, cmd: Command, uri: &Uri) -> Result<Decided, Response> {
     let r = tokio::time::timeout(REQUEST_TIMEOUT, node.proposer.propose(cmd)).await;
     let (index, revision, verdict) = match r {
         Err(_) => {
@@ -52,7 +58,12 @@ async fn decide(node: &Node, cmd: Command, uri: &Uri) -> Result<Decided, Respons
         Ok(Outcome::Busy) => return Err(busy("too many writes waiting: the write was not taken")),
     };
     let refused = |msg: &str, e: &'static str| {
-        let mut r = text(StatusCode::CONFLICT, msg);
+        let code = if e == LEASE_NOT_FOUND {
+            StatusCode::NOT_FOUND
+        } else {
+            StatusCode::CONFLICT
+        };
+        let mut r = text(code, msg);
         r.headers_mut().insert(INDEX_HEADER, index.into());
         r.headers_mut()
             .insert(ERROR_HEADER, HeaderValue::from_static(e));
@@ -75,6 +86,14 @@ async fn decide(node: &Node, cmd: Command, uri: &Uri) -> Result<Decided, Respons
             "the client has no session (expired, or never opened: a session opens with seq=1): not applied",
             SESSION_UNKNOWN,
         )),
+        Verdict::LeaseNotFound => Err(refused(
+            "no such lease (never granted, expired or revoked): not applied",
+            LEASE_NOT_FOUND,
+        )),
+        Verdict::LeaseFull => Err(refused(
+            "the lease holds its most keys: not applied",
+            LEASE_FULL,
+        )),
         Verdict::Stale => Err(refused(
             "the sequence number is below the session's last (a late copy, or a client id used twice): not applied",
             SESSION_STALE,
@@ -85,7 +104,12 @@ async fn decide(node: &Node, cmd: Command, uri: &Uri) -> Result<Decided, Respons
 /// Proposes a `PUT` or `DELETE` and answers: `200` with the revision, or
 /// `412` if its condition did not hold.
 pub(super) async fn write(node: &Node, cmd: Command, uri: &Uri) -> Response {
-    let d = match decide(node, cmd, uri).await {
+    answer(decide(node, cmd, uri).await)
+}
+
+/// The answer to a write decided as `d`.
+pub(super) fn answer(d: Result<Decided, Response>) -> Response {
+    let d = match d {
         Ok(d) => d,
         Err(r) => return r,
     };
@@ -147,10 +171,17 @@ fn condition(headers: &HeaderMap, key: &[u8]) -> Result<Option<Compare>, Respons
 /// condition and the change.
 fn conditional(cond: Option<Compare>, op: TxnOp, id: Option<crate::RequestId>) -> Command {
     match (cond, op) {
-        (None, TxnOp::Put { key, value }) => Command::Put { key, value, id },
+        (
+            None,
+            TxnOp::Put {
+                key,
+                value,
+                lease: None,
+            },
+        ) => Command::Put { key, value, id },
         (None, TxnOp::Delete { key }) => Command::Delete { key, id },
-        (Some(c), op) => Command::Txn {
-            compares: vec![c],
+        (c, op) => Command::Txn {
+            compares: c.into_iter().collect(),
             success: vec![op],
             failure: Vec::new(),
             id,
@@ -181,6 +212,7 @@ pub(super) async fn put(
     let op = TxnOp::Put {
         key,
         value: body.to_vec(),
+        lease: q.lease,
     };
     let mut r = write(&node, conditional(cond, op, id), &uri).await;
     // A put's revision is the key's new modification revision: its ETag.
@@ -248,6 +280,9 @@ pub enum TxnChange {
         key: String,
         /// The value, in base64.
         value: String,
+        /// The lease to attach it to.
+        #[serde(default)]
+        lease: Option<u64>,
     },
     /// Removes a key.
     Delete {
@@ -307,9 +342,10 @@ fn txn_command(req: TxnRequest, id: Option<crate::RequestId>) -> Result<Command,
         changes
             .into_iter()
             .map(|c| match c {
-                TxnChange::Put { key, value } => Ok(TxnOp::Put {
+                TxnChange::Put { key, value, lease } => Ok(TxnOp::Put {
                     key: key.into_bytes(),
                     value: bytes(value)?,
+                    lease,
                 }),
                 TxnChange::Delete { key } => Ok(TxnOp::Delete {
                     key: key.into_bytes(),

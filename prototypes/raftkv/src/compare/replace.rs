@@ -32,18 +32,27 @@ pub struct Replacement {
     pub after_rss_mib: Vec<f64>,
 }
 
+/// POSTs `body` to `url`, retrying a `503` (no leader for a moment: an
+/// election under load) for up to 60 s.
 async fn post(http: &reqwest::Client, url: String, body: String) -> Result<String, String> {
-    let r = http
-        .post(&url)
-        .body(body)
-        .send()
-        .await
-        .map_err(|e| format!("{url}: {e}"))?;
-    let (status, text) = (r.status(), r.text().await.unwrap_or_default());
-    if status.is_success() {
-        Ok(text)
-    } else {
-        Err(format!("{url}: {status}: {}", text.trim()))
+    let start = Instant::now();
+    loop {
+        let r = http
+            .post(&url)
+            .body(body.clone())
+            .send()
+            .await
+            .map_err(|e| format!("{url}: {e}"))?;
+        let (status, text) = (r.status(), r.text().await.unwrap_or_default());
+        if status.is_success() {
+            return Ok(text);
+        }
+        if status != reqwest::StatusCode::SERVICE_UNAVAILABLE
+            || start.elapsed() > Duration::from_secs(60)
+        {
+            return Err(format!("{url}: {status}: {}", text.trim()));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -146,6 +155,34 @@ pub(super) async fn replace(
             .map(|c| status_mib(c.id(), "VmRSS"))
             .collect(),
     })
+}
+
+/// Prints `r` as a table.
+pub(super) fn print(r: &Replacement) {
+    let fmt = |v: &[f64]| {
+        v.iter()
+            .map(|m| format!("{m:.0}"))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
+    bench_harness::table(
+        &[
+            "replaced node",
+            "compact s",
+            "catch-up s",
+            "RSS before MiB",
+            "peak MiB",
+            "after MiB",
+        ],
+        &[vec![
+            r.node.to_string(),
+            format!("{:.1}", r.compact_s),
+            format!("{:.1}", r.catch_up_s),
+            fmt(&r.steady_rss_mib),
+            fmt(&r.peak_rss_mib),
+            fmt(&r.after_rss_mib),
+        ]],
+    );
 }
 
 /// Removes a directory and everything in it (through the Vfs: no

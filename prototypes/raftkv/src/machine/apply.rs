@@ -2,6 +2,7 @@
 //! sees the batch's own uncommitted changes.
 
 use super::events::{self, Position, HISTORY_STATE};
+use super::leases::{lease_id, Refused};
 use super::record::{self, KeyMeta};
 use super::sessions::Sessions;
 use super::{corrupt, AppliedState, Error, NodeId, Partial, State};
@@ -99,28 +100,39 @@ impl<'s> Writer<'s> {
         }
     }
 
-    fn put(&mut self, key: &[u8], value: &[u8], rev: Revision) -> Result<(), Error> {
+    /// Sets `key` to `value` at `rev`, attached to `lease`; the lease it
+    /// was attached to.
+    fn put(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        rev: Revision,
+        lease: Option<u64>,
+    ) -> Result<Option<u64>, Error> {
         let stored = layout::user(key);
-        let create = self.entry(&stored)?.map_or(rev, |(m, _)| m.create);
+        let old = self.entry(&stored)?.map(|(m, _)| m);
         let meta = KeyMeta {
-            create,
+            create: old.map_or(rev, |m| m.create),
             modified: rev,
+            lease,
         };
         self.txn.put(&stored, &record::encode(meta, value));
         self.written.insert(stored, Some((meta, value.to_vec())));
         self.event(rev, key, Some(value));
-        Ok(())
+        Ok(old.and_then(|m| m.lease))
     }
 
-    /// Removes `key`; an event if it was there.
-    fn delete(&mut self, key: &[u8], rev: Revision) -> Result<(), Error> {
+    /// Removes `key`, with an event if it was there; the lease it was
+    /// attached to.
+    fn delete(&mut self, key: &[u8], rev: Revision) -> Result<Option<u64>, Error> {
         let stored = layout::user(key);
-        if self.entry(&stored)?.is_some() {
+        let old = self.entry(&stored)?.map(|(m, _)| m);
+        if old.is_some() {
             self.event(rev, key, None);
         }
         self.txn.delete(&stored);
         self.written.insert(stored, None);
-        Ok(())
+        Ok(old.and_then(|m| m.lease))
     }
 
     /// Whether `c` holds.
@@ -193,29 +205,34 @@ fn apply_command(
     bytes: &mut usize,
 ) -> Result<Verdict, Error> {
     let rev = at.rev;
-    let sessions = &mut st.sessions;
     if let Command::Clock {
         now_ms,
         session_ttl_ms,
     } = cmd
     {
-        sessions.tick(now_ms, session_ttl_ms, w.txn());
+        st.sessions.tick(now_ms, session_ttl_ms, w.txn());
+        // Leases past their deadline end, their keys deleted.
+        for lease in st.leases.expired(st.sessions.clock) {
+            revoke(w, st, lease, rev)?;
+        }
         return Ok(Verdict::Applied);
     }
     let id = cmd.request_id();
     if let Some(id) = id {
-        if let Err(v) = sessions.admit(id, w.txn()) {
+        if let Err(v) = st.sessions.admit(id, w.txn()) {
             return Ok(v);
         }
     }
     let succeeded = match cmd {
         Command::Put { key, value, .. } => {
             *bytes += value.len();
-            w.put(&key, &value, rev)?;
+            let old = w.put(&key, &value, rev, None)?;
+            st.leases.moved(&key, old, None, w.txn());
             true
         }
         Command::Delete { key, .. } => {
-            w.delete(&key, rev)?;
+            let old = w.delete(&key, rev)?;
+            st.leases.moved(&key, old, None, w.txn());
             true
         }
         Command::DeleteRange { start, end, .. } => {
@@ -229,24 +246,29 @@ fn apply_command(
             success,
             failure,
             ..
-        } => {
-            let mut held = true;
-            for c in &compares {
-                if !w.holds(c)? {
-                    held = false;
-                    break;
-                }
+        } => match apply_txn(w, st, &compares, (success, failure), rev, bytes)? {
+            Ok(held) => held,
+            // Refused whole, nothing applied: not recorded either (a retry
+            // is decided again).
+            Err(v) => return Ok(v),
+        },
+        Command::LeaseGrant { ttl_ms, .. } => {
+            let now = st.sessions.clock;
+            st.leases.grant(lease_id(rev), ttl_ms, now, w.txn());
+            true
+        }
+        Command::LeaseKeepAlive { lease, .. } => {
+            let now = st.sessions.clock;
+            if !st.leases.keep_alive(lease, now, w.txn()) {
+                return Ok(Verdict::LeaseNotFound);
             }
-            for op in if held { success } else { failure } {
-                match op {
-                    TxnOp::Put { key, value } => {
-                        *bytes += value.len();
-                        w.put(&key, &value, rev)?;
-                    }
-                    TxnOp::Delete { key } => w.delete(&key, rev)?,
-                }
+            true
+        }
+        Command::LeaseRevoke { lease, .. } => {
+            if !revoke(w, st, lease, rev)? {
+                return Ok(Verdict::LeaseNotFound);
             }
-            held
+            true
         }
         Command::Clock { .. } => true,
     };
@@ -256,6 +278,67 @@ fn apply_command(
     } else {
         Verdict::CompareFailed
     })
+}
+
+/// Evaluates a transaction's comparisons and applies the branch they
+/// choose: whether they held — or, if a lease that branch attaches a key
+/// to cannot take it, that verdict, with nothing applied.
+fn apply_txn(
+    w: &mut Writer<'_>,
+    st: &mut State,
+    compares: &[Compare],
+    (success, failure): (Vec<TxnOp>, Vec<TxnOp>),
+    rev: Revision,
+    bytes: &mut usize,
+) -> Result<Result<bool, Verdict>, Error> {
+    let mut held = true;
+    for c in compares {
+        if !w.holds(c)? {
+            held = false;
+            break;
+        }
+    }
+    let ops = if held { success } else { failure };
+    for op in &ops {
+        if let TxnOp::Put {
+            key,
+            lease: Some(lease),
+            ..
+        } = op
+        {
+            match st.leases.can_take(*lease, key) {
+                Ok(()) => {}
+                Err(Refused::NotFound) => return Ok(Err(Verdict::LeaseNotFound)),
+                Err(Refused::Full) => return Ok(Err(Verdict::LeaseFull)),
+            }
+        }
+    }
+    for op in ops {
+        match op {
+            TxnOp::Put { key, value, lease } => {
+                *bytes += value.len();
+                let old = w.put(&key, &value, rev, lease)?;
+                st.leases.moved(&key, old, lease, w.txn());
+            }
+            TxnOp::Delete { key } => {
+                let old = w.delete(&key, rev)?;
+                st.leases.moved(&key, old, None, w.txn());
+            }
+        }
+    }
+    Ok(Ok(held))
+}
+
+/// Ends lease `lease` and deletes its keys at `rev`; `false` if there is
+/// no such lease.
+fn revoke(w: &mut Writer<'_>, st: &mut State, lease: u64, rev: Revision) -> Result<bool, Error> {
+    let Some(keys) = st.leases.revoke(lease, w.txn()) else {
+        return Ok(false);
+    };
+    for k in keys {
+        w.delete(&k, rev)?;
+    }
+    Ok(true)
 }
 
 fn record(
@@ -317,8 +400,11 @@ fn delete_range(
     let to = end.map_or_else(|| vec![layout::USER + 1], |e| layout::user(&e));
     let mut in_txn = 0;
     for pair in store.range(from..to)? {
-        let (k, _) = pair?;
-        w.event(at.rev, k.get(1..).unwrap_or_default(), None);
+        let (k, v) = pair?;
+        let key = k.get(1..).unwrap_or_default();
+        let lease = record::decode(&v).and_then(|(m, _)| m.lease);
+        st.leases.moved(key, lease, None, w.txn());
+        w.event(at.rev, key, None);
         w.txn.delete(&k);
         in_txn += 1;
         if in_txn == 1024 {

@@ -390,6 +390,7 @@ fn ours(k: &[u8], v: &[u8]) -> bool {
         }
         Some(&layout::CLIENT) => k.len() == 9 && sessions::decode(v).is_some(),
         Some(&super::events::HISTORY) => super::events::valid(k, v),
+        Some(&super::leases::LEASE | &super::leases::ATTACHED) => super::leases::valid(k, v),
         Some(b'm') => {
             k == layout::APPLIED
                 || (k == layout::CLOCK && v.len() == 8)
@@ -546,7 +547,7 @@ impl StateMachine {
         let mut txn = store.transaction();
         txn.put(layout::APPLIED, &state);
         txn.commit()?;
-        let (_, sessions, history) = load(&store)?;
+        let loaded = load(&store)?;
         let mut st = inner.state.lock();
         // A crash here leaves the new store whole and durable, still not
         // named: the next open removes it, and the node runs on the old one.
@@ -561,8 +562,9 @@ impl StateMachine {
         let old_dir = store_dir(&inner.dir, st.generation);
         st.generation = generation;
         st.applied = applied;
-        st.sessions = sessions;
-        st.history = history;
+        st.sessions = loaded.sessions;
+        st.history = loaded.history;
+        st.leases = loaded.leases;
         drop(st);
         if let Some(l) = meta.last_log_id {
             inner.applied_index.send_replace(l.index);

@@ -1,0 +1,102 @@
+//! Leases: `POST /lease` grants one, `POST /lease/{id}/keepalive` renews
+//! it, `DELETE /lease/{id}` revokes it (its keys deleted); `PUT
+//! /kv/{key}?lease={id}` attaches a key (see the crate docs).
+
+use super::write::{answer, decide};
+use super::{text, WriteQuery, INDEX_HEADER};
+use crate::node::Node;
+use crate::types::Command;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// The longest lease, seconds (a week).
+pub const MAX_LEASE_TTL_S: u64 = 7 * 24 * 3600;
+
+/// The body of `POST /lease`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseGrant {
+    /// Its time-to-live, seconds (1 to a week).
+    pub ttl_s: u64,
+}
+
+/// What `POST /lease` answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseReply {
+    /// The lease's id (for `?lease=` and `/lease/{id}`).
+    pub id: u64,
+    /// Its time-to-live, seconds.
+    pub ttl_s: u64,
+}
+
+/// `POST /lease` with `{"ttl_s": N}`: `200` and a [`LeaseReply`] once
+/// granted.
+pub(super) async fn grant(
+    State(node): State<Arc<Node>>,
+    Query(q): Query<WriteQuery>,
+    uri: Uri,
+    body: Bytes,
+) -> Response {
+    let id = match q.id() {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    let ttl_s = match serde_json::from_slice::<LeaseGrant>(&body) {
+        Ok(g) if (1..=MAX_LEASE_TTL_S).contains(&g.ttl_s) => g.ttl_s,
+        _ => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("a lease is {{\"ttl_s\": N}}, N from 1 to {MAX_LEASE_TTL_S}"),
+            )
+        }
+    };
+    let cmd = Command::LeaseGrant {
+        ttl_ms: ttl_s * 1000,
+        id,
+    };
+    match decide(&node, cmd, &uri).await {
+        Ok(d) => {
+            let reply = LeaseReply {
+                id: crate::machine::lease_id(d.revision),
+                ttl_s,
+            };
+            let mut r = Json(reply).into_response();
+            r.headers_mut()
+                .insert(INDEX_HEADER, d.revision.index.into());
+            r
+        }
+        Err(r) => r,
+    }
+}
+
+/// `POST /lease/{id}/keepalive`: `200` once renewed; `404` if the lease
+/// is gone.
+pub(super) async fn keep_alive(
+    State(node): State<Arc<Node>>,
+    Path(lease): Path<u64>,
+    Query(q): Query<WriteQuery>,
+    uri: Uri,
+) -> Response {
+    match q.id() {
+        Ok(id) => answer(decide(&node, Command::LeaseKeepAlive { lease, id }, &uri).await),
+        Err(r) => r,
+    }
+}
+
+/// `DELETE /lease/{id}`: `200` once revoked and its keys deleted; `404`
+/// if the lease is gone.
+pub(super) async fn revoke(
+    State(node): State<Arc<Node>>,
+    Path(lease): Path<u64>,
+    Query(q): Query<WriteQuery>,
+    uri: Uri,
+) -> Response {
+    match q.id() {
+        Ok(id) => answer(decide(&node, Command::LeaseRevoke { lease, id }, &uri).await),
+        Err(r) => r,
+    }
+}

@@ -1,0 +1,195 @@
+//! Leases: granted, kept alive and expired by the clock in the log, or
+//! revoked; the keys attached to a lease are deleted with it (with their
+//! watch events), a key put again without it is let go, a put naming a
+//! lease that is gone is refused whole; the table survives a restart.
+//! Then the same over HTTP.
+
+mod common;
+
+use common::Cluster;
+use journal_core::vfs::SimVfs;
+use openraft::storage::RaftStateMachine;
+use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+use raftkv::api::LeaseReply;
+use raftkv::machine::{lease_id, Change, Position};
+use raftkv::Verdict::{Applied, LeaseNotFound};
+use raftkv::{Batch, Command, Revision, StateMachine, TxnOp};
+use std::sync::Arc;
+
+fn entry(index: u64, now_ms: u64, cmds: Vec<Command>) -> Entry<raftkv::TypeConfig> {
+    let clock = Command::Clock {
+        now_ms,
+        session_ttl_ms: u64::MAX,
+    };
+    Entry {
+        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+        payload: EntryPayload::Normal(Batch(std::iter::once(clock).chain(cmds).collect())),
+    }
+}
+
+fn put(key: &str, lease: Option<u64>) -> Command {
+    Command::Txn {
+        compares: Vec::new(),
+        success: vec![TxnOp::Put {
+            key: key.into(),
+            value: b"v".to_vec(),
+            lease,
+        }],
+        failure: Vec::new(),
+        id: None,
+    }
+}
+
+fn grant(ttl_ms: u64) -> Command {
+    Command::LeaseGrant { ttl_ms, id: None }
+}
+
+fn has(sm: &StateMachine, key: &str) -> bool {
+    sm.get(key.as_bytes()).unwrap().is_some()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_takes_its_keys_with_it_when_it_expires() {
+    let sim = SimVfs::new();
+    let open = |sim: &SimVfs| {
+        StateMachine::open(
+            Arc::new(sim.clone()),
+            "/n/state",
+            kvstore::Options::default(),
+        )
+        .unwrap()
+    };
+    let mut sm = open(&sim);
+    // Granted at 1,000 ms for 5 s: lease 1.1.
+    let lease = lease_id(Revision { index: 1, sub: 1 });
+    let out = sm
+        .apply([entry(
+            1,
+            1_000,
+            vec![
+                grant(5_000),
+                put("k1", Some(lease)),
+                put("k2", Some(lease)),
+                put("k3", None),
+            ],
+        )])
+        .await
+        .unwrap();
+    assert_eq!(out[0].verdicts, [Applied; 5]);
+    assert_eq!(sm.entry(b"k1").unwrap().unwrap().1.lease, Some(lease));
+    // A put naming a lease that never was: refused, nothing written.
+    let out = sm
+        .apply([entry(2, 2_000, vec![put("k4", Some(lease + 1))])])
+        .await
+        .unwrap();
+    assert_eq!(out[0].verdicts, [Applied, LeaseNotFound]);
+    assert!(!has(&sm, "k4"));
+    // Kept alive at 4,000 (deadline 9,000); k2 put again without it.
+    let keep = Command::LeaseKeepAlive { lease, id: None };
+    sm.apply([entry(3, 4_000, vec![keep, put("k2", None)])])
+        .await
+        .unwrap();
+    assert_eq!(sm.entry(b"k2").unwrap().unwrap().1.lease, None);
+    // Across a restart, still held at 8,000.
+    sm.close().unwrap();
+    drop(sm);
+    let mut sm = open(&sim);
+    assert_eq!(sm.leases(), 1);
+    sm.apply([entry(4, 8_000, vec![])]).await.unwrap();
+    assert!(has(&sm, "k1"));
+    // Past its deadline: gone with k1, at the clock's revision.
+    sm.apply([entry(5, 9_500, vec![])]).await.unwrap();
+    assert_eq!(sm.leases(), 0);
+    assert!(!has(&sm, "k1") && has(&sm, "k2") && has(&sm, "k3"));
+    let from = Position {
+        revision: Revision { index: 5, sub: 0 },
+        n: 0,
+    };
+    let page = sm.events(from, b"", 10, 10).unwrap();
+    let deleted: Vec<_> = page
+        .events
+        .iter()
+        .map(|e| (e.key.as_slice(), e.change.clone()))
+        .collect();
+    assert_eq!(deleted, [(&b"k1"[..], Change::Delete)]);
+    // Gone: keeping it alive or revoking it is refused.
+    let out = sm
+        .apply([entry(
+            6,
+            9_600,
+            vec![
+                Command::LeaseKeepAlive { lease, id: None },
+                Command::LeaseRevoke { lease, id: None },
+            ],
+        )])
+        .await
+        .unwrap();
+    assert_eq!(out[0].verdicts, [Applied, LeaseNotFound, LeaseNotFound]);
+    // A revoke deletes a lease's keys at once.
+    let second = lease_id(Revision { index: 7, sub: 1 });
+    sm.apply([
+        entry(7, 10_000, vec![grant(60_000), put("r", Some(second))]),
+        entry(
+            8,
+            10_001,
+            vec![Command::LeaseRevoke {
+                lease: second,
+                id: None,
+            }],
+        ),
+    ])
+    .await
+    .unwrap();
+    assert!(!has(&sm, "r"));
+    assert_eq!(sm.leases(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_over_http() {
+    let cluster = Cluster::start(3, &[]);
+    let leader = cluster.leader(None).await;
+    let addr = cluster.nodes[leader].addr.clone();
+    let http = reqwest::Client::new();
+    let url = |p: &str| format!("http://{addr}{p}");
+    let r = http
+        .post(url("/lease"))
+        .body(r#"{"ttl_s": 1}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let lease: LeaseReply = r.json().await.unwrap();
+    let r = http
+        .put(url(&format!("/kv/eph?lease={}", lease.id)))
+        .body("here")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let keep = url(&format!("/lease/{}/keepalive", lease.id));
+    assert_eq!(http.post(&keep).send().await.unwrap().status(), 200);
+    // Not kept alive any more: the key goes within about a second (the
+    // leader's clock reaches the log with the next entries).
+    let start = std::time::Instant::now();
+    loop {
+        http.put(url("/kv/tick")).body("x").send().await.unwrap();
+        if http.get(url("/kv/eph")).send().await.unwrap().status() == 404 {
+            break;
+        }
+        assert!(start.elapsed().as_secs() < 10, "the lease never expired");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(http.post(&keep).send().await.unwrap().status(), 404);
+    let r = http
+        .put(url(&format!("/kv/eph?lease={}", lease.id)))
+        .body("again")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(r.headers()["x-raftkv-error"], "lease-not-found");
+    for bad in [r#"{"ttl_s": 0}"#, "{}", r#"{"ttl_s": 99999999}"#] {
+        let r = http.post(url("/lease")).body(bad).send().await.unwrap();
+        assert_eq!(r.status(), 400, "{bad}");
+    }
+}
