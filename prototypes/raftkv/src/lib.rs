@@ -88,9 +88,13 @@
 //! from any node and resume on any other with `after=` the last position
 //! it saw — every change exactly once, in order. A node serves the events
 //! it has applied: a follower's stream may lag the leader's. The history
-//! keeps about the newest `serve --watch-history` events (default
-//! 100,000), compacted at each batch commit; a start before what it holds
-//! is `410`, as is, mid-stream, a watcher that fell that far behind. A
+//! is opt-in: `serve --watch-history N` keeps about the newest N events
+//! (100,000 is a fair choice), compacted at each batch commit; a start
+//! before what it holds is `410`, as is, mid-stream, a watcher that fell
+//! that far behind. Without it (the default) `/watch` is `501`: a history
+//! writes every change a second time, which costs a quarter to a half of
+//! the put rate at a million keys (docs/PERFORMANCE.md) — so, as
+//! CockroachDB's rangefeeds and DynamoDB's streams, it is asked for. A
 //! stream holds no events in memory beyond one page (256): a slow reader
 //! only slows its own stream. A node serves at most
 //! [`api::MAX_WATCHERS`] streams at once (`503` beyond), and ends them when

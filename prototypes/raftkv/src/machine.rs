@@ -47,7 +47,7 @@ mod leases;
 mod record;
 mod sessions;
 mod snapshot;
-pub use events::{Change, Event, EventPage, Position, DEFAULT_RETENTION};
+pub use events::{Change, Event, EventPage, Position, SUGGESTED_RETENTION};
 pub use leases::{lease_id, MAX_LEASE_KEYS};
 pub use record::KeyMeta;
 use sessions::Sessions;
@@ -325,7 +325,7 @@ impl StateMachine {
                     sessions,
                     history,
                     leases,
-                    retention: DEFAULT_RETENTION,
+                    retention: 0,
                     snapshot,
                     snapshots_built: 0,
                     received: 0,

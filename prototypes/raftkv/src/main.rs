@@ -57,9 +57,11 @@ enum Cmd {
         /// in the log) expires.
         #[arg(long, default_value_t = 600)]
         session_ttl_s: u64,
-        /// Events the watch history keeps, about (older ones are compacted:
-        /// a watch from before them answers 410); 0: no history, no watch.
-        #[arg(long, default_value_t = raftkv::machine::DEFAULT_RETENTION)]
+        /// Keep a watch history of about this many events (older ones are
+        /// compacted: a watch from before them answers 410), e.g. 100000;
+        /// 0 (the default): no history, no watch — a history writes every
+        /// change twice.
+        #[arg(long, default_value_t = 0)]
         watch_history: u64,
         /// Writes waiting for a Raft entry before more are answered 503.
         #[arg(long, default_value_t = raftkv::propose::MAX_PENDING)]

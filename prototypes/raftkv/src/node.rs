@@ -64,9 +64,9 @@ pub struct NodeOptions {
     /// a request of it was being retried would let the client resend that
     /// request under a new session after the first copy was applied.
     pub session_ttl: Duration,
-    /// Events the watch history keeps, about (default
-    /// [`machine::DEFAULT_RETENTION`]): a watch from before them answers
-    /// `410`.
+    /// Events the watch history keeps, about: a watch from before them
+    /// answers `410`. Default 0: no history, no watch (see
+    /// [`machine::SUGGESTED_RETENTION`]).
     pub watch_history: u64,
     /// Writes waiting for a Raft entry before more are answered `503`
     /// (default [`crate::propose::MAX_PENDING`]).
@@ -95,7 +95,7 @@ impl NodeOptions {
             snapshot_logs: None,
             snapshot_min_bytes: 64 << 20,
             session_ttl: Duration::from_secs(600),
-            watch_history: machine::DEFAULT_RETENTION,
+            watch_history: 0,
             max_pending_writes: crate::propose::MAX_PENDING,
             max_client_requests: crate::api::MAX_CLIENT_REQUESTS,
             vfs: Arc::new(OsVfs::new()),

@@ -60,6 +60,7 @@ async fn a_lease_takes_its_keys_with_it_when_it_expires() {
         .unwrap()
     };
     let mut sm = open(&sim);
+    sm.keep_events(raftkv::machine::SUGGESTED_RETENTION);
     // Granted at 1,000 ms for 5 s: lease 1.1.
     let lease = lease_id(Revision { index: 1, sub: 1 });
     let out = sm
@@ -94,6 +95,7 @@ async fn a_lease_takes_its_keys_with_it_when_it_expires() {
     sm.close().unwrap();
     drop(sm);
     let mut sm = open(&sim);
+    sm.keep_events(raftkv::machine::SUGGESTED_RETENTION);
     assert_eq!(sm.leases(), 1);
     sm.apply([entry(4, 8_000, vec![])]).await.unwrap();
     assert!(has(&sm, "k1"));
@@ -188,6 +190,9 @@ async fn leases_over_http() {
         .unwrap();
     assert_eq!(r.status(), 404);
     assert_eq!(r.headers()["x-raftkv-error"], "lease-not-found");
+    // (These nodes keep no watch history: no watch.)
+    let r = http.get(url("/watch")).send().await.unwrap();
+    assert_eq!(r.status(), 501);
     for bad in [r#"{"ttl_s": 0}"#, "{}", r#"{"ttl_s": 99999999}"#] {
         let r = http.post(url("/lease")).body(bad).send().await.unwrap();
         assert_eq!(r.status(), 400, "{bad}");

@@ -12,7 +12,7 @@ use openraft::storage::RaftStateMachine;
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
 use raftkv::api::WatchLine;
 use raftkv::client::Client;
-use raftkv::machine::{Change, Position};
+use raftkv::machine::{Change, Position, SUGGESTED_RETENTION};
 use raftkv::{Batch, Command, Compare, Expect, Revision, StateMachine, TxnOp};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -68,6 +68,7 @@ async fn the_history_holds_every_change_in_order_and_compacts() {
         ..kvstore::Options::default()
     };
     let mut sm = StateMachine::open(Arc::new(sim.clone()), "/n/state", options).unwrap();
+    sm.keep_events(SUGGESTED_RETENTION);
     let txn = Command::Txn {
         compares: vec![Compare {
             key: b"a".to_vec(),
@@ -120,6 +121,7 @@ async fn the_history_holds_every_change_in_order_and_compacts() {
     sm.close().unwrap();
     drop(sm);
     let mut sm = StateMachine::open(Arc::new(sim), "/n/state", options).unwrap();
+    sm.keep_events(SUGGESTED_RETENTION);
     assert_eq!(all_events(&sm, Position::default()), want);
     // Compaction to a retention of 4: the oldest go, the horizon moves
     // past them, and a read from before it is told so.
@@ -200,7 +202,7 @@ async fn watcher(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resuming_watcher_sees_every_change_once_in_order_through_restarts() {
-    let mut cluster = Cluster::start(3, &[]);
+    let mut cluster = Cluster::start(3, &["--watch-history", "100000"]);
     cluster.leader(None).await;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let watch = tokio::spawn(watcher(cluster.endpoints(), stop.clone()));
@@ -362,6 +364,8 @@ async fn after_a_crash_the_replayed_history_is_the_same_and_counted_once() {
     let (mut sim, reference) = (SimVfs::new(), SimVfs::new());
     let mut sm = StateMachine::open(Arc::new(sim.clone()), "/n/state", options).unwrap();
     let mut rf = StateMachine::open(Arc::new(reference), "/n/state", options).unwrap();
+    sm.keep_events(SUGGESTED_RETENTION);
+    rf.keep_events(SUGGESTED_RETENTION);
     let (mut next, mut replayed, mut kept) = (1, 0, 0);
     let mut synced = 0;
     let mut beyond = 0;
@@ -384,6 +388,7 @@ async fn after_a_crash_the_replayed_history_is_the_same_and_counted_once() {
                 _ => CrashPolicy::ProcessOnly,
             });
             sm = StateMachine::open(Arc::new(sim.clone()), "/n/state", options).unwrap();
+            sm.keep_events(SUGGESTED_RETENTION);
             // openraft replays what the store does not hold.
             let applied = sm.applied().map_or(0, |l| l.index);
             replayed += next - 1 - applied;
@@ -418,6 +423,7 @@ async fn without_a_history_no_event_is_written_and_every_start_is_gone() {
         kvstore::Options::default(),
     )
     .unwrap();
+    sm.keep_events(SUGGESTED_RETENTION);
     sm.apply([entry(1, vec![put("a", "1"), put("b", "2")])])
         .await
         .unwrap();

@@ -30,8 +30,12 @@ use kvstore::{Store, Transaction};
 pub(super) const HISTORY: u8 = b'h';
 /// The key of the history's count and horizon.
 pub(super) const HISTORY_STATE: &[u8] = b"m/history";
-/// Events held by default.
-pub const DEFAULT_RETENTION: u64 = 100_000;
+/// A retention for a store that serves watches: about a minute of writes
+/// at this prototype's rates, 100 MiB of 1 KiB values. (The default is
+/// none: a history costs a second write of every change — measured in
+/// docs/PERFORMANCE.md — so it is opt-in, as CockroachDB's rangefeeds
+/// and DynamoDB's streams are.)
+pub const SUGGESTED_RETENTION: u64 = 100_000;
 
 /// Where an event is in the history: its revision and its number among
 /// that revision's events. Written `index.sub.n`.
@@ -301,7 +305,7 @@ impl super::StateMachine {
     }
 
     /// Keeps about the newest `events` events in the watch history
-    /// (default [`DEFAULT_RETENTION`]; 0: none — no events are written,
+    /// (default 0: none — no events are written,
     /// what is held is compacted away, and there is no watch).
     pub fn keep_events(&self, events: u64) {
         self.inner.state.lock().retention = events;
