@@ -73,6 +73,20 @@ pub(super) async fn grant(
     }
 }
 
+/// Proposes the lease command `cmd` makes of the request id and answers
+/// as a write: `200`, or `404` if the lease is gone.
+async fn lease_write(
+    node: &Node,
+    q: &WriteQuery,
+    uri: &Uri,
+    cmd: impl FnOnce(Option<crate::RequestId>) -> Command,
+) -> Response {
+    match q.id() {
+        Ok(id) => answer(decide(node, cmd(id), uri).await),
+        Err(r) => r,
+    }
+}
+
 /// `POST /lease/{id}/keepalive`: `200` once renewed; `404` if the lease
 /// is gone.
 pub(super) async fn keep_alive(
@@ -81,10 +95,7 @@ pub(super) async fn keep_alive(
     Query(q): Query<WriteQuery>,
     uri: Uri,
 ) -> Response {
-    match q.id() {
-        Ok(id) => answer(decide(&node, Command::LeaseKeepAlive { lease, id }, &uri).await),
-        Err(r) => r,
-    }
+    lease_write(&node, &q, &uri, |id| Command::LeaseKeepAlive { lease, id }).await
 }
 
 /// `DELETE /lease/{id}`: `200` once revoked and its keys deleted; `404`
@@ -95,8 +106,5 @@ pub(super) async fn revoke(
     Query(q): Query<WriteQuery>,
     uri: Uri,
 ) -> Response {
-    match q.id() {
-        Ok(id) => answer(decide(&node, Command::LeaseRevoke { lease, id }, &uri).await),
-        Err(r) => r,
-    }
+    lease_write(&node, &q, &uri, |id| Command::LeaseRevoke { lease, id }).await
 }
