@@ -42,7 +42,9 @@ pub struct ScaleArgs {
     /// Cache budget of every engine, MiB.
     #[arg(long, default_value_t = 64)]
     pub cache_mib: usize,
-    /// Engines, comma-separated (fjall and redb need the `peers` feature).
+    /// Engines, comma-separated: kvstore, kvstore-bulk (loaded by
+    /// `Store::bulk_load` instead of transactions), fjall and redb (these
+    /// two need the `peers` feature).
     #[arg(long, value_delimiter = ',', default_values_t = default_engines())]
     pub engines: Vec<String>,
     /// Rounds (each engine once per round, interleaved).
@@ -77,13 +79,47 @@ trait Engine: Send + Sync {
     fn scan(&self, from: &[u8], n: usize) -> Result<usize, String>;
     /// Closes cleanly (what a user does before a restart).
     fn close(&self) -> Result<(), String>;
+    /// Loads keys `0..n` into the empty store, in key order: by default
+    /// 1,000 per durable transaction.
+    fn load(&self, n: u64, size: usize) -> Result<(), String> {
+        load_in_batches(n, size, |b| self.put_batch(b))
+    }
 }
 
-struct Kv(Store);
+/// Puts keys `0..n`, 1,000 per `put_batch`.
+fn load_in_batches(
+    n: u64,
+    size: usize,
+    put_batch: impl Fn(&[(Vec<u8>, Vec<u8>)]) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut i = 0;
+    while i < n {
+        let batch: Vec<_> = (i..(i + 1000).min(n))
+            .map(|j| (key(j), value(j, 0, size)))
+            .collect();
+        put_batch(&batch)?;
+        i += 1000;
+    }
+    Ok(())
+}
+
+/// kvstore; `bulk`: loaded by [`Store::bulk_load`] (`kvstore-bulk`).
+struct Kv(Store, bool);
 
 impl Engine for Kv {
     fn close(&self) -> Result<(), String> {
         self.0.close().map_err(|e| e.to_string())
+    }
+    fn load(&self, n: u64, size: usize) -> Result<(), String> {
+        if !self.1 {
+            return load_in_batches(n, size, |b| self.put_batch(b));
+        }
+        let mut l = self.0.bulk_load().map_err(|e| e.to_string())?;
+        for j in 0..n {
+            l.push(&key(j), &value(j, 0, size))
+                .map_err(|e| e.to_string())?;
+        }
+        l.finish().map(|_| ()).map_err(|e| e.to_string())
     }
     fn put(&self, k: &[u8], v: &[u8]) -> Result<(), String> {
         self.0.put(k, v).map(|_| ()).map_err(|e| e.to_string())
@@ -254,14 +290,17 @@ mod peers {
 
 fn open_engine(name: &str, dir: &Path, cache: usize) -> Result<Arc<dyn Engine>, String> {
     match name {
-        "kvstore" => Ok(Arc::new(Kv(Store::open(
-            dir,
-            Options {
-                cache_bytes: cache,
-                ..Options::default()
-            },
-        )
-        .map_err(|e| e.to_string())?))),
+        "kvstore" | "kvstore-bulk" => Ok(Arc::new(Kv(
+            Store::open(
+                dir,
+                Options {
+                    cache_bytes: cache,
+                    ..Options::default()
+                },
+            )
+            .map_err(|e| e.to_string())?,
+            name == "kvstore-bulk",
+        ))),
         #[cfg(feature = "peers")]
         "fjall" => Ok(Arc::new(peers::Fjall::open(dir, cache)?)),
         #[cfg(feature = "peers")]
@@ -326,15 +365,9 @@ pub fn engine(name: &str, args: &ScaleArgs) -> Result<(), String> {
     let e = open_engine(name, &args.dir, cache)?;
     let (n, size) = (args.keys, args.value_size);
     let t = Instant::now();
-    let mut i = 0;
-    while i < n {
-        let batch: Vec<_> = (i..(i + 1000).min(n))
-            .map(|j| (key(j), value(j, 0, size)))
-            .collect();
-        e.put_batch(&batch)?;
-        i += 1000;
-    }
+    e.load(n, size)?;
     let load_s = t.elapsed().as_secs_f64();
+    let load_disk = du(&args.dir);
     let rss_load = process_usage().map_err(|e| e.to_string())?.max_rss_bytes;
     let mut puts = Vec::new();
     for &c in &args.clients {
@@ -384,7 +417,7 @@ pub fn engine(name: &str, args: &ScaleArgs) -> Result<(), String> {
         "{}",
         json!({
             "engine": name, "keys": n, "value_size": size, "cache_mib": args.cache_mib,
-            "load_s": load_s, "rss_after_load_mib": rss_load as f64 / 1048576.0,
+            "load_s": load_s, "disk_after_load": load_disk, "rss_after_load_mib": rss_load as f64 / 1048576.0,
             "puts": puts, "gets": gets, "scans": scans, "full_scan": full_scan,
             "space": space,
             "peak_rss_mib": peak as f64 / 1048576.0, "disk_bytes": disk,
@@ -587,7 +620,11 @@ fn report(args: &ScaleArgs, runs: &[Value]) {
         "{} keys × {} B, cache {} MiB, durable single-put transactions, medians of {} rounds",
         args.keys, args.value_size, args.cache_mib, args.rounds
     );
-    let mut header = vec!["engine".to_string(), "load s".to_string()];
+    let mut header = vec![
+        "engine".to_string(),
+        "load s".to_string(),
+        "MiB loaded".to_string(),
+    ];
     for c in &args.clients {
         header.push(format!("puts/s @{c}"));
         header.push(format!("p99 µs @{c}"));
@@ -618,7 +655,11 @@ fn report(args: &ScaleArgs, runs: &[Value]) {
             });
             format!("{m:.decimals$}")
         };
-        let mut row = vec![name.clone(), cell(1, &["load_s"], 1.0)];
+        let mut row = vec![
+            name.clone(),
+            cell(1, &["load_s"], 1.0),
+            cell(0, &["disk_after_load"], 1.0 / 1048576.0),
+        ];
         for i in 0..args.clients.len() {
             let i = i.to_string();
             row.push(cell(0, &["puts", &i, "ops_per_s"], 1.0));

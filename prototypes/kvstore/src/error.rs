@@ -83,6 +83,11 @@ pub enum Error {
     /// The journal failed; a write or sync failure poisons the journal and
     /// so the store (every later call fails).
     Journal(journal_core::Error),
+    /// A bulk load into a store that holds keys ([`crate::Store::bulk_load`]
+    /// builds a tree from nothing).
+    NotEmpty,
+    /// A bulk load's key that does not sort after the key before it.
+    OutOfOrder,
     /// The store was closed.
     Closed,
     /// A write, sync or checkpoint on a store opened with
@@ -140,6 +145,10 @@ impl fmt::Display for Error {
             Error::Journal(e) => write!(f, "journal: {e}"),
             Error::ReadOnly => f.write_str("the store is open read-only"),
             Error::Closed => f.write_str("store is closed"),
+            Error::NotEmpty => f.write_str("a bulk load needs an empty store"),
+            Error::OutOfOrder => {
+                f.write_str("a bulk load's key does not sort after the one before")
+            }
         }
     }
 }

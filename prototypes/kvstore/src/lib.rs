@@ -54,6 +54,17 @@
 //! whole data file — so recovery after `kill -9` reads at most about
 //! `checkpoint_log_bytes` of log (256 MiB by default).
 //!
+//! # Bulk load
+//!
+//! [`Store::bulk_load`] fills an empty store from keys in increasing
+//! order the way PostgreSQL builds a B-tree index: leaves filled left to
+//! right (to 90 %, room for a few inserts), each leaf's first key handed
+//! to the branch being filled above it, pages written straight to the
+//! data file — never through the log or the pool — and synced. Only then
+//! does one small record, forced, free the old empty root and name the
+//! new root and end: a crash before it leaves the store empty, after it
+//! whole. raftkv installs snapshots so.
+//!
 //! # Visibility
 //!
 //! - A transaction is visible to [`Store::get`] and new iterators once it
@@ -113,8 +124,8 @@ pub use error::{Error, Result};
 pub use page::{FORMAT_VERSION, PAGE_SIZE};
 pub use record::Op;
 pub use store::{
-    prefix_end, CacheStats, CheckpointInfo, Iter, Options, RecoveryInfo, Store, Transaction,
-    DATA_FILE, WAL_DIR,
+    prefix_end, BulkLoad, CacheStats, CheckpointInfo, Iter, LoadInfo, Options, RecoveryInfo, Store,
+    Transaction, DATA_FILE, WAL_DIR,
 };
 
 /// The longest key.

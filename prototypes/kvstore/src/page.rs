@@ -473,6 +473,14 @@ impl Page {
         out[4..8].copy_from_slice(&c.to_le_bytes());
     }
 
+    /// The page as written home, appended to `out`: its CRC filled in.
+    pub fn seal_onto(&self, out: &mut Vec<u8>) {
+        let at = out.len();
+        out.extend_from_slice(&self.0[..]);
+        let c = self.crc();
+        out[at + 4..at + 8].copy_from_slice(&c.to_le_bytes());
+    }
+
     /// The page as written home: its CRC filled in.
     pub fn sealed(&self) -> Page {
         let mut p = Page(Box::new([0u8; PAGE_SIZE]));

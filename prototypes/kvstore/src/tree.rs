@@ -492,6 +492,17 @@ impl<'a> Txn<'a> {
         self.write(bno, page, None);
     }
 
+    /// Makes the tree a bulk load wrote the store's: `root`, with every
+    /// page below `end` (the pages from the old end on are the load's,
+    /// already durable). The old root, an empty leaf, goes to the free
+    /// list. Logged as the freed page's image and the meta values.
+    pub(crate) fn adopt(&mut self, root: PageNo, end: PageNo) {
+        let old = self.meta.root;
+        self.meta.end = end;
+        self.free(old);
+        self.meta.root = root;
+    }
+
     /// The log operations of the transaction: per page touched, its image
     /// (structural change, or its first change since checkpoint `epoch`
     /// began) or its leaf operations; then the meta values if they

@@ -160,8 +160,9 @@
 //! follower too far behind gets a snapshot, installed by an atomic replace
 //! of its store. Snapshots are files in the node's directory
 //! (`snapshots/`, docs/FORMAT.md): streamed from the store, sent and
-//! received as files, installed chunk by chunk — a few MiB of memory at
-//! any store size — and kept across restarts.
+//! received as files, installed by a sorted bulk load (leaves written left
+//! to right, no log) — a few MiB of memory at any store size — and kept
+//! across restarts.
 //!
 //! # Replacing a member
 //!

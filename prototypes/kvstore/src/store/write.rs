@@ -206,12 +206,23 @@ impl Inner {
                 };
             }
         }
+        match self.log_txn(tree, txn)? {
+            Some(lsn) => Ok(Applied::Done(lsn, tree.end)),
+            // Deletes of absent keys: nothing changed.
+            None => Ok(Applied::Nothing),
+        }
+    }
+
+    /// Logs a transaction's changes (the caller holds the tree lock
+    /// exclusively) and makes them the tree's: its pages stamped with the
+    /// record's LSN, `tree` its new shape. `None`: nothing changed, and
+    /// nothing was logged. A failure rolls every change back.
+    pub(super) fn log_txn(&self, tree: &mut TreeMeta, mut txn: Txn<'_>) -> Result<Option<Lsn>> {
         let epoch = self.epoch.load(Ordering::Acquire);
         let (log_ops, stamp) = txn.finish(epoch);
         if log_ops.is_empty() {
-            // Deletes of absent keys: nothing changed.
             txn.rollback();
-            return Ok(Applied::Nothing);
+            return Ok(None);
         }
         let bytes = record::encoded_len(&log_ops);
         let max = self.journal.options().max_record();
@@ -229,11 +240,10 @@ impl Inner {
             }
         };
         self.pool.stamp(&stamp, lsn, epoch);
-        let end = txn.meta.end;
         *tree = txn.meta;
         self.applied.store(lsn.0, Ordering::Release);
         txn.release();
-        Ok(Applied::Done(lsn, end))
+        Ok(Some(lsn))
     }
 
     /// Grows the data file by an extent (an eighth of it, 1–64 MiB) once

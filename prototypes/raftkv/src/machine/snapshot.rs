@@ -580,20 +580,25 @@ impl StateMachine {
     }
 }
 
-/// Fills a new store from a snapshot file's chunks, a transaction per
-/// chunk, checking every pair.
+/// Fills a new store from a snapshot file's chunks by a sorted bulk load
+/// (the file holds the keys in order, as the build's iterator read them;
+/// a key out of order is a damaged file), checking every pair. Durable on
+/// return.
 fn fill(store: &Store, file: &dyn VfsFile, start: u64) -> Result<(), Error> {
+    let mut load = store.bulk_load()?;
     for chunk in Chunks::new(file, start)? {
-        let mut txn = store.transaction();
         for (k, v) in chunk? {
             if !ours(&k, &v) {
                 return Err(corrupt("snapshot: a key that is not raftkv's"));
             }
             if k != layout::APPLIED {
-                txn.put(&k, &v);
+                load.push(&k, &v).map_err(|e| match e {
+                    kvstore::Error::OutOfOrder => corrupt("snapshot: keys out of order"),
+                    e => e.into(),
+                })?;
             }
         }
-        txn.commit_no_wait()?;
     }
+    load.finish()?;
     Ok(())
 }
