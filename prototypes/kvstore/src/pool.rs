@@ -300,7 +300,10 @@ impl Pool {
         let mut dirty = Vec::new();
         let want = st.frames.len().saturating_sub(self.capacity).max(32);
         let mut budget = 2 * st.clock.len();
-        while st.frames.len() > self.capacity && budget > 0 {
+        // Stops once it has enough dirty victims for the caller to write
+        // home: going round the whole clock when most frames are dirty
+        // (recovery) cost O(frames) a call.
+        while st.frames.len() > self.capacity && budget > 0 && dirty.len() < want {
             budget -= 1;
             let Some(no) = st.clock.pop_front() else {
                 break;

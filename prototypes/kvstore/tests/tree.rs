@@ -375,6 +375,17 @@ fn memory_stays_within_the_cache_while_the_data_outgrows_it() {
     assert!(st.file_pages as usize > 8 * st.capacity_pages, "{st:?}");
     assert_eq!(s.scan(..).unwrap().len(), 40_000);
     assert!(s.cache_stats().pages <= st.capacity_pages + 64);
+    // Recovery after kill -9 replays the log since the checkpoint into the
+    // same bounded pool, writing pages home as it fills.
+    let image = vfs.crash(CrashPolicy::ProcessOnly);
+    drop(s);
+    let s = sim_open(&image, options(128)).unwrap();
+    let info = s.recovery_info();
+    let replayed = info.ops_applied + info.images_restored;
+    assert!(replayed as usize > 4 * st.capacity_pages, "{info:?}");
+    let after = s.cache_stats();
+    assert!(after.pages <= after.capacity_pages + 64, "{after:?}");
+    assert_eq!(s.scan(..).unwrap().len(), 40_000);
 }
 
 #[test]
