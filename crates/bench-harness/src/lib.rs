@@ -262,6 +262,60 @@ pub fn write_file(path: &Path, text: &str) -> Result<(), String> {
     write().map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// Reads a small file: a `/proc` or `/sys` one, whose length says 0 (at
+/// most about 1 MiB of it).
+pub fn read_small(path: &Path) -> Result<String, String> {
+    let vfs = OsVfs::new();
+    let f = vfs
+        .open(path, OpenOptions::read())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 16 << 10];
+    loop {
+        let n = f
+            .read_at(&mut buf, out.len() as u64)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        if n == 0 || out.len() > 1 << 20 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// The block device's `stat` file for the filesystem holding `dir`, found
+/// in `/proc/self/mountinfo` (the longest mount point above it); the whole
+/// disk's when that is a partition. `None` where there is none (a tmpfs,
+/// an overlay).
+pub fn device_stat(dir: &Path) -> Option<std::path::PathBuf> {
+    let info = read_small(Path::new("/proc/self/mountinfo")).ok()?;
+    let mut best: Option<(usize, String)> = None;
+    for line in info.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(dev), Some(mnt)) = (f.get(2), f.get(4)) else {
+            continue;
+        };
+        if dir.starts_with(mnt) && best.as_ref().is_none_or(|(l, _)| mnt.len() > *l) {
+            best = Some((mnt.len(), dev.to_string()));
+        }
+    }
+    let sys = Path::new("/sys/dev/block").join(best?.1);
+    let vfs = OsVfs::new();
+    if vfs.exists(&sys.join("partition")).unwrap_or(false) {
+        Some(sys.join("..").join("stat"))
+    } else {
+        Some(sys.join("stat"))
+    }
+}
+
+/// Field `i` (from 0) of a block device's `stat` file: 6 is sectors
+/// written (of 512 bytes), 15 flush requests completed. 0 if unreadable.
+pub fn device_counter(stat: Option<&Path>, i: usize) -> f64 {
+    stat.and_then(|p| read_small(p).ok())
+        .and_then(|s| s.split_whitespace().nth(i).and_then(|v| v.parse().ok()))
+        .unwrap_or(0.0)
+}
+
 /// Writes `doc` to `path` as pretty JSON (a benchmark's `--json FILE`).
 pub fn write_json(path: &Path, doc: &serde_json::Value) -> Result<(), String> {
     let text = serde_json::to_string_pretty(doc).map_err(|e| e.to_string())? + "\n";

@@ -4,8 +4,12 @@
 //! overwrites at each client count, random gets, 100-key range scans, and
 //! one full scan of every key beside 16 overwriting clients (a backup or
 //! a Raft snapshot: it must see one snapshot, all N keys once, while the
-//! writers go on and memory stays bounded); then half the keys deleted
-//! and as many new ones put (is the freed space used again?).
+//! writers go on and memory stays bounded); a 50/50 mix of gets and
+//! durable puts; then half the keys deleted and as many new ones put (is
+//! the freed space used again?). Each phase reports the bytes the disk
+//! under the store wrote per operation. Then, in fresh processes: the
+//! store reopened after a clean close, and again after `kill -9` of 16
+//! writers.
 //! Each engine runs in its own process (`kvstore engine`), so its peak RSS
 //! is its own; rounds interleave the engines; medians are reported.
 //!
@@ -14,7 +18,7 @@
 //! a write transaction with `Durability::Immediate` (its default). The
 //! cache budget is the same for each.
 
-use bench_harness::{closed_loop, median, table, write_json, Op};
+use bench_harness::{closed_loop, device_counter, device_stat, median, table, write_json, Op};
 use journal_core::vfs::{process_usage, OsVfs, Vfs};
 use kvstore::{Options, Store};
 use serde_json::{json, Value};
@@ -56,6 +60,10 @@ pub struct ScaleArgs {
     /// (`engine` only) Just open the store in DIR and read one key.
     #[arg(long, hide = true)]
     pub open_only: bool,
+    /// (`engine` only) Open the store in DIR, print `ready`, and overwrite
+    /// random keys from 16 clients until killed.
+    #[arg(long, hide = true)]
+    pub write_until_killed: bool,
 }
 
 fn default_engines() -> Vec<String> {
@@ -332,9 +340,19 @@ fn mix(c: usize, n: u64) -> u64 {
     x ^ (x >> 29)
 }
 
-fn phase(clients: usize, seconds: f64, op: Arc<Op<String>>) -> Result<Value, String> {
+/// Runs `op` from `clients` closed-loop clients for `seconds`; with the
+/// CPU it took and the bytes the disk under the store (`stat`) wrote, per
+/// operation (the disk's every writer counts: run on a quiet machine).
+fn phase(
+    clients: usize,
+    seconds: f64,
+    stat: Option<&Path>,
+    op: Arc<Op<String>>,
+) -> Result<Value, String> {
     let before = process_usage().map_err(|e| e.to_string())?;
+    let sectors = device_counter(stat, 6);
     let r = closed_loop(clients, seconds, op)?;
+    let written = (device_counter(stat, 6) - sectors) * 512.0;
     let cpu = process_usage()
         .map_err(|e| e.to_string())?
         .since(&before)
@@ -344,6 +362,7 @@ fn phase(clients: usize, seconds: f64, op: Arc<Op<String>>) -> Result<Value, Str
         "clients": clients, "ops_per_s": r.rate(), "p50_us": r.q(0.5),
         "p99_us": r.q(0.99), "p999_us": r.q(0.999), "max_us": r.q(1.0),
         "cpu_us_per_op": cpu.as_secs_f64() * 1e6 / ops as f64,
+        "device_bytes_per_op": written / ops as f64,
     }))
 }
 
@@ -362,8 +381,13 @@ pub fn engine(name: &str, args: &ScaleArgs) -> Result<(), String> {
         );
         return Ok(());
     }
-    let e = open_engine(name, &args.dir, cache)?;
+    if args.write_until_killed {
+        return write_until_killed(name, args);
+    }
+    let stat = device_stat(&args.dir);
     let (n, size) = (args.keys, args.value_size);
+    let empty = empty_store_puts(name, args, stat.as_deref())?;
+    let e = open_engine(name, &args.dir, cache)?;
     let t = Instant::now();
     e.load(n, size)?;
     let load_s = t.elapsed().as_secs_f64();
@@ -375,6 +399,7 @@ pub fn engine(name: &str, args: &ScaleArgs) -> Result<(), String> {
         puts.push(phase(
             c,
             args.seconds,
+            stat.as_deref(),
             Arc::new(move |c, k| {
                 let i = mix(c, k) % n;
                 e2.put(&key(i), &value(i, k + 1, size))
@@ -386,6 +411,7 @@ pub fn engine(name: &str, args: &ScaleArgs) -> Result<(), String> {
     let gets = phase(
         max_c,
         args.seconds,
+        stat.as_deref(),
         Arc::new(move |c, k| {
             let i = mix(c, k ^ 0x5555) % n;
             match e2.get(&key(i))? {
@@ -394,10 +420,12 @@ pub fn engine(name: &str, args: &ScaleArgs) -> Result<(), String> {
             }
         }),
     )?;
+    let mixed = mixed_phase(&e, n, size, max_c.min(16), args.seconds, stat.as_deref())?;
     let e2 = e.clone();
     let scans = phase(
         max_c.min(16),
         args.seconds,
+        stat.as_deref(),
         Arc::new(move |c, k| {
             let i = mix(c, k ^ 0xAAAA) % n.saturating_sub(100).max(1);
             match e2.scan(&key(i), 100)? {
@@ -418,12 +446,86 @@ pub fn engine(name: &str, args: &ScaleArgs) -> Result<(), String> {
         json!({
             "engine": name, "keys": n, "value_size": size, "cache_mib": args.cache_mib,
             "load_s": load_s, "disk_after_load": load_disk, "rss_after_load_mib": rss_load as f64 / 1048576.0,
-            "puts": puts, "gets": gets, "scans": scans, "full_scan": full_scan,
+            "empty_puts": empty, "puts": puts, "gets": gets, "mixed": mixed, "scans": scans, "full_scan": full_scan,
             "space": space,
             "peak_rss_mib": peak as f64 / 1048576.0, "disk_bytes": disk,
             "logical_bytes": n * (15 + size as u64),
         })
     );
+    Ok(())
+}
+
+/// Durable single puts at 16 clients (or the most asked for) into an
+/// empty store of the engine's own (DIR`.empty`), beside the run's: the
+/// rate the loaded store's is measured against, in the same process and
+/// run.
+fn empty_store_puts(name: &str, args: &ScaleArgs, stat: Option<&Path>) -> Result<Value, String> {
+    let dir = args.dir.with_extension("empty");
+    let e = open_engine(name, &dir, args.cache_mib << 20)?;
+    let c = if args.clients.contains(&16) {
+        16
+    } else {
+        args.clients.iter().copied().max().unwrap_or(1)
+    };
+    let size = args.value_size;
+    let e2 = e.clone();
+    let r = phase(
+        c,
+        args.seconds,
+        stat,
+        Arc::new(move |c, k| e2.put(&key(mix(c, k) % 1_000_000_000), &value(k, 1, size))),
+    )?;
+    // (The directory goes with the run's, which `compare` removes.)
+    e.close()?;
+    Ok(r)
+}
+
+/// Half gets, half durable puts, of random keys.
+fn mixed_phase(
+    e: &Arc<dyn Engine>,
+    n: u64,
+    size: usize,
+    clients: usize,
+    seconds: f64,
+    stat: Option<&Path>,
+) -> Result<Value, String> {
+    let e = e.clone();
+    phase(
+        clients,
+        seconds,
+        stat,
+        Arc::new(move |c, k| {
+            let r = mix(c, k ^ 0x3333);
+            let i = (r >> 1) % n;
+            if r & 1 == 0 {
+                return e.put(&key(i), &value(i, k + 3, size));
+            }
+            match e.get(&key(i))? {
+                Some(v) if v.len() == size => Ok(()),
+                other => Err(format!("key {i}: {:?} bytes", other.map(|v| v.len()))),
+            }
+        }),
+    )
+}
+
+/// `kvstore engine --write-until-killed`: 16 clients overwrite random keys
+/// of the store in DIR durably until the process is killed (`compare`
+/// kills it with SIGKILL, then times the reopen).
+fn write_until_killed(name: &str, args: &ScaleArgs) -> Result<(), String> {
+    let e = open_engine(name, &args.dir, args.cache_mib << 20)?;
+    let n = args.keys.max(1);
+    println!("ready");
+    let e2 = e.clone();
+    let size = args.value_size;
+    // Far longer than `compare` lets it run.
+    closed_loop(
+        16,
+        3600.0,
+        Arc::new(move |c: usize, k: u64| {
+            let i = mix(c + 77, k) % n;
+            e2.put(&key(i), &value(i, k + 11, size))
+        }),
+    )?;
     Ok(())
 }
 
@@ -545,6 +647,50 @@ fn run_engine(exe: &Path, name: &str, dir: &Path, args: &[&str]) -> Result<Value
     serde_json::from_slice(&out.stdout).map_err(|e| format!("{name}: {e}"))
 }
 
+/// Starts 16 writers on the store in `dir` in a child process, kills it
+/// with SIGKILL two seconds in, and times the reopen (recovery and one
+/// read) in a fresh process.
+fn open_after_kill(exe: &Path, name: &str, dir: &Path, args: &ScaleArgs) -> Result<Value, String> {
+    use std::io::BufRead;
+    let keys = args.keys.to_string();
+    let cache = args.cache_mib.to_string();
+    let mut child = std::process::Command::new(exe)
+        .args(["engine", name])
+        .arg(dir)
+        .args([
+            "--keys",
+            &keys,
+            "--cache-mib",
+            &cache,
+            "--write-until-killed",
+        ])
+        .args(["--value-size", &args.value_size.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        std::io::BufReader::new(out)
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
+    }
+    if line.trim() != "ready" {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(format!("{name}: the writer did not start ({line:?})"));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    child.kill().map_err(|e| e.to_string())?;
+    child.wait().map_err(|e| e.to_string())?;
+    let o = run_engine(
+        exe,
+        name,
+        dir,
+        &["--keys", &keys, "--cache-mib", &cache, "--open-only"],
+    )?;
+    Ok(o["open_after_close_s"].clone())
+}
+
 /// `kvstore compare`: every engine in its own process, rounds interleaved.
 pub fn compare(args: &ScaleArgs) -> Result<(), String> {
     OsVfs::new()
@@ -595,6 +741,7 @@ pub fn compare(args: &ScaleArgs) -> Result<(), String> {
                 ],
             )?;
             v["open_after_close_s"] = o["open_after_close_s"].clone();
+            v["open_after_kill_s"] = open_after_kill(&exe, name, &dir, args)?;
             runs.push(v);
             drop(run);
         }
@@ -624,6 +771,7 @@ fn report(args: &ScaleArgs, runs: &[Value]) {
         "engine".to_string(),
         "load s".to_string(),
         "MiB loaded".to_string(),
+        "empty-store puts/s".to_string(),
     ];
     for c in &args.clients {
         header.push(format!("puts/s @{c}"));
@@ -635,7 +783,10 @@ fn report(args: &ScaleArgs, runs: &[Value]) {
             "scans/s",
             "full scan s",
             "puts/s beside it",
+            "mix ops/s",
+            "dev B/put",
             "open s",
+            "open s after kill",
             "peak RSS MiB",
             "disk MiB",
             "MiB full/half/refilled",
@@ -659,6 +810,7 @@ fn report(args: &ScaleArgs, runs: &[Value]) {
             name.clone(),
             cell(1, &["load_s"], 1.0),
             cell(0, &["disk_after_load"], 1.0 / 1048576.0),
+            cell(0, &["empty_puts", "ops_per_s"], 1.0),
         ];
         for i in 0..args.clients.len() {
             let i = i.to_string();
@@ -669,7 +821,12 @@ fn report(args: &ScaleArgs, runs: &[Value]) {
         row.push(cell(0, &["scans", "ops_per_s"], 1.0));
         row.push(cell(1, &["full_scan", "seconds"], 1.0));
         row.push(cell(0, &["full_scan", "writer_puts_per_s"], 1.0));
+        row.push(cell(0, &["mixed", "ops_per_s"], 1.0));
+        // At the most clients of the put phases.
+        let last = (args.clients.len().max(1) - 1).to_string();
+        row.push(cell(0, &["puts", &last, "device_bytes_per_op"], 1.0));
         row.push(cell(2, &["open_after_close_s"], 1.0));
+        row.push(cell(2, &["open_after_kill_s"], 1.0));
         row.push(cell(0, &["peak_rss_mib"], 1.0));
         row.push(cell(0, &["disk_bytes"], 1.0 / 1048576.0));
         row.push(format!(

@@ -20,7 +20,7 @@ pub use replace::Replacement;
 
 use crate::bench::{run_level, Level, System};
 use crate::local::LocalCluster as Cluster;
-use journal_core::vfs::{OpenOptions, OsVfs, Vfs};
+use bench_harness::{device_counter, device_stat, read_small};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -122,26 +122,6 @@ fn name(s: System) -> &'static str {
     }
 }
 
-/// Reads a small file (a `/proc` or `/sys` one, whose length says 0).
-fn read_small(path: &Path) -> Result<String, String> {
-    let vfs = OsVfs::new();
-    let f = vfs
-        .open(path, OpenOptions::read())
-        .map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
-    let mut buf = vec![0u8; 16 << 10];
-    loop {
-        let n = f
-            .read_at(&mut buf, out.len() as u64)
-            .map_err(|e| e.to_string())?;
-        if n == 0 || out.len() > 1 << 20 {
-            break;
-        }
-        out.extend_from_slice(&buf[..n]);
-    }
-    Ok(String::from_utf8_lossy(&out).into_owned())
-}
-
 /// CPU seconds (user + system) of a process: `/proc/PID/stat` fields 14
 /// and 15, in clock ticks of 1/100 s (Linux's USER_HZ).
 fn cpu_seconds(pid: u32) -> f64 {
@@ -155,35 +135,9 @@ fn cpu_seconds(pid: u32) -> f64 {
     (tick(11) + tick(12)) / 100.0
 }
 
-/// The block device's `stat` file for the filesystem holding `dir`, found
-/// in `/proc/self/mountinfo` (the longest mount point above it); the whole
-/// disk's when that is a partition.
-fn device_stat(dir: &Path) -> Option<PathBuf> {
-    let info = read_small(Path::new("/proc/self/mountinfo")).ok()?;
-    let mut best: Option<(usize, String)> = None;
-    for line in info.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let (Some(dev), Some(mnt)) = (f.get(2), f.get(4)) else {
-            continue;
-        };
-        if dir.starts_with(mnt) && best.as_ref().is_none_or(|(l, _)| mnt.len() > *l) {
-            best = Some((mnt.len(), dev.to_string()));
-        }
-    }
-    let sys = PathBuf::from(format!("/sys/dev/block/{}", best?.1));
-    let vfs = OsVfs::new();
-    if vfs.exists(&sys.join("partition")).unwrap_or(false) {
-        Some(sys.join("..").join("stat"))
-    } else {
-        Some(sys.join("stat"))
-    }
-}
-
-/// Flush requests completed (field 16 of a block device's `stat`).
+/// Flush requests completed by the disk (`stat` field 16).
 fn flushes(stat: Option<&Path>) -> f64 {
-    stat.and_then(|p| read_small(p).ok())
-        .and_then(|s| s.split_whitespace().nth(15).and_then(|v| v.parse().ok()))
-        .unwrap_or(0.0)
+    device_counter(stat, 15)
 }
 
 /// CPU seconds of a cluster's server processes.

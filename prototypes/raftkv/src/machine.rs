@@ -551,8 +551,8 @@ fn commit_batch(st: &mut State, store: &Store, w: &mut apply::Writer<'_>) -> Res
             n: 0,
         };
         st.history.horizon = st.history.horizon.max(horizon);
-        w.txn().put(events::HISTORY_STATE, &st.history.encode());
     }
+    w.txn().put(events::HISTORY_STATE, &st.history.encode());
     st.applied.partial = None;
     let state = postcard::to_stdvec(&st.applied).map_err(corrupt)?;
     w.txn().put(layout::APPLIED, &state);

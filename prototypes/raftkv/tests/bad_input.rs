@@ -56,6 +56,15 @@ async fn bad_requests_are_refused_with_400_and_change_nothing() {
     }
     let r = http.get(format!("{base}/kv/")).send().await.unwrap();
     assert_ne!(r.status().as_u16(), 200);
+    // A delete naming a lease is a mistake, refused (the key stays).
+    let r = http
+        .delete(format!("{base}/kv/k?lease=1"))
+        .send()
+        .await
+        .unwrap();
+    let (code, text) = status_of(r).await;
+    assert_eq!(code, 400, "{text}");
+    assert!(text.contains("takes no lease"), "{text}");
 
     for (body, want) in [
         (r#"{"op":"remove","id":9}"#, "node 9 is not a member"),

@@ -238,6 +238,14 @@ pub(super) async fn delete(
         (Ok(k), Ok(id)) => (k, id),
         (Err(r), _) | (_, Err(r)) => return r,
     };
+    if q.lease.is_some() {
+        // A delete attaches nothing: a lease here is a client's mistake,
+        // not something to ignore.
+        return text(
+            StatusCode::BAD_REQUEST,
+            "a DELETE takes no lease (a key leaves its lease when deleted)",
+        );
+    }
     let cond = match condition(&headers, &key) {
         Ok(c) => c,
         Err(r) => return r,

@@ -200,7 +200,8 @@ impl History {
     }
 
     /// Deletes the oldest committed events beyond `retention` (at most
-    /// `max` of them) in `txn`, and records the count and horizon there.
+    /// `max` of them) in `txn`; the caller records the count and horizon
+    /// there (once a batch).
     pub(super) fn compact(
         &mut self,
         store: &Store,
@@ -223,7 +224,6 @@ impl History {
             }
             self.count -= removed;
         }
-        txn.put(HISTORY_STATE, &self.encode());
         Ok(())
     }
 }
