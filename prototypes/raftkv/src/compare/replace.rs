@@ -22,6 +22,11 @@ pub struct Replacement {
     pub compact_s: f64,
     /// Seconds from the add to the learner caught up (by snapshot).
     pub catch_up_s: f64,
+    /// Of those, the seconds the new member spent installing the
+    /// snapshot it received (its `/metrics`), and the file's bytes.
+    pub install_s: f64,
+    /// The snapshot file's size, bytes.
+    pub snapshot_bytes: f64,
     /// Resident memory of each node before, MiB (the replaced node's: the
     /// old process's).
     pub steady_rss_mib: Vec<f64>,
@@ -138,6 +143,19 @@ pub(super) async fn replace(
     let t = Instant::now();
     change(serde_json::json!({"op": "add", "id": node, "addr": cmd.addr})).await?;
     let catch_up_s = t.elapsed().as_secs_f64();
+    let metrics = http
+        .get(format!("http://{}/metrics", cmd.addr))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .text()
+        .await
+        .map_err(|e| e.to_string())?;
+    let install_s = metric(
+        &metrics,
+        "raftkv_snapshot_duration_seconds_sum{op=\"install\"}",
+    );
+    let snapshot_bytes = metric(&metrics, "raftkv_snapshot_bytes{op=\"install\"}");
     change(serde_json::json!({"op": "promote", "id": node})).await?;
     // A moment of serving as a voter before the memory is read again.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -147,6 +165,8 @@ pub(super) async fn replace(
         node,
         compact_s,
         catch_up_s,
+        install_s,
+        snapshot_bytes,
         steady_rss_mib: steady,
         peak_rss_mib: peak,
         after_rss_mib: cluster
@@ -155,6 +175,14 @@ pub(super) async fn replace(
             .map(|c| status_mib(c.id(), "VmRSS"))
             .collect(),
     })
+}
+
+/// The value of the Prometheus sample `name` (with its labels) in `text`
+/// (0 if absent).
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// Prints `r` as a table.
@@ -170,6 +198,8 @@ pub(super) fn print(r: &Replacement) {
             "replaced node",
             "compact s",
             "catch-up s",
+            "of it install s",
+            "snapshot MiB",
             "RSS before MiB",
             "peak MiB",
             "after MiB",
@@ -178,6 +208,8 @@ pub(super) fn print(r: &Replacement) {
             r.node.to_string(),
             format!("{:.1}", r.compact_s),
             format!("{:.1}", r.catch_up_s),
+            format!("{:.1}", r.install_s),
+            format!("{:.0}", r.snapshot_bytes / 1048576.0),
             fmt(&r.steady_rss_mib),
             fmt(&r.peak_rss_mib),
             fmt(&r.after_rss_mib),
