@@ -297,13 +297,17 @@ impl Pool {
     /// Evicts clean frames while over capacity; returns dirty frames to
     /// write home if that was not enough.
     fn evict(&self, st: &mut MutexGuard<'_, State>) -> Vec<PageNo> {
+        self.evict_to(st, self.capacity)
+    }
+
+    /// Evicts clean frames by the clock until at most `target` remain;
+    /// the dirty frames passed over (for the caller to write home) if
+    /// that was not enough.
+    fn evict_to(&self, st: &mut MutexGuard<'_, State>, target: usize) -> Vec<PageNo> {
         let mut dirty = Vec::new();
-        let want = st.frames.len().saturating_sub(self.capacity).max(32);
+        let want = st.frames.len().saturating_sub(target).max(32);
         let mut budget = 2 * st.clock.len();
-        // Stops once it has enough dirty victims for the caller to write
-        // home: going round the whole clock when most frames are dirty
-        // (recovery) cost O(frames) a call.
-        while st.frames.len() > self.capacity && budget > 0 && dirty.len() < want {
+        while st.frames.len() > target && budget > 0 {
             budget -= 1;
             let Some(no) = st.clock.pop_front() else {
                 break;
@@ -324,7 +328,7 @@ impl Pool {
             }
         }
         self.publish(st);
-        if st.frames.len() > self.capacity {
+        if st.frames.len() > target {
             dirty
         } else {
             Vec::new()
@@ -334,6 +338,13 @@ impl Pool {
     /// Evicts clean frames while the pool is over capacity.
     pub(crate) fn shrink(&self) {
         self.evict(&mut self.state.lock());
+    }
+
+    /// Evicts clean frames until an eighth of the pool is free (recovery,
+    /// after writing every dirty page home: the pages it reads next then
+    /// need no eviction of their own).
+    pub(crate) fn shrink_with_room(&self) {
+        self.evict_to(&mut self.state.lock(), self.capacity - self.capacity / 8);
     }
 
     /// Brings the pool back within capacity: evicts clean frames, and if
