@@ -129,6 +129,27 @@ pub(crate) fn read_value(
     }
 }
 
+/// The leaf cell of `key` and `value`: the value inline if the cell stays
+/// within a leaf's share ([`MAX_INLINE_CELL`]), else the first page of the
+/// overflow chain `write_overflow` writes it to.
+pub(crate) fn cell_for(
+    key: &[u8],
+    value: &[u8],
+    write_overflow: impl FnOnce(&[u8]) -> Result<PageNo>,
+) -> Result<Vec<u8>> {
+    if 7 + key.len() + value.len() <= MAX_INLINE_CELL {
+        return Ok(leaf_cell(key, Value::Inline(value)));
+    }
+    let first = write_overflow(value)?;
+    Ok(leaf_cell(
+        key,
+        Value::Overflow {
+            len: value.len() as u32,
+            first,
+        },
+    ))
+}
+
 /// A page a transaction changed: the operations that redo the change on
 /// it (`None`: structural, logged as its image), its image epoch before
 /// the transaction, and its latest copy.
@@ -308,18 +329,7 @@ impl<'a> Txn<'a> {
     /// Inserts or replaces `key`.
     pub(crate) fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         let path = self.descend(key)?;
-        let cell = if 7 + key.len() + value.len() <= MAX_INLINE_CELL {
-            leaf_cell(key, Value::Inline(value))
-        } else {
-            let first = self.write_overflow(value)?;
-            leaf_cell(
-                key,
-                Value::Overflow {
-                    len: value.len() as u32,
-                    first,
-                },
-            )
-        };
+        let cell = cell_for(key, value, |v| self.write_overflow(v))?;
         let (leaf_no, leaf, _) = &path[path.len() - 1];
         let leaf_no = *leaf_no;
         let mut page = self.pool.copy(leaf);

@@ -23,7 +23,7 @@
 //! write home is repaired as any other page's.
 
 use super::*;
-use crate::page::{branch_cell, leaf_cell, Kind, Page, Value, HEADER, MAX_INLINE_CELL};
+use crate::page::{branch_cell, Kind, Page, HEADER};
 use crate::page::{OVERFLOW_PAYLOAD, PAGE_SIZE};
 use crate::tree::Txn;
 use crate::{MAX_KEY, MAX_VALUE};
@@ -152,18 +152,7 @@ impl<'s> BulkLoad<'s> {
         if self.last.as_deref().is_some_and(|l| key <= l) {
             return Err(Error::OutOfOrder);
         }
-        let cell = if 7 + key.len() + value.len() <= MAX_INLINE_CELL {
-            leaf_cell(key, Value::Inline(value))
-        } else {
-            let first = self.write_overflow(value)?;
-            leaf_cell(
-                key,
-                Value::Overflow {
-                    len: value.len() as u32,
-                    first,
-                },
-            )
-        };
+        let cell = crate::tree::cell_for(key, value, |v| self.write_overflow(v))?;
         if !self.leaf.fits(&cell) {
             self.flush_leaf()?;
         }
