@@ -13,9 +13,12 @@
 //! pages — slotted leaves and branches, overflow pages for values too long
 //! to sit in a leaf (up to [`MAX_VALUE`]), and free pages on a free list.
 //! Every page carries a CRC, its number and its pageLSN. docs/FORMAT.md
-//! has the byte map. A page is freed when it empties (not merged when
-//! underfull, as PostgreSQL's nbtree does), and freed pages are reused
-//! before the file grows; it grows by extents, in the background.
+//! has the byte map. A leaf a delete leaves under a quarter full is
+//! merged into its neighbour if together they fill at most three
+//! quarters (InnoDB's merge; the gap to a split's half-full pages keeps
+//! merges and splits from undoing each other); a page is freed when it
+//! empties, and freed pages are reused before the file grows; it grows by
+//! extents, in the background.
 //!
 //! # Memory
 //!

@@ -5,13 +5,17 @@
 //! A leaf change is logged as its cell operation; anything structural (a
 //! split, a page allocated or freed, a branch changed) logs the image of
 //! the page after it. All of a transaction's operations go in one record,
-//! so a split replays whole. Pages are freed when they empty, not merged
-//! when underfull (PostgreSQL's nbtree does the same): a store that shrinks
-//! reuses the freed pages through the free list.
+//! so a split replays whole. A leaf a delete leaves under a quarter full
+//! is merged into a neighbour under the same parent if together they fill
+//! at most three quarters (InnoDB merges below its MERGE_THRESHOLD the
+//! same way; the gap to a split's half-full pages keeps the two from
+//! undoing each other); a page that empties is freed. A store that shrinks
+//! reuses the freed pages through the free list. Branches are not merged,
+//! only freed when empty.
 
 use crate::page::{
-    branch_cell, leaf_cell, Kind, Page, PageNo, Value, FIRST_PAGE, MAX_INLINE_CELL,
-    OVERFLOW_PAYLOAD,
+    branch_cell, leaf_cell, Kind, Page, PageNo, Value, FIRST_PAGE, HEADER, MAX_INLINE_CELL,
+    OVERFLOW_PAYLOAD, PAGE_SIZE,
 };
 use crate::pool::{Before, Pool};
 use crate::record::LogOp;
@@ -22,6 +26,20 @@ use std::sync::Arc;
 
 /// The deepest tree a lookup follows: a deeper path is a cycle or damage.
 pub(crate) const MAX_HEIGHT: usize = 24;
+
+/// A leaf a delete leaves with less than this many bytes of cells (a
+/// quarter of its space) is merged into a neighbour, if together they
+/// fill at most [`MERGE_UP_TO`].
+const MERGE_BELOW: usize = (PAGE_SIZE - HEADER) / 4;
+/// The fullest a merged leaf may be: three quarters, so that a merge is
+/// not undone by the next few inserts, nor a split by the next few
+/// deletes (the gap between a half-full split and a quarter-full merge).
+const MERGE_UP_TO: usize = (PAGE_SIZE - HEADER) * 3 / 4;
+
+/// Bytes of a page's cells and slots.
+fn used(p: &Page) -> usize {
+    PAGE_SIZE - HEADER - p.free_space()
+}
 
 /// The tree's shape, as the meta page and the log's meta operations hold
 /// it.
@@ -462,6 +480,8 @@ impl<'a> Txn<'a> {
         if page.count() == 0 && path.len() > 1 {
             self.free(leaf_no);
             self.remove_child(&path, path.len() - 2);
+        } else if path.len() > 1 && used(&page) < MERGE_BELOW && self.merge(&path, &page)? {
+            // Merged with a neighbour (logged as images).
         } else {
             let op = LogOp::Delete {
                 page: leaf_no,
@@ -469,6 +489,52 @@ impl<'a> Txn<'a> {
             };
             self.write(leaf_no, page, Some(op));
         }
+        Ok(true)
+    }
+
+    /// Merges the leaf at the end of `path` (now `page`) with its left
+    /// neighbour under the same parent (the right one if it is the first
+    /// child) when both fit in [`MERGE_UP_TO`]: the right page's cells go
+    /// to the end of the left one, the right page is freed and its
+    /// separator leaves the parent (which may empty, or make a one-child
+    /// root go). `false`: no neighbour, or they do not fit; nothing
+    /// changed. All of it is logged as page images, so it replays whole.
+    fn merge(&mut self, path: &[Step], page: &Page) -> Result<bool> {
+        let leaf_no = path[path.len() - 1].0;
+        let (_, parent, j) = &path[path.len() - 2];
+        let j = *j;
+        let (sibling_no, this_left) = if j > 0 {
+            (parent.nth_child(j - 1), false)
+        } else if j < parent.count() {
+            (parent.nth_child(j + 1), true)
+        } else {
+            return Ok(false);
+        };
+        let sibling = self.read(sibling_no)?;
+        if sibling.kind() != Some(Kind::Leaf) {
+            return Err(corrupt(sibling_no, "a leaf's neighbour is not a leaf"));
+        }
+        if used(page) + used(&sibling) > MERGE_UP_TO {
+            return Ok(false);
+        }
+        let (left_no, left, right_no, right) = if this_left {
+            (leaf_no, page, sibling_no, &*sibling)
+        } else {
+            (sibling_no, &*sibling, leaf_no, page)
+        };
+        let mut cells = left.cells();
+        cells.extend(right.cells());
+        self.write(
+            left_no,
+            Page::from_cells(left_no, Kind::Leaf, 0, &cells),
+            None,
+        );
+        self.free(right_no);
+        // The parent's step, moved to the right page: its separator goes.
+        let mut up: Vec<Step> = path[..path.len() - 1].to_vec();
+        let last = up.len() - 1;
+        up[last].2 = if this_left { j + 1 } else { j };
+        self.remove_child(&up, last);
         Ok(true)
     }
 

@@ -353,6 +353,52 @@ fn deleting_half_the_keys_frees_pages_that_inserts_reuse() {
 }
 
 #[test]
+fn leaves_thinned_by_deletes_merge_and_their_pages_are_reused() {
+    let vfs = SimVfs::new();
+    let s = sim_open(&vfs, options(256)).unwrap();
+    let v = vec![1u8; 100];
+    let put = |keys: &mut dyn Iterator<Item = String>| loop {
+        let mut t = s.transaction();
+        let mut n = 0;
+        for k in (&mut *keys).take(1000) {
+            t.put(k.as_bytes(), &v);
+            n += 1;
+        }
+        if n == 0 {
+            return;
+        }
+        t.commit().unwrap();
+    };
+    put(&mut (0..20_000u32).map(|i| format!("a{i:05}")));
+    let full = s.cache_stats().file_pages;
+    // Four keys of five deleted, spread over every leaf: no leaf empties,
+    // every one falls under a quarter full.
+    for c in 0..20u32 {
+        let mut t = s.transaction();
+        for i in (c * 1000..(c + 1) * 1000).filter(|i| i % 5 != 0) {
+            t.delete(format!("a{i:05}").as_bytes());
+        }
+        t.commit().unwrap();
+    }
+    assert_eq!(s.check().unwrap(), Vec::<String>::new());
+    // As many new keys as were deleted, after the last: the merged-away
+    // leaves take most of them (merged leaves are at most three quarters
+    // full, so some room stays in them; without merges the file grows by
+    // about four fifths).
+    put(&mut (0..16_000u32).map(|i| format!("b{i:05}")));
+    let after = s.cache_stats().file_pages;
+    assert!(after <= full + full / 4, "{full} pages, then {after}");
+    assert_eq!(s.scan(..).unwrap().len(), 20_000);
+    assert_eq!(s.check().unwrap(), Vec::<String>::new());
+    // And it all replays: a crash, then the same tree.
+    let image = vfs.crash(CrashPolicy::DropUnsynced);
+    drop(s);
+    let s = sim_open(&image, options(256)).unwrap();
+    assert_eq!(s.scan(..).unwrap().len(), 20_000);
+    assert_eq!(s.check().unwrap(), Vec::<String>::new());
+}
+
+#[test]
 fn memory_stays_within_the_cache_while_the_data_outgrows_it() {
     let vfs = SimVfs::new();
     // No checkpoint at all: the recovery below replays every record
