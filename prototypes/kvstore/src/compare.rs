@@ -76,6 +76,13 @@ fn default_engines() -> Vec<String> {
     v
 }
 
+/// Keys per loading transaction: 1,000, or fewer so that one holds at
+/// most 16 MiB of values (a transaction's log record must fit one
+/// journal record: 64 MiB by default).
+fn batch_keys(value_size: usize) -> u64 {
+    ((16 << 20) / value_size.max(1)).clamp(1, 1000) as u64
+}
+
 /// Key `i`: fixed width, so key order is number order.
 fn key(i: u64) -> Vec<u8> {
     format!("key{i:012}").into_bytes()
@@ -378,11 +385,12 @@ fn delete_half_then_refill(
     let t = Instant::now();
     let mut i = n;
     while i < n + n / 2 {
-        let batch: Vec<_> = (i..(i + 1000).min(n + n / 2))
+        let step = batch_keys(size);
+        let batch: Vec<_> = (i..(i + step).min(n + n / 2))
             .map(|j| (key(j), value(j, 0, size)))
             .collect();
         e.put_batch(&batch)?;
-        i += 1000;
+        i += step;
     }
     let refill_s = t.elapsed().as_secs_f64();
     if e.get(&key(0))?.is_some() {

@@ -28,7 +28,7 @@ pub(super) trait Engine: Send + Sync {
     }
 }
 
-/// Puts keys `0..n`, 1,000 per `put_batch`.
+/// Puts keys `0..n`, [`super::batch_keys`] per `put_batch`.
 fn load_in_batches(
     n: u64,
     size: usize,
@@ -36,11 +36,12 @@ fn load_in_batches(
 ) -> Result<(), String> {
     let mut i = 0;
     while i < n {
-        let batch: Vec<_> = (i..(i + 1000).min(n))
+        let step = super::batch_keys(size);
+        let batch: Vec<_> = (i..(i + step).min(n))
             .map(|j| (key(j), value(j, 0, size)))
             .collect();
         put_batch(&batch)?;
-        i += 1000;
+        i += step;
     }
     Ok(())
 }
