@@ -23,8 +23,9 @@
 //! Installing one is an atomic replace: a new store is filled from the
 //! received file, chunk by chunk, by a sorted bulk load
 //! (`kvstore::Store::bulk_load`: the file holds the keys in order) in a
-//! new directory (`sm-<generation>`), made durable, and then the `CURRENT` file is replaced (written, synced,
-//! renamed, directory synced) to name it; the old store is removed after.
+//! new directory (`sm-<generation>`), made durable, and then the
+//! `CURRENT` file is replaced (written, synced, renamed, directory
+//! synced) to name it; the old store is removed after.
 //! Memory, at any store size: a chunk or two.
 
 use crate::types::{layout, Applied, NodeId, TypeConfig};
