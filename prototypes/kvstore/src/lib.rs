@@ -11,7 +11,10 @@
 //! and 1 are two copies of the meta page (journal id, root, end, free-list
 //! head; the valid copy with the higher sequence wins). The rest are B+tree
 //! pages — slotted leaves and branches, overflow pages for values too long
-//! to sit in a leaf (up to [`MAX_VALUE`]), and free pages on a free list.
+//! to sit in a leaf (up to [`MAX_VALUE`]), and free pages. The free list
+//! is SQLite's: trunk pages each listing about a thousand free pages that
+//! are never read or written while free, so freeing a long value's chain
+//! changes one trunk, not every page of the chain.
 //! Every page carries a CRC, its number and its pageLSN. docs/FORMAT.md
 //! has the byte map. A leaf a delete leaves under a quarter full is
 //! merged into its neighbour if together they fill at most three
@@ -80,8 +83,10 @@
 //! - [`Store::range`] and [`Store::prefix`] return lazy iterators over one
 //!   snapshot: every transaction applied before the call, never half of
 //!   one. They do not block writers: a writer that replaces a page an open
-//!   snapshot may still read keeps the old version; an iterator holds the
-//!   path to its leaf only. Versions in memory are bounded by a quarter
+//!   snapshot may still read keeps the old version (a page taken off the
+//!   free list too, read from disk if the pool no longer holds it); an
+//!   iterator holds the path to its leaf only. Versions in memory are
+//!   bounded by a quarter
 //!   of the cache; beyond it they are spilled to a scratch file
 //!   (`snapshots.spill`, up to [`Options::snapshot_spill_bytes`]), and
 //!   only beyond that does the oldest snapshot expire, its iterator

@@ -17,7 +17,9 @@ pub const HEADER: usize = 32;
 /// Payload bytes of an overflow page.
 pub const OVERFLOW_PAYLOAD: usize = PAGE_SIZE - HEADER;
 /// The format version of the data file and the log records.
-pub const FORMAT_VERSION: u16 = 2;
+pub const FORMAT_VERSION: u16 = 3;
+/// Free pages a free-list trunk lists (its own page aside).
+pub const FREE_PER_TRUNK: usize = (PAGE_SIZE - HEADER) / 4;
 /// The largest leaf cell stored inline: a longer value goes to overflow
 /// pages. At most a third of a page's space, so a split of a full page
 /// always leaves both halves within a page.
@@ -41,7 +43,8 @@ pub enum Kind {
     Branch = 2,
     /// A piece of a long value; `link` is the next piece.
     Overflow = 3,
-    /// On the free list; `link` is the next free page.
+    /// A free-list trunk: free itself, it lists up to [`FREE_PER_TRUNK`]
+    /// more free pages; `link` is the next trunk.
     Free = 4,
 }
 
@@ -190,11 +193,38 @@ impl Page {
         p
     }
 
-    /// A free page pointing at the next free page.
-    pub fn free(number: PageNo, next: PageNo) -> Page {
+    /// A free-list trunk listing no page yet, before trunk `next`.
+    pub fn free_trunk(number: PageNo, next: PageNo) -> Page {
         let mut p = Page::new(number, Kind::Free);
         p.set_link(next);
         p
+    }
+
+    /// A trunk's free page `i` (`i < count`).
+    pub fn free_entry(&self, i: usize) -> PageNo {
+        u32_at(&self.0[..], HEADER + 4 * i)
+    }
+
+    /// Adds `no` to a trunk's list; false if the trunk is full.
+    pub fn push_free(&mut self, no: PageNo) -> bool {
+        let n = self.count();
+        if n >= FREE_PER_TRUNK {
+            return false;
+        }
+        self.0[HEADER + 4 * n..HEADER + 4 * n + 4].copy_from_slice(&no.to_le_bytes());
+        self.set_count(n + 1);
+        self.set_lower(HEADER + 4 * (n + 1));
+        true
+    }
+
+    /// Takes the last page off a trunk's list (`None`: the list is empty).
+    pub fn pop_free(&mut self) -> Option<PageNo> {
+        let n = self.count().checked_sub(1)?;
+        let no = self.free_entry(n);
+        self.0[HEADER + 4 * n..HEADER + 4 * n + 4].fill(0);
+        self.set_count(n);
+        self.set_lower(HEADER + 4 * n);
+        Some(no)
     }
 
     /// An overflow page holding `payload` (at most [`OVERFLOW_PAYLOAD`]).
@@ -233,7 +263,7 @@ impl Page {
         Kind::from_u8(self.0[20])
     }
 
-    /// Cells on the page.
+    /// Cells on the page (a free-list trunk: the pages it lists).
     pub fn count(&self) -> usize {
         u16_at(&self.0[..], 22) as usize
     }
@@ -264,7 +294,8 @@ impl Page {
         self.0[26..28].copy_from_slice(&v.to_le_bytes());
     }
 
-    /// Branch: the leftmost child; overflow and free: the next page.
+    /// Branch: the leftmost child; overflow: the next page; free-list
+    /// trunk: the next trunk.
     pub fn link(&self) -> PageNo {
         u32_at(&self.0[..], 28)
     }
@@ -523,9 +554,15 @@ impl Page {
             return bad("free-space bounds outside the page");
         }
         match kind {
-            Kind::Overflow | Kind::Free => {
-                if n != 0 || upper != PAGE_SIZE || (kind == Kind::Free && lower != HEADER) {
-                    return bad("an overflow or free page with cells");
+            Kind::Overflow => {
+                if n != 0 || upper != PAGE_SIZE {
+                    return bad("an overflow page with cells");
+                }
+                return Ok(());
+            }
+            Kind::Free => {
+                if n > FREE_PER_TRUNK || lower != HEADER + 4 * n || upper != PAGE_SIZE {
+                    return bad("a free-list trunk whose count disagrees with its list");
                 }
                 return Ok(());
             }
@@ -579,93 +616,4 @@ impl Page {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cells_stay_sorted_through_puts_replaces_and_removes() {
-        let mut p = Page::new(5, Kind::Leaf);
-        let mut keys: Vec<Vec<u8>> = Vec::new();
-        for i in (0..100u32).rev() {
-            let k = format!("key{i:03}").into_bytes();
-            let c = leaf_cell(&k, Value::Inline(&[i as u8; 40]));
-            let at = p.search(&k).unwrap_err();
-            if !p.put_cell(at, &c, false) {
-                break;
-            }
-            keys.insert(0, k);
-        }
-        assert!(keys.len() > 60 && keys.len() < 100, "{}", keys.len());
-        for (i, k) in keys.iter().enumerate() {
-            assert_eq!(p.key(i), &k[..]);
-        }
-        // Replace with a longer value, remove every other: still sorted,
-        // and the page refills (compaction reclaims the fragments).
-        let k = keys[3].clone();
-        assert!(p.put_cell(3, &leaf_cell(&k, Value::Inline(&[9; 41])), true));
-        assert_eq!(p.value(3), Value::Inline(&[9; 41]));
-        for i in (0..p.count()).rev().step_by(2) {
-            p.remove_cell(i);
-        }
-        let before = p.count();
-        let mut added = 0;
-        for i in 0..100u32 {
-            let k = format!("zz{i:03}").into_bytes();
-            let at = p.search(&k).unwrap_err();
-            if p.put_cell(at, &leaf_cell(&k, Value::Inline(&[1; 40])), false) {
-                added += 1;
-            }
-        }
-        assert!(added >= before - 1, "{added} vs {before}");
-        p.validate(5).unwrap();
-        for i in 1..p.count() {
-            assert!(p.key(i - 1) < p.key(i));
-        }
-    }
-
-    #[test]
-    fn pages_round_trip_through_disk_and_images_and_every_bit_flip_is_caught() {
-        let mut p = Page::new(7, Kind::Branch);
-        p.set_link(3);
-        assert!(p.put_cell(0, &branch_cell(b"m", 9), false));
-        p.set_lsn(Lsn(99));
-        let disk = Page::from_disk(p.sealed().0, 7).unwrap();
-        assert_eq!(disk.child(0), 9);
-        assert_eq!(disk.nth_child(0), 3);
-        assert_eq!(
-            Page::from_disk(p.sealed().0, 8).unwrap_err(),
-            Invalid::Structure("the page's number is another page's")
-        );
-        for bit in [0usize, 37, 64, 130, 8 * 200, 8 * 4095 + 7] {
-            let mut q = p.sealed();
-            q.0[bit / 8] ^= 1 << (bit % 8);
-            assert!(Page::from_disk(q.0, 7).is_err(), "bit {bit}");
-        }
-        let (head, tail) = p.image();
-        assert_eq!(head.len() + tail.len(), HEADER + 2 + 7);
-        let back = Page::from_image(7, head, tail, Lsn(100)).unwrap();
-        assert_eq!(
-            (back.lsn(), back.child(0), back.key(0)),
-            (Lsn(100), 9, &b"m"[..])
-        );
-    }
-
-    #[test]
-    fn hostile_cells_are_refused_by_validate() {
-        let mut p = Page::new(4, Kind::Leaf);
-        assert!(p.put_cell(0, &leaf_cell(b"k", Value::Inline(b"v")), false));
-        let off = p.slot(0);
-        // A value length running past the page.
-        let mut q = p.clone();
-        q.0[off + 3..off + 7].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(q.validate(4).is_err());
-        // A slot pointing into the header.
-        let mut q = p.clone();
-        q.set_slot(0, 2);
-        assert!(q.validate(4).is_err());
-        // A count past the slot array.
-        let mut q = p.clone();
-        q.set_count(900);
-        assert!(q.validate(4).is_err());
-    }
-}
+mod tests;

@@ -47,6 +47,11 @@ struct Frame {
     pinned: bool,
     /// Being written home.
     writing: bool,
+    /// On the clock. A pinned frame leaves it when the clock reaches it
+    /// and comes back when unpinned, so a transaction pinning many pages
+    /// (a large value's chain) does not make every eviction pass over
+    /// them.
+    in_clock: bool,
     /// The checkpoint epoch of the last full image logged of this page.
     image_epoch: u64,
 }
@@ -259,6 +264,18 @@ impl Pool {
         drop(st);
         let read = self.read_disk(no);
         let mut st = self.state.lock();
+        if let Some(Slot::Ready(f)) = st.frames.get(&no) {
+            // A writer installed a new copy while the page was read (it
+            // had been evicted after the writer read it): the writer's
+            // stands; the copy read is the version it replaced.
+            let page = f.page.clone();
+            if let Ok(old) = read {
+                st.versions.stash(no, &Arc::new(old));
+            }
+            self.publish(&st);
+            self.cond.notify_all();
+            return Self::pick(&st, &page, no, at);
+        }
         let page = match read {
             Ok(p) => Arc::new(p),
             Err(e) => {
@@ -276,6 +293,7 @@ impl Pool {
                 referenced: true,
                 pinned: false,
                 writing: false,
+                in_clock: true,
                 image_epoch: 0,
             }),
         );
@@ -315,8 +333,13 @@ impl Pool {
             let Some(Slot::Ready(f)) = st.frames.get_mut(&no) else {
                 continue;
             };
-            if f.pinned || f.writing || f.referenced || f.dirty {
-                if f.dirty && !f.pinned && !f.writing && dirty.len() < want {
+            if f.pinned {
+                // Back on the clock when unpinned.
+                f.in_clock = false;
+                continue;
+            }
+            if f.writing || f.referenced || f.dirty {
+                if f.dirty && !f.writing && dirty.len() < want {
                     dirty.push(no);
                 }
                 f.referenced = false;
@@ -364,9 +387,16 @@ impl Pool {
     }
 
     /// Installs a transaction's new copy of page `no`, pinned and dirty
-    /// (its LSN is [`PENDING`] until [`Pool::stamp`]). Returns the frame
-    /// as it was, its image epoch, and the copy installed.
-    pub(crate) fn put(&self, no: PageNo, mut page: Page) -> (Before, u64, Arc<Page>) {
+    /// (its LSN is [`PENDING`] until [`Pool::stamp`]). `read` is the
+    /// version the transaction read, if it did: kept for open snapshots
+    /// in the frame's stead if the frame was evicted since. Returns the
+    /// frame as it was, its image epoch, and the copy installed.
+    pub(crate) fn put(
+        &self,
+        no: PageNo,
+        mut page: Page,
+        read: Option<&Arc<Page>>,
+    ) -> (Before, u64, Arc<Page>) {
         page.set_lsn(PENDING);
         let page = Arc::new(page);
         let mut guard = self.state.lock();
@@ -385,6 +415,9 @@ impl Pool {
                 (before, f.image_epoch, page)
             }
             _ => {
+                if let Some(old) = read {
+                    st.versions.stash(no, old);
+                }
                 st.frames.insert(
                     no,
                     Slot::Ready(Frame {
@@ -393,11 +426,12 @@ impl Pool {
                         referenced: true,
                         pinned: true,
                         writing: false,
+                        // (On the clock once unpinned.)
+                        in_clock: false,
                         image_epoch: 0,
                     }),
                 );
                 st.dirty += 1;
-                st.clock.push_back(no);
                 (None, 0, page)
             }
         };
@@ -417,6 +451,10 @@ impl Pool {
                     f.dirty = dirty;
                     f.pinned = false;
                     f.image_epoch = image_epoch;
+                    if !f.in_clock {
+                        f.in_clock = true;
+                        st.clock.push_back(no);
+                    }
                 }
                 if was_dirty && !dirty {
                     st.dirty -= 1;
@@ -436,7 +474,8 @@ impl Pool {
     /// Gives the pages of an appended transaction their LSN and unpins
     /// them; `imaged` pages were logged whole in `epoch`.
     pub(crate) fn stamp(&self, pages: &[(PageNo, bool)], lsn: Lsn, epoch: u64) {
-        let mut st = self.state.lock();
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
         for (no, imaged) in pages {
             if let Some(Slot::Ready(f)) = st.frames.get_mut(no) {
                 Arc::make_mut(&mut f.page).set_lsn(lsn);
@@ -444,16 +483,20 @@ impl Pool {
                 if *imaged {
                     f.image_epoch = epoch;
                 }
+                if !f.in_clock {
+                    f.in_clock = true;
+                    st.clock.push_back(*no);
+                }
             }
         }
-        self.publish(&st);
+        self.publish(st);
         self.cond.notify_all();
     }
 
     /// Installs a page rebuilt by recovery: dirty, not pinned.
     pub(crate) fn install_recovered(&self, no: PageNo, page: Page) {
         let lsn = page.lsn();
-        self.put(no, page);
+        self.put(no, page, None);
         self.stamp(&[(no, false)], lsn, 0);
     }
 

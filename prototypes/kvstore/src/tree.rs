@@ -10,8 +10,9 @@
 //! at most three quarters (InnoDB merges below its MERGE_THRESHOLD the
 //! same way; the gap to a split's half-full pages keeps the two from
 //! undoing each other); a page that empties is freed. A store that shrinks
-//! reuses the freed pages through the free list. Branches are not merged,
-//! only freed when empty.
+//! reuses the freed pages through the free list: trunk pages listing free
+//! pages, which are neither read nor written while free (SQLite's). Branches
+//! are not merged, only freed when empty.
 
 use crate::page::{
     branch_cell, leaf_cell, Kind, Page, PageNo, Value, FIRST_PAGE, HEADER, MAX_INLINE_CELL,
@@ -21,8 +22,10 @@ use crate::pool::{Before, Pool};
 use crate::record::LogOp;
 use crate::{Error, Result};
 use journal_core::Journal;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+
+mod free;
 
 /// The deepest tree a lookup follows: a deeper path is a cycle or damage.
 pub(crate) const MAX_HEIGHT: usize = 24;
@@ -189,6 +192,10 @@ pub(crate) struct Txn<'a> {
     pub(crate) meta: TreeMeta,
     orig_meta: TreeMeta,
     touched: BTreeMap<PageNo, Touched>,
+    /// The pages read, as read (the committed versions: writers hold the
+    /// tree lock), for the snapshots that may still read one the pool
+    /// evicted before the transaction replaced it.
+    read: HashMap<PageNo, Arc<Page>>,
     before: Vec<(PageNo, Before)>,
     allow_io: bool,
     /// The page whose absence from the pool stopped the transaction.
@@ -209,6 +216,7 @@ impl<'a> Txn<'a> {
             meta,
             orig_meta: meta,
             touched: BTreeMap::new(),
+            read: HashMap::new(),
             before: Vec::new(),
             allow_io,
             missing: None,
@@ -221,16 +229,19 @@ impl<'a> Txn<'a> {
         if let Some(t) = self.touched.get(&no) {
             return Ok(t.page.clone());
         }
-        if self.allow_io {
-            return self.pool.fetch(no, self.journal);
-        }
-        match self.pool.with_cached(|look| look(no)) {
-            Some(p) => Ok(p),
-            None => {
-                self.missing = Some(no);
-                Err(Error::Closed)
+        let p = if self.allow_io {
+            self.pool.fetch(no, self.journal)?
+        } else {
+            match self.pool.with_cached(|look| look(no)) {
+                Some(p) => p,
+                None => {
+                    self.missing = Some(no);
+                    return Err(Error::Closed);
+                }
             }
-        }
+        };
+        self.read.insert(no, p.clone());
+        Ok(p)
     }
 
     fn read(&mut self, no: PageNo) -> Result<Arc<Page>> {
@@ -241,7 +252,11 @@ impl<'a> Txn<'a> {
     }
 
     fn write(&mut self, no: PageNo, page: Page, op: Option<LogOp>) {
-        let (before, image_epoch, page) = self.pool.put(no, page);
+        let read = match self.touched.contains_key(&no) {
+            true => None,
+            false => self.read.get(&no),
+        };
+        let (before, image_epoch, page) = self.pool.put(no, page, read);
         match self.touched.get_mut(&no) {
             Some(t) => {
                 t.page = page;
@@ -264,28 +279,6 @@ impl<'a> Txn<'a> {
         }
     }
 
-    fn alloc(&mut self) -> Result<PageNo> {
-        if self.meta.free_head != 0 {
-            let no = self.meta.free_head;
-            let p = self.read(no)?;
-            if p.kind() != Some(Kind::Free) {
-                return Err(corrupt(no, "the free list reaches a page in use"));
-            }
-            self.meta.free_head = p.link();
-            return Ok(no);
-        }
-        let no = self.meta.end;
-        self.meta.end = no
-            .checked_add(1)
-            .ok_or(corrupt(no, "the data file is full (2^32 pages)"))?;
-        Ok(no)
-    }
-
-    fn free(&mut self, no: PageNo) {
-        self.write(no, Page::free(no, self.meta.free_head), None);
-        self.meta.free_head = no;
-    }
-
     fn descend(&mut self, key: &[u8]) -> Result<Vec<Step>> {
         let (root, end) = (self.meta.root, self.meta.end);
         if self.allow_io {
@@ -306,6 +299,13 @@ impl<'a> Txn<'a> {
         });
         if missing.is_some() {
             self.missing = missing;
+        }
+        if let Ok(path) = &r {
+            for (no, page, _) in path {
+                if !self.touched.contains_key(no) {
+                    self.read.insert(*no, page.clone());
+                }
+            }
         }
         r
     }
@@ -338,7 +338,7 @@ impl<'a> Txn<'a> {
                 ));
             }
             let next = p.link();
-            self.free(no);
+            self.free(no)?;
             no = next;
         }
         Ok(())
@@ -478,8 +478,8 @@ impl<'a> Txn<'a> {
         self.free_value(&page, i)?;
         page.remove_cell(i);
         if page.count() == 0 && path.len() > 1 {
-            self.free(leaf_no);
-            self.remove_child(&path, path.len() - 2);
+            self.free(leaf_no)?;
+            self.remove_child(&path, path.len() - 2)?;
         } else if path.len() > 1 && used(&page) < MERGE_BELOW && self.merge(&path, &page)? {
             // Merged with a neighbour (logged as images).
         } else {
@@ -529,17 +529,17 @@ impl<'a> Txn<'a> {
             Page::from_cells(left_no, Kind::Leaf, 0, &cells),
             None,
         );
-        self.free(right_no);
+        self.free(right_no)?;
         // The parent's step, moved to the right page: its separator goes.
         let mut up: Vec<Step> = path[..path.len() - 1].to_vec();
         let last = up.len() - 1;
         up[last].2 = if this_left { j + 1 } else { j };
-        self.remove_child(&up, last);
+        self.remove_child(&up, last)?;
         Ok(true)
     }
 
     /// `path[level]`, a branch, loses the child its step took (freed).
-    fn remove_child(&mut self, path: &[Step], level: usize) {
+    fn remove_child(&mut self, path: &[Step], level: usize) -> Result<()> {
         let (bno, branch, j) = &path[level];
         let (bno, j) = (*bno, *j);
         let mut page = self.pool.copy(branch);
@@ -548,11 +548,10 @@ impl<'a> Txn<'a> {
                 if level == 0 {
                     // The last child of the root: the tree is empty.
                     self.write(bno, Page::new(bno, Kind::Leaf), None);
-                } else {
-                    self.free(bno);
-                    self.remove_child(path, level - 1);
+                    return Ok(());
                 }
-                return;
+                self.free(bno)?;
+                return self.remove_child(path, level - 1);
             }
             page.set_link(page.child(0));
             page.remove_cell(0);
@@ -562,21 +561,22 @@ impl<'a> Txn<'a> {
         if level == 0 && page.count() == 0 {
             // A root with one child: the child becomes the root.
             self.meta.root = page.link();
-            self.free(bno);
-            return;
+            return self.free(bno);
         }
         self.write(bno, page, None);
+        Ok(())
     }
 
     /// Makes the tree a bulk load wrote the store's: `root`, with every
     /// page below `end` (the pages from the old end on are the load's,
     /// already durable). The old root, an empty leaf, goes to the free
-    /// list. Logged as the freed page's image and the meta values.
-    pub(crate) fn adopt(&mut self, root: PageNo, end: PageNo) {
+    /// list. Logged as the free-list trunk's image and the meta values.
+    pub(crate) fn adopt(&mut self, root: PageNo, end: PageNo) -> Result<()> {
         let old = self.meta.root;
         self.meta.end = end;
-        self.free(old);
+        self.free(old)?;
         self.meta.root = root;
+        Ok(())
     }
 
     /// The log operations of the transaction: per page touched, its image

@@ -6,29 +6,18 @@
 //! empty store or every key, never part of the load, and nothing
 //! acknowledged lost.
 
-use journal_core::vfs::{CrashPolicy, SimVfs, SplitMix64, Vfs};
+use journal_core::vfs::{CrashPolicy, SimVfs, SplitMix64};
 use kvstore::{Error, Options, Store};
 use std::collections::BTreeMap;
-use std::sync::Arc;
+
+mod common;
 
 fn options() -> Options {
-    Options {
-        cache_bytes: 64 * (4096 + 128),
-        journal: journal_core::Options {
-            segment_size: 1 << 20,
-            logbsize: 256 << 10,
-            background_preallocation: false,
-            ..journal_core::Options::default()
-        },
-        checkpoint_interval: None,
-        checkpoint_log_bytes: 4 << 20,
-        ..Options::default()
-    }
+    common::options(64)
 }
 
 fn sim_open(vfs: &SimVfs) -> kvstore::Result<Store> {
-    let v: Arc<dyn Vfs> = Arc::new(vfs.clone());
-    Store::open_with(v, "/db", options())
+    common::sim_open(vfs, options())
 }
 
 /// `n` sorted keys, `long` of them padded to hundreds of bytes (a branch

@@ -13,26 +13,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// Options with a cache of `pages` frames (at least 16).
-fn options(cache_pages: usize) -> Options {
-    Options {
-        cache_bytes: cache_pages * (4096 + 128),
-        journal: journal_core::Options {
-            segment_size: 1 << 20,
-            logbsize: 256 << 10,
-            background_preallocation: false,
-            ..journal_core::Options::default()
-        },
-        checkpoint_interval: None,
-        checkpoint_log_bytes: 4 << 20,
-        ..Options::default()
-    }
-}
-
-fn sim_open(vfs: &SimVfs, o: Options) -> kvstore::Result<Store> {
-    let v: Arc<dyn Vfs> = Arc::new(vfs.clone());
-    Store::open_with(v, "/db", o)
-}
+mod common;
+use common::{options, sim_open};
 
 fn value(rng: &mut SplitMix64) -> Vec<u8> {
     let len = match rng.below(100) {

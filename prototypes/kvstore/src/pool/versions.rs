@@ -73,20 +73,24 @@ pub(super) struct Versions {
 
 impl Versions {
     /// Keeps `old`, the version of page `no` a writer replaces, if an open
-    /// snapshot may read it.
+    /// snapshot may read it and it is not kept already (a transaction
+    /// rolled back and run again replaces the same version again; a
+    /// pageLSN names one version of a page).
     pub(super) fn stash(&mut self, no: PageNo, old: &Arc<Page>) {
         let wanted = self
             .open
             .keys()
             .next_back()
             .is_some_and(|(s, _)| *s >= old.lsn());
-        if wanted && old.lsn() != PENDING {
-            self.pages
-                .entry(no)
-                .or_default()
-                .push(Kept::Mem(old.clone()));
-            self.bytes += FRAME_BYTES;
+        if !wanted || old.lsn() == PENDING {
+            return;
         }
+        let list = self.pages.entry(no).or_default();
+        if list.last().is_some_and(|k| k.lsn() == old.lsn()) {
+            return;
+        }
+        list.push(Kept::Mem(old.clone()));
+        self.bytes += FRAME_BYTES;
     }
 
     /// The version of page `no` a snapshot at `s` reads, given the page as
@@ -303,6 +307,32 @@ impl Pool {
         match Page::from_disk(buf, no) {
             Ok(p) if p.lsn() == lsn => Ok(Arc::new(p)),
             _ => Err(bad),
+        }
+    }
+
+    /// Keeps the on-disk version of page `no` for the open snapshots,
+    /// before a writer replaces it without having read it: a page taken
+    /// off the free list, whose old contents (a freed value's overflow
+    /// page) a snapshot older than the free may still read. Reads the
+    /// disk only while a snapshot is open and the page is not in the pool
+    /// (in the pool, [`Pool::put`] keeps the version it replaces). A page
+    /// that does not validate was never written home as part of a tree,
+    /// so no snapshot reads it. The caller holds the tree lock, so no
+    /// snapshot opens meanwhile.
+    pub(crate) fn keep_for_snapshots(&self, no: PageNo) {
+        {
+            let st = self.state.lock();
+            if st.versions.open.is_empty() || st.frames.contains_key(&no) {
+                return;
+            }
+        }
+        let Ok(page) = self.read_disk(no) else {
+            return;
+        };
+        let mut st = self.state.lock();
+        if !st.frames.contains_key(&no) {
+            st.versions.stash(no, &Arc::new(page));
+            self.publish(&st);
         }
     }
 

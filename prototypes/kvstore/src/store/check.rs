@@ -1,5 +1,6 @@
-//! `Store::check`: a read-only walk of the tree and the free list at one
-//! snapshot, so it neither checkpoints nor blocks writers.
+//! `Store::check`: a read-only walk of the tree and the free list (its
+//! trunks, and the pages they list) at one snapshot, so it neither
+//! checkpoints nor blocks writers.
 
 use super::*;
 use crate::page::{Kind, Page, Value, FIRST_PAGE, OVERFLOW_PAYLOAD};
@@ -163,15 +164,31 @@ pub(super) fn check(inner: &Inner) -> Result<Vec<String>> {
     let mut free = 0usize;
     let mut no = meta.free_head;
     while no != 0 {
-        let Some(p) = w.visit(no, "free page") else {
+        let Some(p) = w.visit(no, "free-list trunk") else {
             break;
         };
         if p.kind() != Some(Kind::Free) {
             w.problems
-                .push(format!("free page {no} is a {:?} page", p.kind()));
+                .push(format!("free-list trunk {no} is a {:?} page", p.kind()));
             break;
         }
         free += 1;
+        // The pages a trunk lists are not read: their contents mean
+        // nothing. Each must be in the file and counted once.
+        for i in 0..p.count() {
+            let listed = p.free_entry(i);
+            if !(FIRST_PAGE..w.end).contains(&listed) {
+                w.problems.push(format!(
+                    "free page {listed} (trunk {no}) is outside the file (end {})",
+                    w.end
+                ));
+            } else if !w.seen.insert(listed) {
+                w.problems
+                    .push(format!("free page {listed} (trunk {no}) is reached twice"));
+            } else {
+                free += 1;
+            }
+        }
         no = p.link();
     }
     let pages = (meta.end - FIRST_PAGE) as usize;

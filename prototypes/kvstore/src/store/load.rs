@@ -203,7 +203,10 @@ impl<'s> BulkLoad<'s> {
             .sync_data()
             .map_err(|e| inner.poison_with(e.into()))?;
         let mut txn = Txn::new(&inner.pool, &inner.journal, *self.tree, true);
-        txn.adopt(root, self.next);
+        if let Err(e) = txn.adopt(root, self.next) {
+            txn.rollback();
+            return Err(e);
+        }
         let Some(lsn) = inner.log_txn(&mut self.tree, txn)? else {
             return Err(Error::Corrupt {
                 page: root,
