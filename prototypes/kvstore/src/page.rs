@@ -529,6 +529,29 @@ impl Page {
         self.0
     }
 
+    /// Checks an overflow page read from disk, in place (magic, CRC,
+    /// number, kind, payload bounds: what [`Page::from_disk`] checks of
+    /// one): its payload and the next page of its chain.
+    pub fn overflow_in(bytes: &[u8], number: PageNo) -> Result<(&[u8], PageNo), Invalid> {
+        let Ok(b) = <&[u8; PAGE_SIZE]>::try_from(bytes) else {
+            return Err(Invalid::Structure("an overflow page of the wrong size"));
+        };
+        if &b[..4] != PAGE_MAGIC || u32_at(b, 4) != Page::crc_of(b) {
+            return Err(Invalid::Checksum);
+        }
+        let lower = u16_at(b, 24) as usize;
+        if u32_at(b, 16) != number {
+            return Err(Invalid::Structure("the page's number is another page's"));
+        }
+        if b[20] != Kind::Overflow as u8 || u16_at(b, 22) != 0 || u16_at(b, 26) != 0 {
+            return Err(Invalid::Structure("not an overflow page"));
+        }
+        if !(HEADER..=PAGE_SIZE).contains(&lower) {
+            return Err(Invalid::Structure("free-space bounds outside the page"));
+        }
+        Ok((&b[HEADER..lower], u32_at(b, 28)))
+    }
+
     /// Checks a page read from disk: magic, CRC, then [`Page::validate`].
     pub fn from_disk(bytes: Box<[u8; PAGE_SIZE]>, number: PageNo) -> Result<Page, Invalid> {
         let p = Page(bytes);

@@ -114,6 +114,44 @@ pub(crate) fn lookup(
     }
 }
 
+/// Where the value of a key lies: in its leaf, or in an overflow chain.
+pub(crate) enum Found {
+    /// The value, copied from the leaf.
+    Inline(Vec<u8>),
+    /// A chain of `len` bytes from page `first`, named by a cell of leaf
+    /// `leaf` as of its pageLSN `lsn`. The chain cannot change while that
+    /// cell stands: a writer frees it only by changing the leaf.
+    Overflow {
+        leaf: PageNo,
+        lsn: journal_core::Lsn,
+        first: PageNo,
+        len: usize,
+    },
+}
+
+/// The cell of `key`, without reading an overflow chain.
+pub(crate) fn find(
+    root: PageNo,
+    end: PageNo,
+    key: &[u8],
+    fetch: impl FnMut(PageNo) -> Result<Arc<Page>>,
+) -> Result<Option<Found>> {
+    let path = descend(root, end, key, fetch)?;
+    let (no, leaf, _) = &path[path.len() - 1];
+    let Ok(i) = leaf.search(key) else {
+        return Ok(None);
+    };
+    Ok(Some(match leaf.value(i) {
+        Value::Inline(v) => Found::Inline(v.to_vec()),
+        Value::Overflow { len, first } => Found::Overflow {
+            leaf: *no,
+            lsn: leaf.lsn(),
+            first,
+            len: len as usize,
+        },
+    }))
+}
+
 /// Reads the value of leaf cell `i`, following its overflow chain.
 pub(crate) fn read_value(
     leaf: &Page,
@@ -224,8 +262,9 @@ impl<'a> Txn<'a> {
     }
 
     /// Page `no`: from the transaction's own copy, the pool, or (only with
-    /// `allow_io`) the disk.
-    fn get(&mut self, no: PageNo) -> Result<Arc<Page>> {
+    /// `allow_io`) the disk; remembered in `read` if the transaction may
+    /// write it.
+    fn get(&mut self, no: PageNo, may_write: bool) -> Result<Arc<Page>> {
         if let Some(t) = self.touched.get(&no) {
             return Ok(t.page.clone());
         }
@@ -240,15 +279,22 @@ impl<'a> Txn<'a> {
                 }
             }
         };
-        self.read.insert(no, p.clone());
+        if may_write {
+            self.read.insert(no, p.clone());
+        }
         Ok(p)
     }
 
+    /// Page `no`, which the transaction may change.
     fn read(&mut self, no: PageNo) -> Result<Arc<Page>> {
+        self.read_opt(no, true)
+    }
+
+    fn read_opt(&mut self, no: PageNo, may_write: bool) -> Result<Arc<Page>> {
         if !(FIRST_PAGE..self.meta.end).contains(&no) {
             return Err(corrupt(no, "a page pointer outside the file"));
         }
-        self.get(no)
+        self.get(no, may_write)
     }
 
     fn write(&mut self, no: PageNo, page: Page, op: Option<LogOp>) {
@@ -282,7 +328,7 @@ impl<'a> Txn<'a> {
     fn descend(&mut self, key: &[u8]) -> Result<Vec<Step>> {
         let (root, end) = (self.meta.root, self.meta.end);
         if self.allow_io {
-            return descend(root, end, key, |no| self.get(no));
+            return descend(root, end, key, |no| self.get(no, true));
         }
         let touched = &self.touched;
         let mut missing = None;
@@ -316,6 +362,10 @@ impl<'a> Txn<'a> {
         for _ in &chunks {
             nos.push(self.alloc()?);
         }
+        // In ascending order: pages taken off the free list come in the
+        // reverse of their freeing, so a freed chain's pages make a
+        // consecutive run again, which a reader reads in one call.
+        nos.sort_unstable();
         for (i, chunk) in chunks.iter().enumerate() {
             let next = nos.get(i + 1).copied().unwrap_or(0);
             self.write(nos[i], Page::overflow(nos[i], chunk, next), None);
@@ -330,7 +380,10 @@ impl<'a> Txn<'a> {
         let pages = (len as usize).div_ceil(OVERFLOW_PAYLOAD);
         let mut no = first;
         for _ in 0..pages {
-            let p = self.read(no)?;
+            // (Read for its link only: freed, not written, so not kept —
+            // a chain of a thousand values would otherwise stay in memory
+            // for the whole transaction.)
+            let p = self.read_opt(no, false)?;
             if p.kind() != Some(Kind::Overflow) {
                 return Err(corrupt(
                     no,
@@ -595,12 +648,7 @@ impl<'a> Txn<'a> {
                     stamp.push((no, false));
                 }
                 _ => {
-                    let (head, tail) = t.page.image();
-                    ops.push(LogOp::Image {
-                        page: no,
-                        head: head.to_vec(),
-                        tail: tail.to_vec(),
-                    });
+                    ops.push(LogOp::Whole(t.page));
                     stamp.push((no, true));
                 }
             }

@@ -310,19 +310,28 @@ impl Pool {
         }
     }
 
-    /// Keeps the on-disk version of page `no` for the open snapshots,
+    /// Keeps the current version of page `no` for the open snapshots,
     /// before a writer replaces it without having read it: a page taken
-    /// off the free list, whose old contents (a freed value's overflow
-    /// page) a snapshot older than the free may still read. Reads the
-    /// disk only while a snapshot is open and the page is not in the pool
-    /// (in the pool, [`Pool::put`] keeps the version it replaces). A page
-    /// that does not validate was never written home as part of a tree,
-    /// so no snapshot reads it. The caller holds the tree lock, so no
-    /// snapshot opens meanwhile.
+    /// off the free list or made a free-list trunk, whose old contents (a
+    /// freed value's overflow page) a snapshot older than the free may
+    /// still read. From the pool if it holds the page — kept now, since
+    /// the frame may be evicted before the writer's copy replaces it —
+    /// else from the disk (current for a page the pool does not hold or
+    /// is still loading). Only while a snapshot is open. A page that does
+    /// not validate on disk was never written home as part of a tree, so
+    /// no snapshot reads it. The caller holds the tree lock, so no
+    /// snapshot opens meanwhile; a version kept twice is kept once.
     pub(crate) fn keep_for_snapshots(&self, no: PageNo) {
         {
-            let st = self.state.lock();
-            if st.versions.open.is_empty() || st.frames.contains_key(&no) {
+            let mut guard = self.state.lock();
+            let st = &mut *guard;
+            if st.versions.open.is_empty() {
+                return;
+            }
+            if let Some(Slot::Ready(f)) = st.frames.get(&no) {
+                let page = f.page.clone();
+                st.versions.stash(no, &page);
+                self.publish(st);
                 return;
             }
         }
@@ -330,10 +339,8 @@ impl Pool {
             return;
         };
         let mut st = self.state.lock();
-        if !st.frames.contains_key(&no) {
-            st.versions.stash(no, &Arc::new(page));
-            self.publish(&st);
-        }
+        st.versions.stash(no, &Arc::new(page));
+        self.publish(&st);
     }
 
     /// Opens a snapshot at `lsn` (the caller holds the tree lock shared,

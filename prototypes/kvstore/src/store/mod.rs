@@ -19,6 +19,7 @@ mod check;
 mod iter;
 mod load;
 mod recovery;
+mod value;
 mod write;
 
 pub use iter::{prefix_end, Iter};
@@ -259,39 +260,6 @@ impl Inner {
         let e = p.get_or_insert(e).clone();
         self.poisoned.store(true, Ordering::Release);
         e
-    }
-
-    /// A lookup under the shared tree lock that reads only pages in the
-    /// pool; a miss drops the lock, fetches the page, and looks again, so
-    /// writers never wait behind a read from disk.
-    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.check()?;
-        for _ in 0..16 {
-            let tree = self.read_tree();
-            let mut missing = None;
-            let r = self.pool.with_cached(|look| {
-                tree::lookup(tree.root, tree.end, key, |no| {
-                    // A miss ends the lookup; it is retried below.
-                    look(no).ok_or_else(|| {
-                        missing = Some(no);
-                        Error::Closed
-                    })
-                })
-            });
-            drop(tree);
-            match missing {
-                Some(no) => {
-                    self.pool.fetch(no, &self.journal)?;
-                }
-                None => return r,
-            }
-        }
-        // A store evicting faster than this reader fetches: read under the
-        // lock.
-        let tree = self.read_tree();
-        tree::lookup(tree.root, tree.end, key, |no| {
-            self.pool.fetch(no, &self.journal)
-        })
     }
 }
 

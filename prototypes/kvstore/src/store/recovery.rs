@@ -239,6 +239,8 @@ fn redo(journal: &Journal, pool: &Pool, tree: &mut TreeMeta) -> Result<RecoveryI
                     decided.insert(page, true);
                     info.images_restored += 1;
                 }
+                // (Only encoded: decoding yields `Image`.)
+                LogOp::Whole(_) => return Err(bad()),
                 LogOp::Put { page, .. }
                 | LogOp::Delete { page, .. }
                 | LogOp::Truncate { page, .. }

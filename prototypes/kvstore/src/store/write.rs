@@ -230,7 +230,11 @@ impl Inner {
             txn.rollback();
             return Err(Error::TransactionTooLarge { bytes, max });
         }
-        let lsn = match self.journal.append(&record::encode(&log_ops)) {
+        let appended = self.journal.append(&record::encode(&log_ops));
+        // (The images' pages: the pool's frames hold the only references
+        // again, so `stamp` changes them in place.)
+        drop(log_ops);
+        let lsn = match appended {
             Ok(lsn) => lsn,
             Err(e) => {
                 // Nothing was logged: undo, and leave the store usable
