@@ -186,7 +186,20 @@ impl Iter {
                 if self.last.as_deref().is_some_and(|l| l >= key) {
                     return Err(corrupt(leaf.number(), "keys out of order across pages"));
                 }
-                let value = tree::read_value(&leaf, i, self.file_end, |no| self.fetch(no))?;
+                // A long value in runs around the pool if every page read
+                // is the snapshot's version (the usual case); else page by
+                // page through the snapshot's versions.
+                let chain = match leaf.value(i) {
+                    crate::page::Value::Overflow { len, first } => self
+                        .inner
+                        .read_chain(first, len as usize, self.file_end, Some(self.snap.lsn()))
+                        .ok(),
+                    crate::page::Value::Inline(_) => None,
+                };
+                let value = match chain {
+                    Some(v) => v,
+                    None => tree::read_value(&leaf, i, self.file_end, |no| self.fetch(no))?,
+                };
                 self.last = Some(key.to_vec());
                 return Ok(Some((key.to_vec(), value)));
             }

@@ -83,7 +83,7 @@ impl Inner {
                 }) => (leaf, lsn, first, len),
             };
             between();
-            let value = self.read_chain(first, len, end);
+            let value = self.read_chain(first, len, end, None);
             let same = matches!(self.find_cell(key)?.0, Some(Found::Overflow {
                     leaf: l,
                     lsn: s,
@@ -107,8 +107,16 @@ impl Inner {
     }
 
     /// Reads `len` bytes of the overflow chain from `first`, in runs of
-    /// consecutive pages.
-    fn read_chain(&self, first: PageNo, len: usize, end: PageNo) -> Result<Vec<u8>> {
+    /// consecutive pages. With `at`, for a snapshot: a page changed after
+    /// it is an error (the snapshot reads that page's kept version).
+    pub(super) fn read_chain(
+        &self,
+        first: PageNo,
+        len: usize,
+        end: PageNo,
+        at: Option<Lsn>,
+    ) -> Result<Vec<u8>> {
+        let after = |lsn: Lsn| at.is_some_and(|s| lsn > s);
         if len > crate::MAX_VALUE {
             return Err(corrupt(first, "a value longer than any value"));
         }
@@ -134,17 +142,25 @@ impl Inner {
                 let this = no + i as PageNo;
                 let (payload, link) = match c {
                     // A transaction in progress has changed the page.
-                    Some(p) if p.lsn() == PENDING => return Err(Error::Closed),
+                    Some(p) if p.lsn() == PENDING || after(p.lsn()) => return Err(Error::Closed),
                     Some(p) if p.kind() == Some(Kind::Overflow) => (p.payload(), p.link()),
                     Some(_) => (&[][..], 0),
                     None if (i + 1) * PAGE_SIZE > got => {
                         return Err(corrupt(this, "a page past the data file's end"))
                     }
-                    None => Page::overflow_in(&buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE], this)
-                        .map_err(|e| match e {
+                    None => {
+                        let bytes = &buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
+                        let r = Page::overflow_in(bytes, this).map_err(|e| match e {
                             Invalid::Checksum => Error::TornPage { page: this },
                             Invalid::Structure(reason) => corrupt(this, reason),
-                        })?,
+                        })?;
+                        if after(Lsn(u64::from_le_bytes(
+                            bytes[8..16].try_into().unwrap_or([0; 8]),
+                        ))) {
+                            return Err(Error::Closed);
+                        }
+                        r
+                    }
                 };
                 if payload.is_empty() {
                     return Err(corrupt(
@@ -231,7 +247,7 @@ mod tests {
         let Some(Found::Overflow { first, len, .. }) = found else {
             panic!("not a chain");
         };
-        assert!(s.inner.read_chain(first, len, end).unwrap() == value(1));
+        assert!(s.inner.read_chain(first, len, end, None).unwrap() == value(1));
         // A writer's copy of the chain's first page, not yet logged (as
         // a transaction has it before it appends or rolls back).
         let copy = s
@@ -239,8 +255,8 @@ mod tests {
             .pool
             .copy(&s.inner.pool.fetch(first, &s.inner.journal).unwrap());
         let (before, _, _) = s.inner.pool.put(first, copy, None);
-        assert!(s.inner.read_chain(first, len, end).is_err());
+        assert!(s.inner.read_chain(first, len, end, None).is_err());
         s.inner.pool.restore(first, before);
-        assert!(s.inner.read_chain(first, len, end).unwrap() == value(1));
+        assert!(s.inner.read_chain(first, len, end, None).unwrap() == value(1));
     }
 }
