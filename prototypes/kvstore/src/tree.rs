@@ -672,7 +672,10 @@ impl<'a> Txn<'a> {
 
     /// Ends an appended transaction: the versions it replaced go back to
     /// the pool's buffers if no one else holds them.
-    pub(crate) fn release(self) {
+    pub(crate) fn release(mut self) {
+        // (The pages read are the same versions: let go of them first, or
+        // none would come back to the pool's buffers.)
+        self.read.clear();
         for (_, before) in self.before {
             if let Some((page, _, _)) = before {
                 self.pool.recycle(page);
