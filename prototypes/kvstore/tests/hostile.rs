@@ -1,7 +1,8 @@
 //! Hostile data files: one to three fields of a page — a meta page's
 //! version, sequence, root, end or free-list head; a tree page's LSN,
 //! number, kind, cell count, free-space bounds, link (leftmost child, next
-//! overflow or free page), a slot, or a length, flag or child pointer
+//! overflow page or free-list trunk), a slot (in a trunk, part of a listed
+//! free page's number), or a length, flag or child pointer
 //! inside a cell — set to values a damaged or malicious file could hold,
 //! the page's CRC re-sealed so the damage gets past the checksum. Child
 //! pointers outside the file, cycles and counts past the page all come
