@@ -1,7 +1,7 @@
 //! The store's crash campaign on SimVfs, under both crash policies:
 //! half the seeds start from a bulk-loaded store; transactions from
-//! several threads, checkpoints running, a crash at a
-//! random moment (also in the middle of a checkpoint writing pages home,
+//! several threads (one value in eight an overflow chain), checkpoints
+//! running, a crash at a random moment (also in the middle of a checkpoint writing pages home,
 //! or of the pool stealing a page: the cache holds 24 pages),
 //! recovery, and the checks: every transaction whose `commit()` returned is
 //! there whole; no transaction is there in part; nothing appears that was
@@ -56,10 +56,17 @@ struct Log {
     acked: BTreeSet<u64>,
 }
 
+/// The value transaction `txn` puts at `key`: one in eight an overflow
+/// chain of two to five pages (so chains are freed, their pages listed
+/// in free-list trunks and reused, around every crash), the rest small.
 fn value(key: &[u8], txn: u64) -> Vec<u8> {
     let mut v = format!("{txn}:").into_bytes();
     v.extend_from_slice(key);
-    v.resize(20 + (txn as usize * 13) % 180, b'.');
+    let len = match txn % 8 {
+        5 => 5_000 + (txn as usize * 997) % 12_000,
+        _ => 20 + (txn as usize * 13) % 180,
+    };
+    v.resize(len, b'.');
     v
 }
 

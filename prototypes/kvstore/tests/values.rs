@@ -228,3 +228,47 @@ fn gets_of_long_values_beside_writers_never_mix_versions() {
     });
     assert_eq!(checked.load(Ordering::Relaxed), 3000);
 }
+
+/// Re-seals a page's CRC (CRC32C of the page with its CRC field zero).
+fn seal(page: &mut [u8]) {
+    let c = crc32c::crc32c(&page[..4]);
+    let c = crc32c::crc32c_append(c, &[0; 4]);
+    let c = crc32c::crc32c_append(c, &page[8..]);
+    page[4..8].copy_from_slice(&c.to_le_bytes());
+}
+
+#[test]
+fn a_tree_pointer_to_a_free_list_trunk_is_a_typed_error() {
+    // A trunk's count is of the pages it lists, not of cells: a damaged
+    // root pointing at one must not be read as a node.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let s = Store::open(&dir, options(64)).unwrap();
+    put_all(&s, 4, 100_000, 9);
+    for i in 0..4 {
+        s.delete(&key(i)).unwrap();
+    }
+    s.put(b"k", b"v").unwrap();
+    s.close().unwrap();
+    drop(s);
+    let path = dir.join(kvstore::DATA_FILE);
+    let mut data = std::fs::read(&path).unwrap();
+    let trunk = (2..data.len() / 4096)
+        .find(|&p| {
+            let b = &data[p * 4096..];
+            &b[..4] == b"KVB2" && b[20] == 4 && u16::from_le_bytes([b[22], b[23]]) > 0
+        })
+        .expect("a trunk listing free pages");
+    // Both meta pages name the trunk as the root.
+    for meta in data.chunks_mut(4096).take(2) {
+        if meta.iter().any(|&b| b != 0) {
+            meta[40..44].copy_from_slice(&(trunk as u32).to_le_bytes());
+            seal(meta);
+        }
+    }
+    std::fs::write(&path, &data).unwrap();
+    let s = Store::open(&dir, options(64)).unwrap();
+    assert!(s.get(b"k").is_err(), "a trunk read as a tree node");
+    let problems = s.check().unwrap();
+    assert!(!problems.is_empty(), "check found the damage");
+}

@@ -63,7 +63,10 @@ impl Walk<'_> {
         let Some(page) = self.visit(v.no, "page") else {
             return;
         };
-        let n = page.count();
+        // (Only a leaf or a branch has keys: a free-list trunk's count is
+        // of the pages it lists. A node of another kind is reported below.)
+        let node = matches!(page.kind(), Some(Kind::Leaf | Kind::Branch));
+        let n = if node { page.count() } else { 0 };
         for i in 0..n {
             let k = page.key(i);
             if i > 0 && page.key(i - 1) >= k {
