@@ -229,7 +229,23 @@ impl Page {
 
     /// An overflow page holding `payload` (at most [`OVERFLOW_PAYLOAD`]).
     pub fn overflow(number: PageNo, payload: &[u8], next: PageNo) -> Page {
-        let mut p = Page::new(number, Kind::Overflow);
+        Page::overflow_on(Box::new([0u8; PAGE_SIZE]), number, payload, next)
+    }
+
+    /// [`Page::overflow`] in `buf` (any contents: it is cleared).
+    pub(crate) fn overflow_on(
+        mut buf: Box<[u8; PAGE_SIZE]>,
+        number: PageNo,
+        payload: &[u8],
+        next: PageNo,
+    ) -> Page {
+        buf.fill(0);
+        let mut p = Page(buf);
+        p.0[..4].copy_from_slice(PAGE_MAGIC);
+        p.0[16..20].copy_from_slice(&number.to_le_bytes());
+        p.0[20] = Kind::Overflow as u8;
+        p.set_lower(HEADER);
+        p.set_upper(PAGE_SIZE);
         p.0[HEADER..HEADER + payload.len()].copy_from_slice(payload);
         p.set_lower(HEADER + payload.len());
         p.set_link(next);

@@ -134,7 +134,8 @@ impl Pool {
         }
     }
 
-    fn buffer(&self) -> Box<[u8; PAGE_SIZE]> {
+    /// A page buffer: a spare one if any (its contents stale), else new.
+    pub(crate) fn buffer(&self) -> Box<[u8; PAGE_SIZE]> {
         self.spare
             .lock()
             .pop()

@@ -111,18 +111,28 @@ fn encode_image(out: &mut Vec<u8>, page: PageNo, head: &[u8], tail: &[u8]) {
 }
 
 /// Encodes a transaction's record.
+#[cfg(test)]
 pub(crate) fn encode(ops: &[LogOp]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(encoded_len(ops));
+    let mut out = Vec::new();
+    encode_into(ops, &mut out);
+    out
+}
+
+/// Encodes a transaction's record into `out` (cleared first), so a
+/// writer can reuse one buffer.
+pub(crate) fn encode_into(ops: &[LogOp], out: &mut Vec<u8>) {
+    out.clear();
+    out.reserve(encoded_len(ops));
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&[0, 0]);
     out.extend_from_slice(&(ops.len() as u32).to_le_bytes());
     for op in ops {
         match op {
-            LogOp::Image { page, head, tail } => encode_image(&mut out, *page, head, tail),
+            LogOp::Image { page, head, tail } => encode_image(out, *page, head, tail),
             LogOp::Whole(p) => {
                 let (head, tail) = p.image();
-                encode_image(&mut out, p.number(), head, tail);
+                encode_image(out, p.number(), head, tail);
             }
             LogOp::Put { page, cell } | LogOp::BranchPut { page, cell } => {
                 out.push(if matches!(op, LogOp::Put { .. }) {
@@ -156,7 +166,6 @@ pub(crate) fn encode(ops: &[LogOp]) -> Vec<u8> {
             }
         }
     }
-    out
 }
 
 /// Why a record could not be decoded.

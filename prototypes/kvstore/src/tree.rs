@@ -368,7 +368,8 @@ impl<'a> Txn<'a> {
         nos.sort_unstable();
         for (i, chunk) in chunks.iter().enumerate() {
             let next = nos.get(i + 1).copied().unwrap_or(0);
-            self.write(nos[i], Page::overflow(nos[i], chunk, next), None);
+            let page = Page::overflow_on(self.pool.buffer(), nos[i], chunk, next);
+            self.write(nos[i], page, None);
         }
         Ok(nos[0])
     }

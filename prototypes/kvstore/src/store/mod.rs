@@ -140,6 +140,8 @@ pub(crate) struct Inner {
     queue: Mutex<Vec<Arc<write::Pending>>>,
     /// Held by the writer applying the queue.
     combiner: Mutex<()>,
+    /// The buffer records are encoded into (see `write.rs`).
+    record_buf: Mutex<Vec<u8>>,
     /// The LSN of the last transaction applied: a new snapshot reads as of
     /// it.
     applied: AtomicU64,

@@ -230,7 +230,16 @@ impl Inner {
             txn.rollback();
             return Err(Error::TransactionTooLarge { bytes, max });
         }
-        let appended = self.journal.append(&record::encode(&log_ops));
+        // One record buffer, reused (only the combiner encodes, under the
+        // tree lock), so a long value's record is not a fresh allocation
+        // of its size at every put; kept at most 4 MiB between records.
+        let mut buf = self.record_buf.lock();
+        record::encode_into(&log_ops, &mut buf);
+        let appended = self.journal.append(&buf);
+        if buf.capacity() > 4 << 20 {
+            *buf = Vec::new();
+        }
+        drop(buf);
         // (The images' pages: the pool's frames hold the only references
         // again, so `stamp` changes them in place.)
         drop(log_ops);
