@@ -165,10 +165,7 @@ fn a_store_of_format_2_is_refused_with_a_typed_error() {
             continue;
         }
         page[8..10].copy_from_slice(&2u16.to_le_bytes());
-        let c = crc32c::crc32c(&page[..4]);
-        let c = crc32c::crc32c_append(c, &[0; 4]);
-        let c = crc32c::crc32c_append(c, &page[8..]);
-        page[4..8].copy_from_slice(&c.to_le_bytes());
+        seal(page);
     }
     std::fs::write(&path, &data).unwrap();
     match Store::open(&dir, options(64)) {
