@@ -63,7 +63,7 @@ fn value(key: &[u8], txn: u64) -> Vec<u8> {
     let mut v = format!("{txn}:").into_bytes();
     v.extend_from_slice(key);
     let len = match txn % 8 {
-        5 => 5_000 + (txn as usize * 997) % 12_000,
+        5 => 5_000 + (txn as usize).wrapping_mul(997) % 12_000,
         _ => 20 + (txn as usize * 13) % 180,
     };
     v.resize(len, b'.');
