@@ -14,7 +14,7 @@
 //! to sit in a leaf (up to [`MAX_VALUE`]), and free pages. The free list
 //! is SQLite's: trunk pages each listing about a thousand free pages that
 //! are never read or written while free, so freeing a long value's chain
-//! changes one trunk, not every page of the chain.
+//! changes one trunk (two if it fills one), not every page of the chain.
 //! Every page carries a CRC, its number and its pageLSN. docs/FORMAT.md
 //! has the byte map. A leaf a delete leaves under a quarter full is
 //! merged into its neighbour if together they fill at most three

@@ -2,7 +2,7 @@
 //! `free_head`, each free itself and listing up to [`FREE_PER_TRUNK`]
 //! more free pages (SQLite's shape). A listed page is neither read nor
 //! written while free — freeing a long value's 257-page chain changes one
-//! trunk — so the only care it needs is for open snapshots, which may
+//! trunk, two if it fills one — so the only care it needs is for open snapshots, which may
 //! still read what a freed page held when it is written again.
 
 use super::{corrupt, Txn};
@@ -46,8 +46,8 @@ impl Txn<'_> {
     /// Puts page `no` on the free list: listed in the first trunk, or, if
     /// that is full (or there is none), made the new first trunk. Freeing
     /// a page neither reads nor writes it (SQLite's free-list leaves), so
-    /// freeing a long value's chain changes one trunk page, not every
-    /// page of the chain.
+    /// freeing a long value's chain changes a trunk page (two if it fills
+    /// one), not every page of the chain.
     pub(super) fn free(&mut self, no: PageNo) -> Result<()> {
         let head = self.meta.free_head;
         if head != 0 {
