@@ -28,8 +28,10 @@
 //! Pages live in a buffer pool of [`Options::cache_bytes`] (64 MiB by
 //! default): read on demand, evicted by clock. It is a *steal* pool: a
 //! dirty page may be written home between checkpoints, once the log is
-//! durable over its pageLSN, so memory never waits for a checkpoint. Open
-//! iterators may keep page versions up to a quarter of the cache more.
+//! durable over its pageLSN, so memory never waits for a checkpoint. The
+//! page versions open iterators keep in memory (up to a quarter of the
+//! cache, spilled beyond) take their room from the cache: frames and
+//! versions together stay within `cache_bytes`.
 //!
 //! # Logging
 //!

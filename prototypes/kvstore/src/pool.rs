@@ -191,8 +191,18 @@ impl Pool {
         &*self.data
     }
 
-    /// Frames the pool holds at most (between evictions).
+    /// Frames the pool holds at most (between evictions): its capacity
+    /// less the page versions kept in memory for open snapshots, so that
+    /// frames and versions together stay within the cache's bytes. (The
+    /// versions are spilled past a quarter of the cache, or 64 frames if
+    /// that is more; the pool keeps 16 frames whatever they hold.)
     pub(crate) fn capacity(&self) -> usize {
+        let versions = self.versions_n.load(Ordering::Relaxed) / FRAME_BYTES;
+        self.capacity.saturating_sub(versions).max(16)
+    }
+
+    /// Frames the pool holds at most with no version kept.
+    pub(crate) fn full_capacity(&self) -> usize {
         self.capacity
     }
 
@@ -324,7 +334,7 @@ impl Pool {
     /// Evicts clean frames while over capacity; returns dirty frames to
     /// write home if that was not enough.
     fn evict(&self, st: &mut MutexGuard<'_, State>) -> Vec<PageNo> {
-        self.evict_to(st, self.capacity)
+        self.evict_to(st, self.capacity())
     }
 
     /// Evicts clean frames by the clock until at most `target` remain;
@@ -376,7 +386,8 @@ impl Pool {
     /// after writing every dirty page home: the pages it reads next then
     /// need no eviction of their own).
     pub(crate) fn shrink_with_room(&self) {
-        self.evict_to(&mut self.state.lock(), self.capacity - self.capacity / 8);
+        let room = self.capacity();
+        self.evict_to(&mut self.state.lock(), room - room / 8);
     }
 
     /// Brings the pool back within capacity: evicts clean frames, and if

@@ -251,6 +251,25 @@ fn a_long_iterator_spills_its_versions_and_reads_its_snapshot_whole() {
 }
 
 #[test]
+fn versions_kept_for_an_iterator_take_their_frames_from_the_cache() {
+    // A store larger than its cache of 256 frames, rewritten beside an
+    // open iterator: the versions kept for it in memory (up to 64 frames
+    // here) count against the cache, so frames and versions together
+    // stay within the cache's bytes.
+    let vfs = SimVfs::new();
+    let s = sim_open(&vfs, options(256)).unwrap();
+    let it = long_iterator_beside_rewrites(&s, 3);
+    let stats = s.cache_stats();
+    assert!(stats.version_bytes > 0, "{stats:?}");
+    let frame = 4096 + 128;
+    assert!(
+        stats.pages * frame + stats.version_bytes <= stats.capacity_pages * frame,
+        "{stats:?}"
+    );
+    drop(it);
+}
+
+#[test]
 fn a_long_iterator_expires_past_the_spill_bound() {
     for spill_pages in [0u64, 200] {
         let vfs = SimVfs::new();

@@ -9,6 +9,8 @@
 //!   the old version here ([`Versions::stash`]); version `i` of a page is
 //!   read by the snapshots in [its LSN, the next version's LSN), and is
 //!   dropped as soon as none is open there ([`Versions::prune`]).
+//! - Versions in memory take their room from the cache: the pool holds
+//!   that many frames fewer ([`Pool::capacity`]).
 //! - Past the in-memory bound (a quarter of the cache), the versions are
 //!   written to `snapshots.spill` in the store directory, a page per slot,
 //!   sealed with their CRC, and only `(LSN, slot)` stays in memory (a few

@@ -43,9 +43,9 @@ pub struct Options {
     /// [`Error::ReadOnly`]. The journal's own recovery still runs (it may
     /// cut off a torn tail). `kvstore check` opens so.
     pub read_only: bool,
-    /// Bytes of the buffer pool (default 64 MiB): the pages in memory,
-    /// and a quarter of it again at most for the page versions open
-    /// iterators read (beyond that they are spilled to a scratch file).
+    /// Bytes of the buffer pool (default 64 MiB): the pages in memory and
+    /// the page versions open iterators read, these at most a quarter of
+    /// it (beyond that they are spilled to a scratch file).
     pub cache_bytes: usize,
     /// Bytes of page versions open iterators may keep in the scratch file
     /// `snapshots.spill` beyond the quarter of the cache in memory
@@ -112,7 +112,8 @@ pub struct CheckpointInfo {
 /// Counters of the buffer pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheStats {
-    /// Frames the pool holds at most.
+    /// Frames the pool holds at most with no page version kept for a
+    /// snapshot (the versions kept in memory take frames from it).
     pub capacity_pages: usize,
     /// Frames in use.
     pub pages: usize,
@@ -324,7 +325,7 @@ impl Store {
     pub fn cache_stats(&self) -> CacheStats {
         let (pages, dirty_pages) = self.inner.pool.usage();
         CacheStats {
-            capacity_pages: self.inner.pool.capacity(),
+            capacity_pages: self.inner.pool.full_capacity(),
             pages,
             dirty_pages,
             version_bytes: self.inner.pool.version_bytes(),
