@@ -33,8 +33,7 @@ pub(crate) use versions::{SnapshotHandle, Spill, SPILL_FILE};
 /// appended: above every snapshot, so none reads it.
 pub(crate) const PENDING: Lsn = Lsn(u64::MAX);
 
-/// Page buffers kept for reuse at least (4 MiB); more if a batch of
-/// spilled versions is larger ([`Pool::new`]).
+/// Page buffers kept for reuse at most (4 MiB).
 const SPARE_BUFFERS: usize = 1024;
 
 /// Bytes a frame costs: the page and its bookkeeping.
@@ -82,10 +81,6 @@ pub(crate) struct Pool {
     /// of churning the allocator (whose per-thread arenas otherwise end up
     /// holding the cache several times over).
     spare: Mutex<Vec<Box<[u8; PAGE_SIZE]>>>,
-    /// Spare buffers kept at most: enough to take back a whole batch of
-    /// versions spilled at once, so their buffers go to the next copies
-    /// instead of back to whichever allocator arena they came from.
-    spare_cap: usize,
     /// Frames, dirty frames and version bytes, as of the last change
     /// (read without the mutex).
     frames_n: AtomicUsize,
@@ -118,13 +113,10 @@ impl Pool {
         spill: Spill,
         read_only: bool,
     ) -> Pool {
-        let version_limit = (cache_bytes / 4).max(64 * FRAME_BYTES);
         Pool {
             data,
             capacity: (cache_bytes / FRAME_BYTES).max(16),
-            version_limit,
-            // A spill takes the versions down to half their bound.
-            spare_cap: (version_limit / 2 / FRAME_BYTES + 1).max(SPARE_BUFFERS),
+            version_limit: (cache_bytes / 4).max(64 * FRAME_BYTES),
             state: Mutex::new(State {
                 frames: HashMap::new(),
                 clock: VecDeque::new(),
@@ -167,7 +159,7 @@ impl Pool {
 
     fn give_back(&self, b: Box<[u8; PAGE_SIZE]>) {
         let mut spare = self.spare.lock();
-        if spare.len() < self.spare_cap {
+        if spare.len() < SPARE_BUFFERS {
             spare.push(b);
         }
     }

@@ -7,8 +7,8 @@
 //! O(tree height) pages, as `Arc`s, not frames — and no lock between
 //! steps, so writers never wait for it. The versions kept for open
 //! snapshots stay in memory up to a quarter of the cache (taking their
-//! room from it) and are spilled
-//! to a scratch file beyond it (`pool/versions.rs`); past the spill bound
+//! room from it) and are spilled to a scratch file beyond it
+//! (`pool/versions.rs`); past the spill bound
 //! the oldest snapshot expires and its iterator ends with
 //! [`crate::Error::SnapshotTooOld`].
 
