@@ -606,10 +606,10 @@ impl Pool {
         let Some(max) = batch.iter().map(|(_, p)| p.lsn()).max() else {
             return Ok(());
         };
-        // Write-ahead: the log is durable over every page's LSN first.
-        if max > journal.durable_lsn() {
-            journal.force(max, ForceMode::Durable)?;
-        }
+        // Write-ahead: the log is durable over every page's LSN first. (The
+        // journal decides: the record *at* `durable_lsn` is not durable
+        // yet, and a chained record is durable only with its last part.)
+        journal.force(max, ForceMode::Durable)?;
         let mut sealed = self.buffer();
         let mut r = Ok(());
         for (no, page) in batch {
