@@ -22,8 +22,9 @@ pub enum Error {
         max: usize,
     },
     /// A transaction whose log record (its operations, plus the full
-    /// images of pages it changes first since a checkpoint) exceeds what
-    /// one journal record holds; nothing was written.
+    /// images of pages it changes structurally, or with full-page images
+    /// first since a checkpoint) exceeds what one journal record holds;
+    /// nothing was written.
     TransactionTooLarge {
         /// The record's size.
         bytes: usize,
@@ -48,8 +49,8 @@ pub enum Error {
         /// The version found.
         found: u16,
     },
-    /// A page with a bad checksum (a torn or damaged write) for which the
-    /// log holds no full image to restore it from.
+    /// A page with a bad checksum (a torn or damaged write) that neither
+    /// the double-write area nor a full image in the log restored.
     TornPage {
         /// The page number.
         page: u32,
@@ -134,7 +135,7 @@ impl fmt::Display for Error {
             }
             Error::TornPage { page } => write!(
                 f,
-                "page {page} is torn or damaged and the log holds no image of it"
+                "page {page} is torn or damaged, and neither the double-write area nor a log image restored it"
             ),
             Error::Corrupt { page, reason } => write!(f, "page {page} is corrupt: {reason}"),
             Error::SnapshotTooOld => f.write_str(

@@ -37,9 +37,13 @@
 //!
 //! One journal record per transaction, holding per page it changed either
 //! the leaf operations (a cell put, a key removed) or the page's image:
-//! its first change after a checkpoint began logs the whole page
-//! (PostgreSQL's full_page_writes; a page a crash tore while it was
-//! written home is restored from it), and so do structural changes. A
+//! structural changes log the whole page. A page a crash tore while it
+//! was written home is repaired, by default, from a double-write buffer
+//! (InnoDB's: every batch of home writes goes to `doublewrite.kv` and is
+//! synced there first; open puts torn pages back from it before redo), or,
+//! by [`Options::torn_pages`], from a full image logged at the page's
+//! first change after a checkpoint began (PostgreSQL's
+//! full_page_writes). docs/PERFORMANCE.md measures both. A
 //! leaf split logs the new right page's image, the left page's truncation
 //! and the separator's insertion into the parent; because they are in the
 //! transaction's one record, a split replays whole or not at all. Redo
@@ -132,10 +136,11 @@ mod tree;
 
 pub use error::{Error, Result};
 pub use page::{FORMAT_VERSION, PAGE_SIZE};
+pub use pool::DOUBLEWRITE_FILE;
 pub use record::Op;
 pub use store::{
     prefix_end, BulkLoad, CacheStats, CheckpointInfo, Iter, LoadInfo, Options, RecoveryInfo, Store,
-    Transaction, DATA_FILE, WAL_DIR,
+    TornPages, Transaction, DATA_FILE, WAL_DIR,
 };
 
 /// The longest key.

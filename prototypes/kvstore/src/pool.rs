@@ -25,7 +25,10 @@ use journal_core::{ForceMode, Journal, Lsn};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
+mod doublewrite;
 mod versions;
+pub use doublewrite::DOUBLEWRITE_FILE;
+pub(crate) use doublewrite::{read_page, restore, DoubleWrite, Restored};
 use versions::{Picked, Versions};
 pub(crate) use versions::{SnapshotHandle, Spill, SPILL_FILE};
 
@@ -91,6 +94,9 @@ pub(crate) struct Pool {
     /// Nothing is written home (the store is open read-only): dirty
     /// pages stay in the pool, over its bound if need be.
     read_only: bool,
+    /// Pages go home through this double-write buffer, if set (taken
+    /// away by [`Pool::retire_doublewrite`]).
+    doublewrite: Mutex<Option<Arc<DoubleWrite>>>,
 }
 
 /// A frame as it was before a transaction changed it (for a rollback):
@@ -112,6 +118,7 @@ impl Pool {
         cache_bytes: usize,
         spill: Spill,
         read_only: bool,
+        doublewrite: Option<DoubleWrite>,
     ) -> Pool {
         Pool {
             data,
@@ -131,7 +138,19 @@ impl Pool {
             spilled_n: AtomicUsize::new(0),
             spill,
             read_only,
+            doublewrite: Mutex::new(doublewrite.map(Arc::new)),
         }
+    }
+
+    /// Whether pages go home through a double-write buffer.
+    pub(crate) fn has_doublewrite(&self) -> bool {
+        self.doublewrite.lock().is_some()
+    }
+
+    /// From now on pages go straight home (a batch already going through
+    /// the area finishes there).
+    pub(crate) fn retire_doublewrite(&self) {
+        self.doublewrite.lock().take();
     }
 
     /// A page buffer: a spare one if any (its contents stale), else new.
@@ -610,6 +629,10 @@ impl Pool {
         // journal decides: the record *at* `durable_lsn` is not durable
         // yet, and a chained record is durable only with its last part.)
         journal.force(max, ForceMode::Durable)?;
+        let doublewrite = self.doublewrite.lock().clone();
+        if let Some(dw) = doublewrite {
+            return dw.write_home(batch, &*self.data);
+        }
         let mut sealed = self.buffer();
         let mut r = Ok(());
         for (no, page) in batch {

@@ -2,7 +2,7 @@
 //! transactions, scans, checkpoints, reopening, and bad input.
 
 use journal_core::vfs::{OpenOptions, SimVfs, Vfs};
-use kvstore::{Error, Options, Store, MAX_KEY, MAX_VALUE};
+use kvstore::{Error, Options, Store, TornPages, MAX_KEY, MAX_VALUE};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -75,35 +75,40 @@ fn reads_see_writes_and_a_reopen_keeps_them() {
 
 #[test]
 fn a_crash_before_the_checkpoint_is_redone_from_the_log() {
-    let vfs = SimVfs::new();
-    let s = sim_open(&vfs, small()).unwrap();
-    for i in 0..300u32 {
-        s.put(format!("k{i}").as_bytes(), b"v").unwrap();
+    // Full-page images: the first put after the checkpoint logged its
+    // leaf's image, the other 99 are leaf operations. Double-write: all
+    // 100 are leaf operations.
+    for (torn_pages, want) in [
+        (TornPages::FullPageImages, (99, 1)),
+        (TornPages::DoubleWrite, (100, 0)),
+    ] {
+        let o = Options {
+            torn_pages,
+            ..small()
+        };
+        let vfs = SimVfs::new();
+        let s = sim_open(&vfs, o).unwrap();
+        for i in 0..300u32 {
+            s.put(format!("k{i}").as_bytes(), b"v").unwrap();
+        }
+        s.checkpoint().unwrap();
+        for i in 300..400u32 {
+            s.put(format!("k{i}").as_bytes(), b"w").unwrap();
+        }
+        let image = vfs.crash(journal_core::CrashPolicy::DropUnsynced);
+        drop(s);
+        let s = sim_open(&image, o).unwrap();
+        let info = s.recovery_info().clone();
+        assert_eq!((info.ops_applied, info.images_restored), want, "{info:?}");
+        for i in 0..400u32 {
+            let want: &[u8] = if i < 300 { b"v" } else { b"w" };
+            assert_eq!(
+                s.get(format!("k{i}").as_bytes()).unwrap().as_deref(),
+                Some(want)
+            );
+        }
+        assert!(s.check().unwrap().is_empty());
     }
-    s.checkpoint().unwrap();
-    for i in 300..400u32 {
-        s.put(format!("k{i}").as_bytes(), b"w").unwrap();
-    }
-    let image = vfs.crash(journal_core::CrashPolicy::DropUnsynced);
-    drop(s);
-    let s = sim_open(&image, small()).unwrap();
-    let info = s.recovery_info().clone();
-    // The first put after the checkpoint logged its leaf's image; the
-    // other 99 are redone as leaf operations.
-    assert_eq!(
-        (info.ops_applied, info.images_restored),
-        (99, 1),
-        "{info:?}"
-    );
-    assert!(info.images_restored > 0);
-    for i in 0..400u32 {
-        let want: &[u8] = if i < 300 { b"v" } else { b"w" };
-        assert_eq!(
-            s.get(format!("k{i}").as_bytes()).unwrap().as_deref(),
-            Some(want)
-        );
-    }
-    assert!(s.check().unwrap().is_empty());
 }
 
 #[test]

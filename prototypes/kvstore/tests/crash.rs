@@ -5,20 +5,22 @@
 //! or of the pool stealing a page: the cache holds 24 pages),
 //! recovery, and the checks: every transaction whose `commit()` returned is
 //! there whole; no transaction is there in part; nothing appears that was
-//! never written; `check` finds the pages sound. Seeded; a failure prints
+//! never written; `check` finds the pages sound. Each open picks one of the
+//! two torn-page defences (full-page images or the double-write buffer). Seeded; a failure prints
 //! its seed (`KVSTORE_CRASH_SEED=N` reruns it). `cargo test` runs a fixed
 //! number of seeds (`SEEDS`, or `KVSTORE_CRASH_SEEDS`); `KVSTORE_CRASH_SECONDS`
 //! runs them for a time budget instead.
 
 use journal_core::vfs::{CrashPolicy, SimVfs, SplitMix64, Vfs};
-use kvstore::{Options, Store};
+use kvstore::{Options, Store, TornPages};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-fn options() -> Options {
+fn options(torn_pages: TornPages) -> Options {
     Options {
+        torn_pages,
         journal: journal_core::Options {
             segment_size: 256 << 10,
             logbufs: 4,
@@ -35,9 +37,17 @@ fn options() -> Options {
     }
 }
 
-fn open(vfs: &SimVfs) -> Store {
+/// Opens the store on `vfs`, each open with one of the two torn-page
+/// defences picked by `rng` (recovery repairs by whichever the crashed
+/// run used).
+fn open(vfs: &SimVfs, rng: &mut SplitMix64) -> Store {
     let v: Arc<dyn Vfs> = Arc::new(vfs.clone());
-    Store::open_with(v, "/db", options()).unwrap_or_else(|e| panic!("recovery failed: {e}"))
+    let torn = if rng.chance(1, 2) {
+        TornPages::DoubleWrite
+    } else {
+        TornPages::FullPageImages
+    };
+    Store::open_with(v, "/db", options(torn)).unwrap_or_else(|e| panic!("recovery failed: {e}"))
 }
 
 /// A transaction as issued: the keys it puts (with their values), or the
@@ -193,7 +203,7 @@ fn run_seed(seed: u64) -> u64 {
     let mut states = 0;
     for round in 0..3u64 {
         let ctx = format!("seed {seed} round {round}");
-        let store = Arc::new(open(&vfs));
+        let store = Arc::new(open(&vfs, &mut rng));
         if round > 0 {
             verify(&store, &log.lock().unwrap(), &ctx);
             states += 1;
@@ -248,7 +258,7 @@ fn run_seed(seed: u64) -> u64 {
         let mut l = log.lock().unwrap();
         l.acked = snapshot;
     }
-    let store = open(&vfs);
+    let store = open(&vfs, &mut rng);
     verify(&store, &log.lock().unwrap(), &format!("seed {seed} final"));
     states + 1
 }

@@ -1,4 +1,5 @@
-//! Hostile data files: one to three fields of a page — a meta page's
+//! Hostile data files: one to three fields of a page (of the data file,
+//! or one case in six of a copy in the double-write area) — a meta page's
 //! version, sequence, root, end or free-list head; a tree page's LSN,
 //! number, kind, cell count, free-space bounds, link (leftmost child, next
 //! overflow page or free-list trunk), a slot (in a trunk, part of a listed
@@ -14,13 +15,14 @@
 //! for a time budget instead (`cargo xtask fuzz --minutes N`).
 
 use journal_core::vfs::{CrashPolicy, OpenOptions, SimVfs, SplitMix64, Vfs};
-use kvstore::{Options, Store};
+use kvstore::{Options, Store, TornPages};
 use std::path::Path;
 use std::sync::Arc;
 
 const PAGE: usize = 4096;
 const HEADER: usize = 32;
 const DATA: &str = "/db/data.kv";
+const DOUBLEWRITE: &str = "/db/doublewrite.kv";
 /// Cases `cargo test` runs.
 const CASES: u64 = 1000;
 
@@ -33,6 +35,9 @@ fn options() -> Options {
             ..journal_core::Options::default()
         },
         checkpoint_interval: None,
+        // Pages go home through the double-write area, so the base store
+        // leaves copies there for the cases to damage.
+        torn_pages: TornPages::DoubleWrite,
         ..Options::default()
     }
 }
@@ -90,25 +95,38 @@ fn field(b: &[u8], off: usize, width: usize) -> u64 {
 /// One case: a copy of `base` with one page made hostile and re-sealed.
 fn mutate(base: &SimVfs, rng: &mut SplitMix64) -> SimVfs {
     let image = base.crash(CrashPolicy::DropUnsynced);
-    let mut data = image.live_contents(Path::new(DATA)).unwrap();
+    let file = if rng.chance(1, 6) { DOUBLEWRITE } else { DATA };
+    let mut data = image.live_contents(Path::new(file)).unwrap();
     let pages = data.len() / PAGE;
+    let first = if file == DATA { 2 } else { 0 };
     // A meta page one case in eight (the newer one: it is the one read);
     // else a page in use, branches and leaves more often than the rest.
-    let p = if rng.chance(1, 8) {
+    let meta = file == DATA && rng.chance(1, 8);
+    let p = if meta {
         let seq = |p: usize| field(&data[p * PAGE..], 32, 8);
         usize::from(seq(1) > seq(0))
     } else {
         let kind = |p: usize| data[p * PAGE + 20];
-        let used: Vec<usize> = (2..pages)
+        let used: Vec<usize> = (first..pages)
             .filter(|&p| data[p * PAGE..p * PAGE + 4] == *b"KVB2")
             .collect();
         let nodes: Vec<usize> = used.iter().copied().filter(|&p| kind(p) <= 2).collect();
-        let pick = if rng.chance(3, 4) { &nodes } else { &used };
+        let pick = if rng.chance(3, 4) && !nodes.is_empty() {
+            &nodes
+        } else {
+            &used
+        };
         pick[rng.below(pick.len() as u64) as usize]
     };
     let page = &mut data[p * PAGE..(p + 1) * PAGE];
+    if file == DOUBLEWRITE {
+        // Its home copy torn, so that recovery puts the hostile copy back.
+        let home = field(page, 16, 4) as usize * PAGE;
+        let f = image.open(Path::new(DATA), OpenOptions::write()).unwrap();
+        f.write_at(&[0x55; 512], (home + 1024) as u64).unwrap();
+    }
     for _ in 0..rng.range(1, 3) {
-        let (off, width) = if p < 2 {
+        let (off, width) = if meta {
             [(8, 2), (32, 8), (40, 4), (44, 4), (48, 4)][rng.below(5) as usize]
         } else {
             let upper = match field(page, 26, 2) as usize {
@@ -139,7 +157,7 @@ fn mutate(base: &SimVfs, rng: &mut SplitMix64) -> SimVfs {
         page[off..off + width].copy_from_slice(&v.to_le_bytes()[..width]);
     }
     seal(page);
-    let f = image.open(Path::new(DATA), OpenOptions::write()).unwrap();
+    let f = image.open(Path::new(file), OpenOptions::write()).unwrap();
     f.write_at(&data[p * PAGE..(p + 1) * PAGE], (p * PAGE) as u64)
         .unwrap();
     f.sync_all().unwrap();

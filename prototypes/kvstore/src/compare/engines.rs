@@ -4,7 +4,7 @@
 //! `compare.rs`.
 
 use super::{key, value};
-use kvstore::{Options, Store};
+use kvstore::{Options, Store, TornPages};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -233,11 +233,16 @@ mod peers {
 
 pub(super) fn open_engine(name: &str, dir: &Path, cache: usize) -> Result<Arc<dyn Engine>, String> {
     match name {
-        "kvstore" | "kvstore-bulk" => Ok(Arc::new(Kv(
+        "kvstore" | "kvstore-bulk" | "kvstore-dw" => Ok(Arc::new(Kv(
             Store::open(
                 dir,
                 Options {
                     cache_bytes: cache,
+                    torn_pages: if name == "kvstore-dw" {
+                        TornPages::DoubleWrite
+                    } else {
+                        TornPages::FullPageImages
+                    },
                     ..Options::default()
                 },
             )

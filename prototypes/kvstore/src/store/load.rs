@@ -18,9 +18,10 @@
 //!
 //! A crash before 3 is durable leaves the store empty (the pages past its
 //! end are never read); after it, recovery replays the record onto pages
-//! that are already home. A loaded page's first later change logs its
-//! full image (a page fetched from disk has no image epoch), so a torn
-//! write home is repaired as any other page's.
+//! that are already home. A loaded page's later writes home go through
+//! the double-write buffer, or (with full-page images) its first later
+//! change logs its full image (a page fetched from disk has no image
+//! epoch), so a torn write home is repaired as any other page's.
 
 use super::*;
 use crate::page::{branch_cell, Kind, Page, HEADER};

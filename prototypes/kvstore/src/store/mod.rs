@@ -62,6 +62,31 @@ pub struct Options {
     /// last checkpoint began (default 256 MiB). It bounds recovery: open
     /// replays at most about this much log.
     pub checkpoint_log_bytes: u64,
+    /// How a page torn by a crash while it was written home is repaired
+    /// (default [`TornPages::DoubleWrite`]). Either way, opening
+    /// repairs from whatever the last run left: the choice can change
+    /// from one open to the next.
+    pub torn_pages: TornPages,
+}
+
+/// The two ways to survive a torn page write; docs/PERFORMANCE.md has
+/// them measured side by side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TornPages {
+    /// PostgreSQL's `full_page_writes`: a page's first change after a
+    /// checkpoint began logs the page's whole image, and recovery rebuilds
+    /// a torn page from it. Costs log bytes after every checkpoint: with
+    /// data many times the cache, nearly a page image per put, and an
+    /// image storm (latency spikes) after each checkpoint begins.
+    FullPageImages,
+    /// InnoDB's doublewrite buffer: every batch of pages written home goes
+    /// first to the file `doublewrite.kv` and is synced there, then home,
+    /// then the data file is synced; recovery copies back a page torn at
+    /// home. The log holds no page images for it; every page is written
+    /// twice, with two syncs per batch of up to 64 pages (which a lone
+    /// committer's flush may queue behind: a higher p99 at one client).
+    #[default]
+    DoubleWrite,
 }
 
 impl Default for Options {
@@ -77,6 +102,7 @@ impl Default for Options {
             },
             checkpoint_interval: Some(Duration::from_secs(10)),
             checkpoint_log_bytes: 256 << 20,
+            torn_pages: TornPages::DoubleWrite,
         }
     }
 }
@@ -98,6 +124,9 @@ pub struct RecoveryInfo {
     /// Data-file pages read by recovery (the pages the log since the
     /// checkpoint touches without an image, and the meta pages).
     pub pages_read: u64,
+    /// Pages put back from the double-write buffer before the log was
+    /// replayed (their home copy torn, damaged or older).
+    pub doublewrite_restored: u64,
 }
 
 /// What a checkpoint did.
@@ -268,9 +297,10 @@ impl Inner {
 
 impl Store {
     /// Opens (creating it if asked) the store in `dir` on the real
-    /// filesystem, recovering it: the meta page is read, and the log
-    /// replayed from the last checkpoint onto the pages it touches (full
-    /// images first, so torn pages are repaired).
+    /// filesystem, recovering it: the meta page is read, torn pages are
+    /// put back from the double-write area, and the log is replayed from
+    /// the last checkpoint onto the pages it touches (full images first,
+    /// which repair torn pages too).
     pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<Store> {
         Self::open_with(Arc::new(OsVfs::new()), dir, options)
     }
@@ -282,6 +312,13 @@ impl Store {
         if replayed && !options.read_only {
             // Write the recovered pages home now, repairing torn ones.
             inner.checkpoint()?;
+        }
+        if options.torn_pages == TornPages::FullPageImages && inner.pool.has_doublewrite() {
+            // The last run used the double-write area, and the log since
+            // the checkpoint just taken (or, with nothing replayed, the
+            // empty log) needs no page image: the area can go.
+            inner.pool.retire_doublewrite();
+            inner.retire_doublewrite_file()?;
         }
         if options.read_only {
             return Ok(Store {

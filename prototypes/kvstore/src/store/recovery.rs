@@ -5,6 +5,7 @@
 use super::*;
 use crate::meta::{decode_meta, encode_meta, Meta, MetaCheck};
 use crate::page::{Kind, Page, FIRST_PAGE};
+use crate::pool::{read_page, restore, DoubleWrite, Restored, DOUBLEWRITE_FILE};
 use crate::record::{self, LogOp, Undecodable};
 use journal_core::vfs::{OpenOptions, VfsFile};
 use std::collections::HashMap;
@@ -25,7 +26,8 @@ fn check_dir(vfs: &dyn Vfs, dir: &Path, options: &Options) -> Result<()> {
         return Ok(());
     }
     let names = vfs.read_dir(dir)?;
-    let ours = |n: &String| n == WAL_DIR || n == DATA_FILE || n == SPILL_FILE;
+    let ours =
+        |n: &String| n == WAL_DIR || n == DATA_FILE || n == SPILL_FILE || n == DOUBLEWRITE_FILE;
     if names.iter().any(|n| !ours(n)) && !names.iter().any(|n| n == WAL_DIR) {
         return Err(Error::NotAStore {
             path: dir.to_path_buf(),
@@ -49,6 +51,12 @@ fn create_data_file(
     path: &Path,
     id: journal_core::JournalId,
 ) -> Result<()> {
+    // A double-write area left by a store that was here before is not
+    // this one's (its pages would look newer than the new store's).
+    let dw = dir.join(DOUBLEWRITE_FILE);
+    if vfs.exists(&dw)? {
+        vfs.remove_file(&dw)?;
+    }
     let f = vfs.open(path, OpenOptions::create())?;
     f.set_len(0)?;
     let mut bytes = Vec::with_capacity(3 * PAGE_SIZE);
@@ -68,19 +76,6 @@ fn create_data_file(
     Ok(())
 }
 
-fn read_raw(data: &dyn VfsFile, n: u64) -> Result<Option<Box<[u8; PAGE_SIZE]>>> {
-    let mut p = Box::new([0u8; PAGE_SIZE]);
-    let mut got = 0;
-    while got < PAGE_SIZE {
-        let r = data.read_at(&mut p[got..], pages_bytes(n) + got as u64)?;
-        if r == 0 {
-            return Ok(None);
-        }
-        got += r;
-    }
-    Ok(Some(p))
-}
-
 /// What the two meta pages say: the valid one with the higher sequence.
 enum MetaFound {
     Valid(Meta),
@@ -94,7 +89,7 @@ fn read_meta(data: &dyn VfsFile) -> Result<MetaFound> {
     let mut best: Option<Meta> = None;
     let mut unwritten = 0;
     for slot in 0..2 {
-        match read_raw(data, slot)?.map(|p| decode_meta(&p)) {
+        match read_page(data, slot)?.map(|p| decode_meta(&p)) {
             Some(MetaCheck::Valid(m)) => {
                 if best.is_none_or(|b| m.sequence > b.sequence) {
                     best = Some(m);
@@ -112,6 +107,45 @@ fn read_meta(data: &dyn VfsFile) -> Result<MetaFound> {
     })
 }
 
+/// Opens the data file (creating it for a new store, or again for a
+/// creation a crash cut short) and reads its meta page.
+fn open_data_file(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    data_path: &Path,
+    journal: &Journal,
+) -> Result<(Box<dyn VfsFile>, Meta)> {
+    let fresh = journal.appended_lsn() == Lsn(0) && journal.redo_lsn() == Lsn(0);
+    if !vfs.exists(data_path)? {
+        if !fresh {
+            return Err(Error::NotAStore {
+                path: data_path.to_path_buf(),
+                reason: "the data file is missing",
+            });
+        }
+        create_data_file(vfs, dir, data_path, journal.id())?;
+    }
+    let mut data = vfs.open(data_path, OpenOptions::write())?;
+    loop {
+        match read_meta(&*data)? {
+            MetaFound::Valid(m) => return Ok((data, m)),
+            MetaFound::Version(v) => return Err(Error::UnsupportedVersion { found: v }),
+            // A creation cut short by a crash: nothing was logged yet.
+            MetaFound::Unwritten if fresh => {
+                drop(data);
+                create_data_file(vfs, dir, data_path, journal.id())?;
+                data = vfs.open(data_path, OpenOptions::write())?;
+            }
+            _ => {
+                return Err(Error::NotAStore {
+                    path: data_path.to_path_buf(),
+                    reason: "no valid meta page",
+                })
+            }
+        }
+    }
+}
+
 /// Opens the journal and the data file and recovers the tree.
 pub(super) fn open(vfs: Arc<dyn Vfs>, dir: &Path, options: Options) -> Result<Inner> {
     check_dir(&*vfs, dir, &options)?;
@@ -124,35 +158,7 @@ pub(super) fn open(vfs: Arc<dyn Vfs>, dir: &Path, options: Options) -> Result<In
         },
     )?;
     let data_path = dir.join(DATA_FILE);
-    let fresh = journal.appended_lsn() == Lsn(0) && journal.redo_lsn() == Lsn(0);
-    if !vfs.exists(&data_path)? {
-        if !fresh {
-            return Err(Error::NotAStore {
-                path: data_path,
-                reason: "the data file is missing",
-            });
-        }
-        create_data_file(&*vfs, dir, &data_path, journal.id())?;
-    }
-    let mut data = vfs.open(&data_path, OpenOptions::write())?;
-    let meta = loop {
-        match read_meta(&*data)? {
-            MetaFound::Valid(m) => break m,
-            MetaFound::Version(v) => return Err(Error::UnsupportedVersion { found: v }),
-            // A creation cut short by a crash: nothing was logged yet.
-            MetaFound::Unwritten if fresh => {
-                drop(data);
-                create_data_file(&*vfs, dir, &data_path, journal.id())?;
-                data = vfs.open(&data_path, OpenOptions::write())?;
-            }
-            _ => {
-                return Err(Error::NotAStore {
-                    path: data_path,
-                    reason: "no valid meta page",
-                })
-            }
-        }
-    };
+    let (data, meta) = open_data_file(&*vfs, dir, &data_path, &journal)?;
     if meta.journal_id != journal.id() {
         return Err(Error::ForeignDataFile { path: data_path });
     }
@@ -171,13 +177,24 @@ pub(super) fn open(vfs: Arc<dyn Vfs>, dir: &Path, options: Options) -> Result<In
     );
     // A crashed run's versions: scratch, no one reads them.
     spill.remove()?;
-    let pool = Pool::new(data, options.cache_bytes, spill, options.read_only);
+    let (doublewrite, restored) = open_doublewrite(&*vfs, dir, &*data, &options)?;
+    let pool = Pool::new(
+        data,
+        options.cache_bytes,
+        spill,
+        options.read_only,
+        doublewrite,
+    );
+    for (no, page) in restored.pages {
+        pool.install_recovered(no, page);
+    }
     let mut tree = TreeMeta {
         root: meta.root,
         end: meta.end,
         free_head: meta.free_head,
     };
-    let recovery = redo(&journal, &pool, &mut tree)?;
+    let mut recovery = redo(&journal, &pool, &mut tree)?;
+    recovery.doublewrite_restored = restored.count.restored;
     let redo_lsn = journal.redo_lsn();
     let applied = journal.appended_lsn();
     Ok(Inner {
@@ -205,6 +222,36 @@ pub(super) fn open(vfs: Arc<dyn Vfs>, dir: &Path, options: Options) -> Result<In
     })
 }
 
+/// What the double-write area gave back: pages restored, and (read-only)
+/// the pages to install in the pool instead of writing them home.
+struct FromDoublewrite {
+    count: Restored,
+    pages: Vec<(PageNo, Page)>,
+}
+
+/// Repairs torn pages from the double-write area a last run left, if any,
+/// and opens the area if `options` want one, or if one is left: a log
+/// written with the area holds no page images, so until a checkpoint has
+/// moved the redo point past it, pages must still go home through the area
+/// ([`Store::open_with`] retires it after that checkpoint). A read-only
+/// open neither writes home nor opens it.
+fn open_doublewrite(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    data: &dyn VfsFile,
+    options: &Options,
+) -> Result<(Option<DoubleWrite>, FromDoublewrite)> {
+    let write = !options.read_only;
+    let mut pages = Vec::new();
+    let count = restore(vfs, dir, data, write, |no, p| pages.push((no, p)))?;
+    let found = FromDoublewrite { count, pages };
+    let wanted = options.torn_pages == TornPages::DoubleWrite;
+    if !write || !(wanted || vfs.exists(&dir.join(DOUBLEWRITE_FILE))?) {
+        return Ok((None, found));
+    }
+    Ok((Some(DoubleWrite::open(vfs, dir)?), found))
+}
+
 fn decode(lsn: Lsn, bytes: &[u8]) -> Result<Vec<LogOp>> {
     record::decode(bytes).map_err(|e| match e {
         Undecodable::Version(v) => Error::UnsupportedVersion { found: v },
@@ -225,6 +272,7 @@ fn redo(journal: &Journal, pool: &Pool, tree: &mut TreeMeta) -> Result<RecoveryI
         ops_skipped: 0,
         images_restored: 0,
         pages_read: 2,
+        doublewrite_restored: 0,
     };
     for r in journal.read_from(journal.redo_lsn())? {
         let (lsn, bytes) = r?;
@@ -335,5 +383,19 @@ fn redo_page_op(p: &mut Page, op: &LogOp) -> bool {
             Err(_) => false,
         },
         _ => false,
+    }
+}
+
+impl Inner {
+    /// Removes the double-write area once pages no longer go through it
+    /// (durably: a crash after this never finds a stale area).
+    pub(super) fn retire_doublewrite_file(&self) -> Result<()> {
+        let vfs = self.journal.vfs();
+        let path = self.dir.join(DOUBLEWRITE_FILE);
+        if vfs.exists(&path)? {
+            vfs.remove_file(&path)?;
+            vfs.sync_dir(&self.dir)?;
+        }
+        Ok(())
     }
 }

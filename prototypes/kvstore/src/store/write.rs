@@ -218,7 +218,12 @@ impl Inner {
     /// record's LSN, `tree` its new shape. `None`: nothing changed, and
     /// nothing was logged. A failure rolls every change back.
     pub(super) fn log_txn(&self, tree: &mut TreeMeta, mut txn: Txn<'_>) -> Result<Option<Lsn>> {
-        let epoch = self.epoch.load(Ordering::Acquire);
+        // With a double-write buffer no page is imaged for its first
+        // change (epoch 0 is behind every page's).
+        let epoch = match self.options.torn_pages {
+            TornPages::FullPageImages => self.epoch.load(Ordering::Acquire),
+            TornPages::DoubleWrite => 0,
+        };
         let (log_ops, stamp) = txn.finish(epoch);
         if log_ops.is_empty() {
             txn.rollback();
