@@ -108,9 +108,10 @@
 //! deleted then (with their watch events), or at once when it is revoked.
 //! A lease holds at most [`machine::MAX_LEASE_KEYS`] keys, and one clock
 //! tick deletes about 10,000 keys of expired leases at most (the rest at
-//! the next), so an expiry stays one modest store transaction. The table
-//! and each lease's keys are also held in memory, as etcd's lessor holds
-//! them.
+//! the next), so an expiry stays one modest store transaction. The lease
+//! table is also held in memory, as etcd's lessor holds it, with a count
+//! of each lease's keys but not the keys: an expiry or revoke reads them
+//! from the store, so memory grows with the leases, not their keys.
 //!
 //! # What is durable when a `PUT` returns
 //!

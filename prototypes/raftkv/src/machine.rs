@@ -265,8 +265,8 @@ fn load(store: &Store) -> Result<Loaded, Error> {
     let pairs = store.scan(vec![layout::CLIENT]..vec![layout::CLIENT + 1])?;
     let sessions =
         Sessions::load(pairs, clock).ok_or_else(|| corrupt("a session record is malformed"))?;
-    let prefix = |p: u8| store.scan(vec![p]..vec![p + 1]);
-    let leases = leases::Leases::load(prefix(leases::LEASE)?, prefix(leases::ATTACHED)?)
+    let prefix = |p: u8| store.range(vec![p]..vec![p + 1]);
+    let leases = leases::Leases::load(prefix(leases::LEASE)?, prefix(leases::ATTACHED)?)?
         .ok_or_else(|| corrupt("a lease record is malformed"))?;
     Ok(Loaded {
         applied,

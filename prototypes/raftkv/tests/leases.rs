@@ -12,7 +12,7 @@ use openraft::storage::RaftStateMachine;
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
 use raftkv::api::LeaseReply;
 use raftkv::machine::{lease_id, Change, Position};
-use raftkv::Verdict::{Applied, LeaseNotFound};
+use raftkv::Verdict::{Applied, LeaseFull, LeaseNotFound};
 use raftkv::{Batch, Command, Revision, StateMachine, TxnOp};
 use std::sync::Arc;
 
@@ -44,6 +44,16 @@ fn grant(ttl_ms: u64) -> Command {
     Command::LeaseGrant { ttl_ms, id: None }
 }
 
+/// The state machine on `sim` (opened again after a close).
+fn open(sim: &SimVfs) -> StateMachine {
+    StateMachine::open(
+        Arc::new(sim.clone()),
+        "/n/state",
+        kvstore::Options::default(),
+    )
+    .unwrap()
+}
+
 fn has(sm: &StateMachine, key: &str) -> bool {
     sm.get(key.as_bytes()).unwrap().is_some()
 }
@@ -51,14 +61,6 @@ fn has(sm: &StateMachine, key: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_takes_its_keys_with_it_when_it_expires() {
     let sim = SimVfs::new();
-    let open = |sim: &SimVfs| {
-        StateMachine::open(
-            Arc::new(sim.clone()),
-            "/n/state",
-            kvstore::Options::default(),
-        )
-        .unwrap()
-    };
     let mut sm = open(&sim);
     sm.keep_events(raftkv::machine::SUGGESTED_RETENTION);
     // Granted at 1,000 ms for 5 s: lease 1.1.
@@ -144,6 +146,74 @@ async fn a_lease_takes_its_keys_with_it_when_it_expires() {
     .unwrap();
     assert!(!has(&sm, "r"));
     assert_eq!(sm.leases(), 0);
+}
+
+/// A lease's keys are read from the store when it ends, not kept in
+/// memory: a revoke in the same entry as changes to its keys sees them
+/// (a key moved off it survives, a key just attached goes), and the count
+/// that bounds a lease survives a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoke_sees_its_own_entrys_changes_and_the_bound_holds() {
+    let sim = SimVfs::new();
+    let mut sm = open(&sim);
+    let lease = lease_id(Revision { index: 1, sub: 1 });
+    let mut first = vec![grant(60_000)];
+    first.extend((0..5).map(|i| put(&format!("a{i}"), Some(lease))));
+    sm.apply([entry(1, 1_000, first)]).await.unwrap();
+    let revoke = Command::LeaseRevoke { lease, id: None };
+    let out = sm
+        .apply([entry(
+            2,
+            1_001,
+            vec![put("a1", None), put("b", Some(lease)), revoke],
+        )])
+        .await
+        .unwrap();
+    assert_eq!(out[0].verdicts, [Applied; 4]);
+    let left: Vec<bool> = ["a0", "a1", "a2", "a3", "a4", "b"]
+        .iter()
+        .map(|k| has(&sm, k))
+        .collect();
+    assert_eq!(left, [false, true, false, false, false, false]);
+    // The bound: a full lease refuses a new key, whole, but takes its own
+    // again; after a restart too (the count is rebuilt from the store).
+    let full = lease_id(Revision { index: 3, sub: 1 });
+    sm.apply([entry(3, 2_000, vec![grant(60_000)])])
+        .await
+        .unwrap();
+    let n = raftkv::machine::MAX_LEASE_KEYS;
+    let mut index = 4;
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let cmds = chunk
+            .iter()
+            .map(|i| put(&format!("f{i:05}"), Some(full)))
+            .collect();
+        let out = sm.apply([entry(index, 2_000, cmds)]).await.unwrap();
+        assert!(out[0].verdicts.iter().all(|v| *v == Applied));
+        index += 1;
+    }
+    for restart in [false, true] {
+        if restart {
+            sm.close().unwrap();
+            drop(sm);
+            sm = open(&sim);
+        }
+        let out = sm
+            .apply([entry(
+                index,
+                2_000,
+                vec![put("over", Some(full)), put("f00007", Some(full))],
+            )])
+            .await
+            .unwrap();
+        assert_eq!(
+            out[0].verdicts,
+            [Applied, LeaseFull, Applied],
+            "restart {restart}"
+        );
+        assert!(!has(&sm, "over"));
+        index += 1;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,7 @@
 //! sees the batch's own uncommitted changes.
 
 use super::events::{self, Position, HISTORY_STATE};
-use super::leases::{lease_id, Refused};
+use super::leases::{self, lease_id, Refused};
 use super::record::{self, KeyMeta};
 use super::sessions::Sessions;
 use super::{corrupt, AppliedState, Error, NodeId, Partial, State};
@@ -133,6 +133,43 @@ impl<'s> Writer<'s> {
         self.txn.delete(&stored);
         self.written.insert(stored, None);
         Ok(old.and_then(|m| m.lease))
+    }
+
+    /// The lease `key` is attached to, as this transaction leaves it.
+    fn lease_of(&self, key: &[u8]) -> Result<Option<u64>, Error> {
+        Ok(self.entry(&layout::user(key))?.and_then(|(m, _)| m.lease))
+    }
+
+    /// The client keys attached to `lease`, as this transaction leaves
+    /// them: the committed attachments (read from the store, in key
+    /// order) that the transaction did not move, and the keys it attached.
+    fn attached(&self, lease: u64) -> Result<Vec<Vec<u8>>, Error> {
+        let mut keys = Vec::new();
+        for pair in self.store.prefix(&leases::attached_prefix(lease))? {
+            let (k, _) = pair?;
+            let key = k.get(9..).unwrap_or_default();
+            let moved = self.written.get(&layout::user(key)).map(|w| match w {
+                Some((m, _)) => m.lease != Some(lease),
+                None => true,
+            });
+            if moved != Some(true) {
+                keys.push(key.to_vec());
+            }
+        }
+        let committed = keys.len();
+        for (stored, w) in &self.written {
+            if let Some((m, _)) = w {
+                let key = stored.get(1..).unwrap_or_default();
+                if m.lease == Some(lease)
+                    && keys[..committed]
+                        .binary_search_by(|k| k.as_slice().cmp(key))
+                        .is_err()
+                {
+                    keys.push(key.to_vec());
+                }
+            }
+        }
+        Ok(keys)
     }
 
     /// Whether `c` holds.
@@ -306,7 +343,7 @@ fn apply_txn(
             ..
         } = op
         {
-            match st.leases.can_take(*lease, key) {
+            match st.leases.can_take(*lease, w.lease_of(key)?) {
                 Ok(()) => {}
                 Err(Refused::NotFound) => return Ok(Err(Verdict::LeaseNotFound)),
                 Err(Refused::Full) => return Ok(Err(Verdict::LeaseFull)),
@@ -332,9 +369,11 @@ fn apply_txn(
 /// Ends lease `lease` and deletes its keys at `rev`; `false` if there is
 /// no such lease.
 fn revoke(w: &mut Writer<'_>, st: &mut State, lease: u64, rev: Revision) -> Result<bool, Error> {
-    let Some(keys) = st.leases.revoke(lease, w.txn()) else {
+    if !st.leases.holds(lease) {
         return Ok(false);
-    };
+    }
+    let keys = w.attached(lease)?;
+    st.leases.revoke(lease, &keys, w.txn());
     for k in keys {
         w.delete(&k, rev)?;
     }

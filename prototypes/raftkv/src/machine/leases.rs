@@ -7,14 +7,18 @@
 //! ([`lease_id`]). Stored: `l` + id (`u64`, big-endian) → time-to-live and
 //! deadline (ms, `u64` each, little-endian); `a` + id + client key → empty,
 //! one per attached key (a key's value header names its lease, so an
-//! overwrite moves it). The table and each lease's keys are held in memory
-//! too (as etcd's lessor holds them): at most [`MAX_LEASE_KEYS`] keys a
-//! lease, and the keys deleted at one clock tick are bounded by
-//! [`EXPIRY_BUDGET`], so an expiry never makes a store transaction too
-//! large.
+//! overwrite moves it). The table is held in memory too (as etcd's lessor
+//! holds it), with each lease's number of keys but not the keys: a
+//! revocation or expiry reads them from the `a` pairs (and the batch's own
+//! changes, `apply.rs`), so memory grows with the leases, not with the keys
+//! attached to them. At most [`MAX_LEASE_KEYS`] keys a lease, and the keys
+//! deleted at one clock tick are bounded by [`EXPIRY_BUDGET`], so an expiry
+//! never makes a store transaction too large.
 
 use crate::types::Revision;
 use std::collections::{BTreeSet, HashMap};
+
+use kvstore::Result as StoreResult;
 
 /// The prefix of lease records.
 pub(super) const LEASE: u8 = b'l';
@@ -35,7 +39,8 @@ pub fn lease_id(rev: Revision) -> u64 {
 struct Lease {
     ttl: u64,
     deadline: u64,
-    keys: BTreeSet<Vec<u8>>,
+    /// Keys attached.
+    keys: usize,
 }
 
 /// The lease table.
@@ -48,6 +53,13 @@ pub(super) struct Leases {
 
 fn record_key(id: u64) -> Vec<u8> {
     let mut k = vec![LEASE];
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+/// The prefix of lease `id`'s attachments.
+pub(super) fn attached_prefix(id: u64) -> Vec<u8> {
+    let mut k = vec![ATTACHED];
     k.extend_from_slice(&id.to_be_bytes());
     k
 }
@@ -96,30 +108,41 @@ pub(super) enum Refused {
 }
 
 impl Leases {
-    /// The table from the store's `l` and `a` pairs.
+    /// The table from the store's `l` and `a` pairs (read as they come,
+    /// the attachments only counted). `Ok(None)`: a malformed pair.
     pub(super) fn load(
-        leases: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
-        attached: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
-    ) -> Option<Leases> {
+        leases: impl IntoIterator<Item = StoreResult<(Vec<u8>, Vec<u8>)>>,
+        attached: impl IntoIterator<Item = StoreResult<(Vec<u8>, Vec<u8>)>>,
+    ) -> StoreResult<Option<Leases>> {
         let mut t = Leases::default();
-        for (k, v) in leases {
-            let (ttl, deadline) = decode_record(&v)?;
-            let id = id_of(&k).filter(|_| k.len() == 9)?;
+        for pair in leases {
+            let (k, v) = pair?;
+            let (Some((ttl, deadline)), Some(id)) =
+                (decode_record(&v), id_of(&k).filter(|_| k.len() == 9))
+            else {
+                return Ok(None);
+            };
             t.by_id.insert(
                 id,
                 Lease {
                     ttl,
                     deadline,
-                    keys: BTreeSet::new(),
+                    keys: 0,
                 },
             );
             t.by_deadline.insert((deadline, id));
         }
-        for (k, _) in attached {
-            let id = id_of(&k)?;
-            t.by_id.get_mut(&id)?.keys.insert(k.get(9..)?.to_vec());
+        for pair in attached {
+            let (k, _) = pair?;
+            let lease = id_of(&k)
+                .filter(|_| k.len() > 9)
+                .and_then(|id| t.by_id.get_mut(&id));
+            let Some(l) = lease else {
+                return Ok(None);
+            };
+            l.keys += 1;
         }
-        Some(t)
+        Ok(Some(t))
     }
 
     /// Leases held.
@@ -141,7 +164,7 @@ impl Leases {
             Lease {
                 ttl,
                 deadline,
-                keys: BTreeSet::new(),
+                keys: 0,
             },
         );
         self.by_deadline.insert((deadline, id));
@@ -166,10 +189,10 @@ impl Leases {
         true
     }
 
-    /// Whether lease `id` may take `key`.
-    pub(super) fn can_take(&self, id: u64, key: &[u8]) -> Result<(), Refused> {
+    /// Whether lease `id` may take a key attached now to `current`.
+    pub(super) fn can_take(&self, id: u64, current: Option<u64>) -> Result<(), Refused> {
         let l = self.by_id.get(&id).ok_or(Refused::NotFound)?;
-        if l.keys.len() >= MAX_LEASE_KEYS && !l.keys.contains(key) {
+        if l.keys >= MAX_LEASE_KEYS && current != Some(id) {
             return Err(Refused::Full);
         }
         Ok(())
@@ -187,30 +210,38 @@ impl Leases {
             return;
         }
         if let Some(l) = from.and_then(|id| self.by_id.get_mut(&id)) {
-            l.keys.remove(key);
+            l.keys = l.keys.saturating_sub(1);
             txn.delete(&attached_key(from.unwrap_or_default(), key));
         }
         if let Some(l) = to.and_then(|id| self.by_id.get_mut(&id)) {
-            l.keys.insert(key.to_vec());
+            l.keys += 1;
             txn.put(&attached_key(to.unwrap_or_default(), key), &[]);
         }
     }
 
-    /// Ends lease `id`: its record and attachments are removed in `txn`;
-    /// the keys attached, which the caller deletes. `None` if there is no
-    /// such lease.
+    /// Ends lease `id`: its record is removed in `txn`; `keys` are the
+    /// keys attached to it, whose attachments are removed too (the caller
+    /// deletes the keys). `false` if there is no such lease.
     pub(super) fn revoke(
         &mut self,
         id: u64,
+        keys: &[Vec<u8>],
         txn: &mut kvstore::Transaction<'_>,
-    ) -> Option<Vec<Vec<u8>>> {
-        let l = self.by_id.remove(&id)?;
+    ) -> bool {
+        let Some(l) = self.by_id.remove(&id) else {
+            return false;
+        };
         self.by_deadline.remove(&(l.deadline, id));
         txn.delete(&record_key(id));
-        for k in &l.keys {
+        for k in keys {
             txn.delete(&attached_key(id, k));
         }
-        Some(l.keys.into_iter().collect())
+        true
+    }
+
+    /// Whether lease `id` is held.
+    pub(super) fn holds(&self, id: u64) -> bool {
+        self.by_id.contains_key(&id)
     }
 
     /// The leases past their deadline at `now`, soonest first, while their
@@ -222,7 +253,7 @@ impl Leases {
             if deadline >= now {
                 break;
             }
-            let n = self.by_id.get(&id).map_or(0, |l| l.keys.len());
+            let n = self.by_id.get(&id).map_or(0, |l| l.keys);
             if !out.is_empty() && keys + n > EXPIRY_BUDGET {
                 break;
             }
