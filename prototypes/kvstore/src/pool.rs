@@ -70,6 +70,9 @@ pub(crate) struct State {
     clock: VecDeque<PageNo>,
     dirty: usize,
     versions: Versions,
+    /// Threads asleep on the pool's condvar (waking is a system call, so
+    /// it is made only when someone sleeps).
+    sleepers: usize,
 }
 
 /// The buffer pool of one data file.
@@ -129,6 +132,7 @@ impl Pool {
                 clock: VecDeque::new(),
                 dirty: 0,
                 versions: Versions::default(),
+                sleepers: 0,
             }),
             cond: Condvar::new(),
             spare: Mutex::new(Vec::new()),
@@ -190,6 +194,25 @@ impl Pool {
         self.versions_n.store(st.versions.bytes, Ordering::Relaxed);
         let spilled = usize::try_from(st.versions.spilled).unwrap_or(usize::MAX);
         self.spilled_n.store(spilled, Ordering::Relaxed);
+    }
+
+    /// Sleeps on the pool's condvar until a change under the mutex wakes
+    /// it (the caller looks at the state again).
+    fn sleep<'a>(&self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        st.sleepers += 1;
+        let mut st = self.cond.wait(st);
+        st.sleepers -= 1;
+        st
+    }
+
+    /// Wakes the sleepers after a change under the mutex (still held, so
+    /// no thread can be between looking at the state and sleeping): a
+    /// condvar's wake is a system call even when nobody sleeps, and a
+    /// commit's [`Pool::stamp`] runs under the tree lock.
+    fn wake(&self, st: &State) {
+        if st.sleepers > 0 {
+            self.cond.notify_all();
+        }
     }
 
     /// Whether pages are never written home.
@@ -286,7 +309,7 @@ impl Pool {
                     let page = f.page.clone();
                     return Self::pick(&st, &page, no, at);
                 }
-                Some(Slot::Loading) => st = self.cond.wait(st),
+                Some(Slot::Loading) => st = self.sleep(st),
                 None => break,
             }
         }
@@ -303,7 +326,7 @@ impl Pool {
                 st.versions.stash(no, &Arc::new(old));
             }
             self.publish(&st);
-            self.cond.notify_all();
+            self.wake(&st);
             return Self::pick(&st, &page, no, at);
         }
         let page = match read {
@@ -311,7 +334,7 @@ impl Pool {
             Err(e) => {
                 st.frames.remove(&no);
                 self.publish(&st);
-                self.cond.notify_all();
+                self.wake(&st);
                 return Err(e);
             }
         };
@@ -329,7 +352,7 @@ impl Pool {
         );
         st.clock.push_back(no);
         self.publish(&st);
-        self.cond.notify_all();
+        self.wake(&st);
         let picked = Self::pick(&st, &page, no, at);
         let victims = self.evict(&mut st);
         drop(st);
@@ -499,7 +522,7 @@ impl Pool {
             }
         }
         self.publish(&st);
-        self.cond.notify_all();
+        self.wake(&st);
     }
 
     /// Gives the pages of an appended transaction their LSN and unpins
@@ -521,7 +544,7 @@ impl Pool {
             }
         }
         self.publish(st);
-        self.cond.notify_all();
+        self.wake(st);
     }
 
     /// Installs a page rebuilt by recovery: dirty, not pinned.
@@ -580,7 +603,7 @@ impl Pool {
                         Some(Slot::Ready(f)) if f.dirty && !f.writing => {
                             if f.pinned {
                                 if wait {
-                                    st = self.cond.wait(st);
+                                    st = self.sleep(st);
                                     continue;
                                 }
                                 break;
@@ -590,7 +613,7 @@ impl Pool {
                         }
                         Some(Slot::Ready(f)) if f.writing && wait => {
                             // Another writer has it: wait for its outcome.
-                            st = self.cond.wait(st);
+                            st = self.sleep(st);
                             continue;
                         }
                         _ => {}
@@ -612,7 +635,7 @@ impl Pool {
             }
         }
         self.publish(st);
-        self.cond.notify_all();
+        self.wake(st);
         result.map(|()| batch.len())
     }
 

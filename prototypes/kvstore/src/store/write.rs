@@ -26,8 +26,17 @@ pub(super) struct Pending {
     wait: bool,
     /// Whether it may read from disk under the tree lock.
     allow_io: bool,
-    outcome: Mutex<Option<Result<Applied>>>,
+    outcome: Mutex<Outcome>,
     done: Condvar,
+}
+
+/// A pending transaction's outcome, and whether its committer sleeps
+/// waiting for it (a condvar's wake is a system call even when nobody
+/// sleeps, and a combiner usually finishes its own transaction too).
+#[derive(Default)]
+struct Outcome {
+    result: Option<Result<Applied>>,
+    sleeping: bool,
 }
 
 impl Pending {
@@ -36,14 +45,18 @@ impl Pending {
             ops: Mutex::new(ops),
             wait,
             allow_io,
-            outcome: Mutex::new(None),
+            outcome: Mutex::new(Outcome::default()),
             done: Condvar::new(),
         }
     }
 
     fn finish(&self, r: Result<Applied>) {
-        *self.outcome.lock() = Some(r);
-        self.done.notify_one();
+        let mut o = self.outcome.lock();
+        o.result = Some(r);
+        if o.sleeping {
+            drop(o);
+            self.done.notify_one();
+        }
     }
 }
 
@@ -123,9 +136,10 @@ impl Inner {
         self.combine();
         let mut g = p.outcome.lock();
         loop {
-            if let Some(r) = g.take() {
+            if let Some(r) = g.result.take() {
                 return r;
             }
+            g.sleeping = true;
             g = p.done.wait(g);
         }
     }
