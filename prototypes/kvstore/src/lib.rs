@@ -45,8 +45,10 @@
 //! first change after a checkpoint began (PostgreSQL's
 //! full_page_writes). docs/PERFORMANCE.md measures both. A
 //! leaf split logs the new right page's image, the left page's truncation
-//! and the separator's insertion into the parent; because they are in the
-//! transaction's one record, a split replays whole or not at all. Redo
+//! (none when the new cell goes past the leaf's last one: it starts the
+//! right page alone) and the separator's insertion into the parent;
+//! because they are in the transaction's one record, a split replays
+//! whole or not at all. Redo
 //! applies an operation only to a page whose pageLSN is below the
 //! record's: idempotent.
 //!

@@ -486,16 +486,21 @@ impl Page {
     }
 
     /// Every cell, in order.
-    pub fn cells(&self) -> Vec<Vec<u8>> {
-        (0..self.count()).map(|i| self.cell(i).to_vec()).collect()
+    pub fn cells(&self) -> Vec<&[u8]> {
+        (0..self.count()).map(|i| self.cell(i)).collect()
     }
 
     /// A page of `kind` holding `cells` (which fit: the caller split them).
-    pub fn from_cells(number: PageNo, kind: Kind, link: PageNo, cells: &[Vec<u8>]) -> Page {
+    pub fn from_cells<C: AsRef<[u8]>>(
+        number: PageNo,
+        kind: Kind,
+        link: PageNo,
+        cells: &[C],
+    ) -> Page {
         let mut p = Page::new(number, kind);
         p.set_link(link);
         for (i, c) in cells.iter().enumerate() {
-            let fit = p.put_cell(i, c, false);
+            let fit = p.put_cell(i, c.as_ref(), false);
             debug_assert!(fit, "cells that fit a page");
         }
         p

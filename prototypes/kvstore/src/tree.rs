@@ -15,8 +15,8 @@
 //! are not merged, only freed when empty.
 
 use crate::page::{
-    branch_cell, leaf_cell, Kind, Page, PageNo, Value, FIRST_PAGE, HEADER, MAX_INLINE_CELL,
-    OVERFLOW_PAYLOAD, PAGE_SIZE,
+    leaf_cell, Kind, Page, PageNo, Value, FIRST_PAGE, HEADER, MAX_INLINE_CELL, OVERFLOW_PAYLOAD,
+    PAGE_SIZE,
 };
 use crate::pool::{Before, Pool};
 use crate::record::LogOp;
@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 mod free;
+mod split;
 
 /// The deepest tree a lookup follows: a deeper path is a cycle or damage.
 pub(crate) const MAX_HEIGHT: usize = 24;
@@ -434,92 +435,6 @@ impl<'a> Txn<'a> {
         self.split_leaf(&path, page, pos, cell)
     }
 
-    /// Splits the leaf at the end of `path` (`page`, which has no room for
-    /// `cell` at `pos`). Appending at a leaf's end splits there (a
-    /// sequential load fills its pages); anything else splits the bytes
-    /// in half. Logged as the right page's image, the left's truncation
-    /// (and the put, if the cell lands left) and the parent's new cell.
-    fn split_leaf(
-        &mut self,
-        path: &[Step],
-        mut page: Page,
-        pos: usize,
-        cell: Vec<u8>,
-    ) -> Result<()> {
-        let leaf_no = path[path.len() - 1].0;
-        let mut cells = page.cells();
-        cells.insert(pos, cell.clone());
-        let mid = if pos == page.count() && pos > 0 {
-            pos
-        } else {
-            split_point(&cells)
-        };
-        let right_no = self.alloc()?;
-        let right = Page::from_cells(right_no, Kind::Leaf, 0, &cells[mid..]);
-        let sep = right.key(0).to_vec();
-        page.truncate_from(&sep);
-        let op = LogOp::Truncate {
-            page: leaf_no,
-            key: sep.clone(),
-        };
-        self.write(leaf_no, self.pool.copy(&page), Some(op));
-        if pos < mid {
-            let fit = page.put_cell(pos, &cell, false);
-            debug_assert!(fit, "the left half has room for the new cell");
-            self.write(
-                leaf_no,
-                page,
-                Some(LogOp::Put {
-                    page: leaf_no,
-                    cell,
-                }),
-            );
-        }
-        self.write(right_no, right, None);
-        self.insert_separator(path, path.len() - 1, &sep, right_no)
-    }
-
-    /// After `path[level]` split, adds `right` (keys from `sep` on) to its
-    /// parent, splitting upwards as needed.
-    fn insert_separator(
-        &mut self,
-        path: &[Step],
-        level: usize,
-        sep: &[u8],
-        right: PageNo,
-    ) -> Result<()> {
-        let cell = branch_cell(sep, right);
-        if level == 0 {
-            let root = self.alloc()?;
-            let left = path[0].0;
-            self.write(
-                root,
-                Page::from_cells(root, Kind::Branch, left, &[cell]),
-                None,
-            );
-            self.meta.root = root;
-            return Ok(());
-        }
-        let (pno, parent, j) = &path[level - 1];
-        let (pno, j) = (*pno, *j);
-        let mut page = self.pool.copy(parent);
-        if page.put_cell(j, &cell, false) {
-            self.write(pno, page, Some(LogOp::BranchPut { page: pno, cell }));
-            return Ok(());
-        }
-        let mut cells = page.cells();
-        cells.insert(j, cell);
-        let mid = split_point(&cells);
-        let up = Page::from_cells(0, Kind::Branch, 0, &cells[mid..=mid]);
-        let (up_key, up_child) = (up.key(0).to_vec(), up.child(0));
-        let right_no = self.alloc()?;
-        let left = Page::from_cells(pno, Kind::Branch, page.link(), &cells[..mid]);
-        let right_page = Page::from_cells(right_no, Kind::Branch, up_child, &cells[mid + 1..]);
-        self.write(pno, left, None);
-        self.write(right_no, right_page, None);
-        self.insert_separator(path, level - 1, &up_key, right_no)
-    }
-
     /// Removes `key`; `false` if it was absent (nothing changes).
     pub(crate) fn delete(&mut self, key: &[u8]) -> Result<bool> {
         let path = self.descend(key)?;
@@ -683,18 +598,4 @@ impl<'a> Txn<'a> {
             }
         }
     }
-}
-
-/// Where to split `cells` so both halves hold about as many bytes (each
-/// side gets at least one cell).
-fn split_point(cells: &[Vec<u8>]) -> usize {
-    let total: usize = cells.iter().map(|c| c.len() + 2).sum();
-    let mut acc = 0;
-    for (i, c) in cells.iter().enumerate() {
-        acc += c.len() + 2;
-        if acc * 2 >= total {
-            return (i + 1).clamp(1, cells.len() - 1);
-        }
-    }
-    cells.len() / 2
 }
