@@ -2,9 +2,10 @@
 //! instead (fjall, an LSM tree; redb, a copy-on-write B-tree; both with
 //! the `peers` feature), at a real size: load N keys, then durable random
 //! overwrites at each client count, random gets, 100-key range scans, and
-//! one full scan of every key beside 16 overwriting clients (a backup or
-//! a Raft snapshot: it must see one snapshot, all N keys once, while the
-//! writers go on and memory stays bounded); a 50/50 mix of gets and
+//! one full scan of every key beside 16 overwriting clients and a client
+//! of 100-key scans (a backup or a Raft snapshot: it must see one
+//! snapshot, all N keys once, while the writers go on and memory stays
+//! bounded); a 50/50 mix of gets and
 //! durable puts; then half the keys deleted and as many new ones put (is
 //! the freed space used again?). Each phase reports the bytes the disk
 //! under the store wrote per operation. Then, in fresh processes: the
@@ -295,7 +296,9 @@ fn write_until_killed(name: &str, args: &ScaleArgs) -> Result<(), String> {
 }
 
 /// Scans all `n` keys from one snapshot while `writers` clients overwrite
-/// random keys durably; the scan must count exactly `n`.
+/// random keys durably and one more client runs 100-key scans (each its
+/// own snapshot, opened and closed beside the long one); the full scan
+/// must count exactly `n`, each short one 100 keys or the rest.
 fn full_scan_beside_writers(
     e: &Arc<dyn Engine>,
     n: u64,
@@ -304,9 +307,23 @@ fn full_scan_beside_writers(
 ) -> Result<Value, String> {
     use journal_core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let stop = AtomicBool::new(false);
-    let written = AtomicU64::new(0);
+    let (written, short) = (AtomicU64::new(0), AtomicU64::new(0));
     let t = Instant::now();
     let (scanned, scan_s, failed) = std::thread::scope(|s| {
+        let (e2, stop2, short2) = (e.clone(), &stop, &short);
+        let scanner = s.spawn(move || -> Result<(), String> {
+            let mut k = 0u64;
+            while !stop2.load(Ordering::Relaxed) {
+                let i = mix(2000, k) % n;
+                let got = e2.scan(&key(i), 100)?;
+                if got != 100.min((n - i) as usize) {
+                    return Err(format!("a scan from key {i} read {got} entries"));
+                }
+                short2.fetch_add(1, Ordering::Relaxed);
+                k += 1;
+            }
+            Ok(())
+        });
         let handles: Vec<_> = (0..writers)
             .map(|c| {
                 let (e, stop, written) = (e.clone(), &stop, &written);
@@ -327,6 +344,7 @@ fn full_scan_beside_writers(
         stop.store(true, Ordering::Relaxed);
         let failed = handles
             .into_iter()
+            .chain([scanner])
             .map(|h| h.join().unwrap_or_else(|_| Err("a writer panicked".into())))
             .find_map(Result::err);
         (scanned, scan_s, failed)
@@ -343,6 +361,7 @@ fn full_scan_beside_writers(
     Ok(json!({
         "keys": scanned, "seconds": scan_s, "keys_per_s": scanned as f64 / scan_s,
         "writers": writers, "writer_puts_per_s": puts as f64 / scan_s,
+        "short_scans_per_s": short.load(Ordering::Relaxed) as f64 / scan_s,
         "peak_rss_mib_so_far": rss as f64 / 1048576.0,
     }))
 }
@@ -554,6 +573,7 @@ fn report(args: &ScaleArgs, runs: &[Value]) {
             "scans/s",
             "full scan s",
             "puts/s beside it",
+            "scans/s beside it",
             "mix ops/s",
             "dev B/put",
             "open s",
@@ -592,6 +612,7 @@ fn report(args: &ScaleArgs, runs: &[Value]) {
         row.push(cell(0, &["scans", "ops_per_s"], 1.0));
         row.push(cell(1, &["full_scan", "seconds"], 1.0));
         row.push(cell(0, &["full_scan", "writer_puts_per_s"], 1.0));
+        row.push(cell(0, &["full_scan", "short_scans_per_s"], 1.0));
         row.push(cell(0, &["mixed", "ops_per_s"], 1.0));
         // At the most clients of the put phases.
         let last = (args.clients.len().max(1) - 1).to_string();

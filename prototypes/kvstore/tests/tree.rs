@@ -3,7 +3,8 @@
 //! constantly, reopens); iterators that see one snapshot under concurrent
 //! writers, never half a transaction; the page versions a long iterator
 //! holds (spilled past their memory bound, expired past the spill bound
-//! or when the spill file fails); space reuse; memory bounded by the cache; and a
+//! or when the spill file fails, kept while another iterator reads them);
+//! space reuse; memory bounded by the cache; and a
 //! data-file write failure during a checkpoint, which poisons the store
 //! and loses nothing; and pages torn at home put back from the
 //! double-write area.
@@ -217,6 +218,59 @@ fn long_iterator_beside_rewrites(s: &Store, rounds: u8) -> kvstore::Iter {
         t.commit().unwrap();
     }
     it
+}
+
+/// Rewrites every key of `long_iterator_beside_rewrites`'s store to
+/// `byte`, in transactions of 200.
+fn rewrite_all(s: &Store, byte: u8) {
+    for chunk in 0..30u32 {
+        let mut t = s.transaction();
+        for i in chunk * 200..(chunk + 1) * 200 {
+            t.put(format!("key-{i:05}").as_bytes(), &[byte; 150]);
+        }
+        t.commit().unwrap();
+    }
+}
+
+/// Reads the rest of `it`, which was opened when every key held `byte`
+/// and has returned the first key.
+fn rest_is(it: kvstore::Iter, byte: u8) {
+    let rest: Vec<_> = it.collect::<kvstore::Result<_>>().unwrap();
+    assert_eq!(rest.len(), 5999);
+    for (i, (k, v)) in rest.iter().enumerate() {
+        assert_eq!(k, format!("key-{:05}", i + 1).as_bytes());
+        assert_eq!(v, &vec![byte; 150], "key {i}: not the snapshot's value");
+    }
+}
+
+/// A snapshot's close looks only at the versions kept while it was open
+/// (it cannot be the last reader of older ones); those another open
+/// snapshot still reads stay, whichever of the two closes first.
+#[test]
+fn closing_one_of_two_iterators_keeps_the_versions_the_other_reads() {
+    let vfs = SimVfs::new();
+    let s = sim_open(&vfs, options(64)).unwrap();
+    let older = long_iterator_beside_rewrites(&s, 0);
+    s.put(b"zzz", b"after the older one").unwrap();
+    let mut younger = s.range(..).unwrap();
+    younger.next().unwrap().unwrap();
+    rewrite_all(&s, 1);
+    drop(younger);
+    rest_is(older, 7);
+    // The other way round: the older one closes first.
+    s.delete(b"zzz").unwrap();
+    let mut older = s.range(..).unwrap();
+    older.next().unwrap().unwrap();
+    s.put(b"zzz", b"after the older one").unwrap();
+    let mut younger = s.range(..).unwrap();
+    younger.next().unwrap().unwrap();
+    rewrite_all(&s, 2);
+    drop(older);
+    let rest: Vec<_> = younger.collect::<kvstore::Result<_>>().unwrap();
+    assert_eq!(rest.len(), 6000, "5,999 keys and zzz");
+    assert!(rest[..5999].iter().all(|(_, v)| v == &vec![1u8; 150]));
+    let stats = s.cache_stats();
+    assert_eq!((stats.version_bytes, stats.spilled_bytes), (0, 0));
 }
 
 /// The bound on versions in memory: a quarter of the cache, and never

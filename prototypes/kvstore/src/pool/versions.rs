@@ -8,7 +8,11 @@
 //! - A writer replacing a page that an open snapshot still reads hands
 //!   the old version here ([`Versions::stash`]); version `i` of a page is
 //!   read by the snapshots in [its LSN, the next version's LSN), and is
-//!   dropped as soon as none is open there ([`Versions::prune`]).
+//!   dropped as soon as none is open there ([`Versions::prune`]). A
+//!   snapshot can be the last reader only of versions kept while it was
+//!   open — one kept before it opened was replaced by a change it sees —
+//!   so its close looks at those alone: a 100-key scan beside a long one
+//!   does not walk the thousands of versions the long one keeps.
 //! - Versions in memory take their room from the cache: the pool holds
 //!   that many frames fewer ([`Pool::capacity`]).
 //! - Past the in-memory bound (a quarter of the cache), the versions are
@@ -44,11 +48,15 @@ pub(super) enum Picked {
     Spilled { lsn: Lsn, slot: u64 },
 }
 
+/// An open snapshot's "expired" flag, and how many versions had been
+/// kept when it opened.
+type Open = (Arc<AtomicBool>, u64);
+
 /// Open snapshots and the page versions they still need.
 #[derive(Default)]
 pub(super) struct Versions {
-    /// Open snapshots by (LSN, id), with their "expired" flag.
-    open: BTreeMap<(Lsn, u64), Arc<AtomicBool>>,
+    /// Open snapshots by (LSN, id).
+    open: BTreeMap<(Lsn, u64), Open>,
     next_id: u64,
     /// Replaced versions of pages by (page, pageLSN): a page's versions
     /// are adjacent, oldest first. One ordered map rather than a list per
@@ -56,6 +64,15 @@ pub(super) struct Versions {
     /// thousands of pages, and a list each cost over 100 bytes a page
     /// (measured with heaptrack: 27 MiB at the peak of a 10 M-key scan).
     pages: BTreeMap<(PageNo, Lsn), Kept>,
+    /// Versions kept so far, and each version's key in the order kept
+    /// (its number in that order first). A snapshot can be the last
+    /// reader only of versions kept while it was open (one kept before
+    /// it opened was replaced by a change it sees), so its close looks at
+    /// those alone, not at every version a long snapshot keeps. Entries
+    /// of versions gone since are skipped, and dropped once at the front
+    /// or once they outnumber the versions.
+    kept: u64,
+    order: VecDeque<(u64, PageNo, Lsn)>,
     /// Bytes of the versions in memory.
     pub(super) bytes: usize,
     /// Slots holding a version.
@@ -85,6 +102,8 @@ impl Versions {
         if let std::collections::btree_map::Entry::Vacant(e) = self.pages.entry((no, old.lsn())) {
             e.insert(Kept::Mem(old.clone()));
             self.bytes += FRAME_BYTES;
+            self.kept += 1;
+            self.order.push_back((self.kept, no, old.lsn()));
         }
     }
 
@@ -104,22 +123,30 @@ impl Versions {
         }
     }
 
-    /// Drops the versions no open snapshot reads: version `i` is read by
+    /// Drops the versions no open snapshot reads any more, among those
+    /// kept after the `from`-th (those a snapshot that opened then could
+    /// have been the last reader of): version `i` of a page is read by
     /// the snapshots in [its LSN, the next version's LSN). Their slots are
     /// freed; the pages held in memory are returned, for the pool to take
     /// their buffers back once its mutex is released.
     #[must_use]
-    fn prune(&mut self) -> Vec<Arc<Page>> {
-        let (open, pages) = (&self.open, &self.pages);
-        let read = |lo: Lsn, next: Option<Lsn>| match next {
-            Some(next) => open.range((lo, 0)..(next, 0)).next().is_some(),
-            None => open.range((lo, 0)..).next().is_some(),
-        };
+    fn prune(&mut self, from: u64) -> Vec<Arc<Page>> {
+        let start = self.order.partition_point(|(n, _, _)| *n <= from);
         let mut gone = Vec::new();
-        let mut it = pages.keys().peekable();
-        while let Some(&(no, lsn)) = it.next() {
-            let next = it.peek().filter(|(n, _)| *n == no).map(|(_, l)| *l);
-            if !read(lsn, next) {
+        for &(_, no, lsn) in self.order.range(start..) {
+            if !self.pages.contains_key(&(no, lsn)) {
+                continue;
+            }
+            let next = self
+                .pages
+                .range((no, Lsn(lsn.0.saturating_add(1)))..=(no, Lsn(u64::MAX)))
+                .next()
+                .map(|((_, l), _)| *l);
+            let read = match next {
+                Some(next) => self.open.range((lsn, 0)..(next, 0)).next().is_some(),
+                None => self.open.range((lsn, 0)..).next().is_some(),
+            };
+            if !read {
                 gone.push((no, lsn));
             }
         }
@@ -137,17 +164,28 @@ impl Versions {
                 None => {}
             }
         }
+        let pages = &self.pages;
+        while let Some(&(_, no, lsn)) = self.order.front() {
+            if pages.contains_key(&(no, lsn)) {
+                break;
+            }
+            self.order.pop_front();
+        }
+        if self.order.len() > 2 * pages.len() + 1024 {
+            self.order
+                .retain(|(_, no, lsn)| pages.contains_key(&(*no, *lsn)));
+        }
         dropped
     }
 
     /// Expires the oldest snapshot, adding the pages it alone read to
     /// `freed`; `false` if none is open.
     fn expire_oldest(&mut self, freed: &mut Vec<Arc<Page>>) -> bool {
-        let Some((_, flag)) = self.open.pop_first() else {
+        let Some((_, (flag, from))) = self.open.pop_first() else {
             return false;
         };
         flag.store(true, Ordering::Release);
-        freed.extend(self.prune());
+        freed.extend(self.prune(from));
         true
     }
 
@@ -334,7 +372,7 @@ impl Pool {
         let id = v.next_id;
         v.next_id += 1;
         let expired = Arc::new(AtomicBool::new(false));
-        v.open.insert((lsn, id), expired.clone());
+        v.open.insert((lsn, id), (expired.clone(), v.kept));
         SnapshotHandle {
             key: (lsn, id),
             expired,
@@ -345,10 +383,10 @@ impl Pool {
     /// cut back once it holds none.
     pub(crate) fn close_snapshot(&self, h: &SnapshotHandle) {
         let mut st = self.state.lock();
-        if st.versions.open.remove(&h.key).is_none() {
+        let Some((_, from)) = st.versions.open.remove(&h.key) else {
             return;
-        }
-        let freed = st.versions.prune();
+        };
+        let freed = st.versions.prune(from);
         self.publish(&st);
         let v = &mut st.versions;
         let cut_back = v.spilled == 0 && v.next_slot > 0 && !v.spilling;
