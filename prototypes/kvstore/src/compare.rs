@@ -49,10 +49,11 @@ pub struct ScaleArgs {
     /// Cache budget of every engine, MiB.
     #[arg(long, default_value_t = 64)]
     pub cache_mib: usize,
-    /// Engines, comma-separated: kvstore, kvstore-bulk (loaded by
-    /// `Store::bulk_load` instead of transactions), kvstore-dw (torn pages
-    /// handled by the double-write buffer instead of full-page images),
-    /// fjall and redb (these two need the `peers` feature).
+    /// Engines, comma-separated: kvstore (the default options), kvstore-bulk
+    /// (loaded by `Store::bulk_load` instead of transactions),
+    /// kvstore-images (torn pages handled by full-page images in the log
+    /// instead of the double-write buffer), fjall and redb (these two need
+    /// the `peers` feature).
     #[arg(long, value_delimiter = ',', default_values_t = default_engines())]
     pub engines: Vec<String>,
     /// Rounds (each engine once per round, interleaved).
