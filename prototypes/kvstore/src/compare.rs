@@ -51,9 +51,9 @@ pub struct ScaleArgs {
     pub cache_mib: usize,
     /// Engines, comma-separated: kvstore (the default options), kvstore-bulk
     /// (loaded by `Store::bulk_load` instead of transactions),
-    /// kvstore-images (torn pages handled by full-page images in the log
-    /// instead of the double-write buffer), fjall and redb (these two need
-    /// the `peers` feature).
+    /// kvstore-images and kvstore-dw (torn pages handled by full-page
+    /// images in the log, the default, or by the double-write buffer),
+    /// fjall and redb (these two need the `peers` feature).
     #[arg(long, value_delimiter = ',', default_values_t = default_engines())]
     pub engines: Vec<String>,
     /// Rounds (each engine once per round, interleaved).

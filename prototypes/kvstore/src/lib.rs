@@ -38,12 +38,12 @@
 //! One journal record per transaction, holding per page it changed either
 //! the leaf operations (a cell put, a key removed) or the page's image:
 //! structural changes log the whole page. A page a crash tore while it
-//! was written home is repaired, by default, from a double-write buffer
-//! (InnoDB's: every batch of home writes goes to `doublewrite.kv` and is
-//! synced there first; open puts torn pages back from it before redo), or,
-//! by [`Options::torn_pages`], from a full image logged at the page's
-//! first change after a checkpoint began (PostgreSQL's
-//! full_page_writes). docs/PERFORMANCE.md measures both. A
+//! was written home is repaired, by default, from a full image logged at
+//! the page's first change after a checkpoint began (PostgreSQL's
+//! full_page_writes), or, by [`Options::torn_pages`], from a double-write
+//! buffer (InnoDB's: every batch of home writes goes to `doublewrite.kv`
+//! and is synced there first; open puts torn pages back from it before
+//! redo). docs/PERFORMANCE.md measures both. A
 //! leaf split logs the new right page's image, the left page's truncation
 //! (none when the new cell goes past the leaf's last one: it starts the
 //! right page alone) and the separator's insertion into the parent;

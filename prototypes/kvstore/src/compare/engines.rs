@@ -1,7 +1,7 @@
 //! The engines `kvstore compare` runs, behind one trait: kvstore as a user
 //! gets it (loaded by transactions, or by `Store::bulk_load` as
-//! `kvstore-bulk`; with full-page images instead of the double write as
-//! `kvstore-images`), and with
+//! `kvstore-bulk`; with either torn-page defence named, as
+//! `kvstore-images` and `kvstore-dw`), and with
 //! the `peers` feature fjall and redb, each with its durability stated in
 //! `compare.rs`.
 
@@ -235,15 +235,15 @@ mod peers {
 
 pub(super) fn open_engine(name: &str, dir: &Path, cache: usize) -> Result<Arc<dyn Engine>, String> {
     match name {
-        "kvstore" | "kvstore-bulk" | "kvstore-images" => Ok(Arc::new(Kv(
+        "kvstore" | "kvstore-bulk" | "kvstore-images" | "kvstore-dw" => Ok(Arc::new(Kv(
             Store::open(
                 dir,
                 Options {
                     cache_bytes: cache,
-                    torn_pages: if name == "kvstore-images" {
-                        TornPages::FullPageImages
-                    } else {
-                        TornPages::default()
+                    torn_pages: match name {
+                        "kvstore-images" => TornPages::FullPageImages,
+                        "kvstore-dw" => TornPages::DoubleWrite,
+                        _ => TornPages::default(),
                     },
                     ..Options::default()
                 },

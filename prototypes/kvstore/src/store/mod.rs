@@ -63,7 +63,7 @@ pub struct Options {
     /// replays at most about this much log.
     pub checkpoint_log_bytes: u64,
     /// How a page torn by a crash while it was written home is repaired
-    /// (default [`TornPages::DoubleWrite`]). Either way, opening
+    /// (default [`TornPages::FullPageImages`]). Either way, opening
     /// repairs from whatever the last run left: the choice can change
     /// from one open to the next.
     pub torn_pages: TornPages,
@@ -77,7 +77,11 @@ pub enum TornPages {
     /// checkpoint began logs the page's whole image, and recovery rebuilds
     /// a torn page from it. Costs log bytes after every checkpoint: with
     /// data many times the cache, nearly a page image per put, and an
-    /// image storm (latency spikes) after each checkpoint begins.
+    /// image storm (latency spikes) after each checkpoint begins. The
+    /// default: at a million keys it put 1.2–1.3× the double write's rate
+    /// at 16 and 64 clients, with a third of its p99 at one client and
+    /// half its device bytes.
+    #[default]
     FullPageImages,
     /// InnoDB's doublewrite buffer: every batch of pages written home goes
     /// first to the file `doublewrite.kv` and is synced there, then home,
@@ -85,7 +89,8 @@ pub enum TornPages {
     /// home. The log holds no page images for it; every page is written
     /// twice, with two syncs per batch of up to 64 pages (which a lone
     /// committer's flush may queue behind: a higher p99 at one client).
-    #[default]
+    /// With data many times the cache it avoids the image storms: lower
+    /// tail latency and faster recovery after a crash.
     DoubleWrite,
 }
 
