@@ -451,11 +451,10 @@ impl Node {
         let log = JournalLogStore::from_journal(Arc::new(journal))
             .map_err(Error::Log)?
             .with_flush_mode(openraft_log::FlushMode::Inline);
-        // Full-page images (the store's default, named here because it
-        // matters): three members share a disk whose flushes bound the
-        // Raft log, and the double write's two syncs per batch of pages
-        // added flushes per put (0.29 against 0.13 at 64 clients, 1 M
-        // keys; docs/PERFORMANCE.md).
+        // Full-page images (the default, named because it matters): three
+        // members share a disk whose flushes bound the Raft log, and the
+        // double write's two syncs per batch added flushes per put (0.29
+        // against 0.13 at 64 clients, 1 M keys; docs/PERFORMANCE.md).
         let store_options = kvstore::Options {
             torn_pages: kvstore::TornPages::FullPageImages,
             ..kvstore::Options::default()
