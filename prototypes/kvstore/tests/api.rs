@@ -293,3 +293,88 @@ fn a_full_disk_refuses_a_put_whole_and_a_checkpoint_makes_room() {
     }
     assert_eq!(s.get(&key(n)).unwrap(), Some(value(n + 950)));
 }
+
+/// Runs `f(t)` on `threads` threads and waits for all of them, failing
+/// (not hanging) if one has not returned within a minute: a lost wake-up
+/// leaves a thread asleep for ever. The bound is generous: this is
+/// liveness, not speed.
+fn all_return(threads: u64, f: impl Fn(u64) + Send + Sync + 'static) {
+    let f = Arc::new(f);
+    let (done, finished) = std::sync::mpsc::channel();
+    for t in 0..threads {
+        let (f, done) = (f.clone(), done.clone());
+        std::thread::spawn(move || {
+            f(t);
+            done.send(t).unwrap();
+        });
+    }
+    for _ in 0..threads {
+        finished
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("a thread never returned: its wake-up was lost");
+    }
+}
+
+/// Durable committers racing through the combiner all get their outcome:
+/// whoever applies a batch wakes the committers sleeping on it.
+#[test]
+fn racing_durable_committers_all_return() {
+    const PUTS: u64 = 400;
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Arc::new(Store::open(tmp.path().join("db"), small()).unwrap());
+    let w = s.clone();
+    all_return(8, move |t| {
+        for i in 0..PUTS {
+            let k = format!("t{t}-{i:05}");
+            w.put(k.as_bytes(), &i.to_le_bytes()).unwrap();
+        }
+    });
+    for t in 0..8 {
+        for i in (0..PUTS).step_by(37) {
+            let k = format!("t{t}-{i:05}");
+            assert_eq!(s.get(k.as_bytes()).unwrap(), Some(i.to_le_bytes().to_vec()));
+        }
+    }
+}
+
+/// Readers racing for the same pages of a store larger than its cache,
+/// beside checkpoints writing pages home, all return: a thread that finds
+/// a page being read in, or being written, sleeps until the pool wakes it.
+#[test]
+fn readers_racing_for_uncached_pages_all_return() {
+    const KEYS: u64 = 20_000;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let o = Options {
+        cache_bytes: 256 << 10,
+        ..small()
+    };
+    let s = Store::open(&dir, o.clone()).unwrap();
+    let value = [7u8; 200];
+    for chunk in (0..KEYS).collect::<Vec<_>>().chunks(1000) {
+        let mut txn = s.transaction();
+        for i in chunk {
+            txn.put(format!("k{i:06}").as_bytes(), &value);
+        }
+        txn.commit().unwrap();
+    }
+    s.close().unwrap();
+    drop(s);
+    let r = Arc::new(Store::open(&dir, o).unwrap());
+    all_return(4, move |t| {
+        for i in 0..KEYS {
+            if t == 3 {
+                // A writer dirtying pages and checkpointing beside them.
+                if i % 50 == 0 {
+                    r.put(format!("k{i:06}").as_bytes(), &value).unwrap();
+                }
+                if i % 2000 == 0 {
+                    r.checkpoint().unwrap();
+                }
+                continue;
+            }
+            let got = r.get(format!("k{i:06}").as_bytes()).unwrap();
+            assert_eq!(got.as_deref(), Some(&value[..]));
+        }
+    });
+}
