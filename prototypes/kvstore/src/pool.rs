@@ -25,6 +25,7 @@ use journal_core::{ForceMode, Journal, Lsn};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
+mod cleaning;
 mod doublewrite;
 mod versions;
 pub use doublewrite::DOUBLEWRITE_FILE;
@@ -68,6 +69,10 @@ enum Slot {
 pub(crate) struct State {
     frames: HashMap<PageNo, Slot>,
     clock: VecDeque<PageNo>,
+    /// Entries ever taken off the clock's front (the only place entries
+    /// leave it; they join at the back): `popped + i` names entry `i` for
+    /// good, so the cleaner's cursor survives the hand moving.
+    popped: u64,
     dirty: usize,
     versions: Versions,
     /// Threads asleep on the pool's condvar (waking is a system call, so
@@ -130,6 +135,7 @@ impl Pool {
             state: Mutex::new(State {
                 frames: HashMap::new(),
                 clock: VecDeque::new(),
+                popped: 0,
                 dirty: 0,
                 versions: Versions::default(),
                 sleepers: 0,
@@ -383,6 +389,7 @@ impl Pool {
             let Some(no) = st.clock.pop_front() else {
                 break;
             };
+            st.popped += 1;
             let Some(Slot::Ready(f)) = st.frames.get_mut(&no) else {
                 continue;
             };
@@ -552,32 +559,6 @@ impl Pool {
         let lsn = page.lsn();
         self.put(no, page, None);
         self.stamp(&[(no, false)], lsn, 0);
-    }
-
-    /// The dirty pages, in page order.
-    pub(crate) fn dirty_pages(&self) -> Vec<PageNo> {
-        let st = self.state.lock();
-        let mut v: Vec<PageNo> = st
-            .frames
-            .iter()
-            .filter_map(|(no, s)| match s {
-                Slot::Ready(f) if f.dirty => Some(*no),
-                _ => None,
-            })
-            .collect();
-        v.sort_unstable();
-        v
-    }
-
-    /// Dirty pages to clean, in clock order, at most `n`.
-    pub(crate) fn dirty_in_clock_order(&self, n: usize) -> Vec<PageNo> {
-        let st = self.state.lock();
-        st.clock
-            .iter()
-            .filter(|no| matches!(st.frames.get(no), Some(Slot::Ready(f)) if f.dirty && !f.pinned))
-            .take(n)
-            .copied()
-            .collect()
     }
 
     /// Writes the dirty pages among `nos` home: the log forced over their

@@ -349,7 +349,7 @@ fn readers_racing_for_uncached_pages_all_return() {
         cache_bytes: 256 << 10,
         ..small()
     };
-    let s = Store::open(&dir, o.clone()).unwrap();
+    let s = Store::open(&dir, o).unwrap();
     let value = [7u8; 200];
     for chunk in (0..KEYS).collect::<Vec<_>>().chunks(1000) {
         let mut txn = s.transaction();

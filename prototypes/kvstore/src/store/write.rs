@@ -367,13 +367,14 @@ impl Inner {
     /// Cleans dirty pages in clock order until a quarter of the pool is
     /// dirty, so evictions find clean pages; then evicts down to capacity.
     fn clean(&self) -> Result<()> {
+        let mut cursor = 0;
         loop {
             let (_, dirty) = self.pool.usage();
             if dirty * 4 <= self.pool.capacity() {
                 self.pool.shrink();
                 return Ok(());
             }
-            let batch = self.pool.dirty_in_clock_order(WRITE_BATCH);
+            let batch = self.pool.dirty_in_clock_order(WRITE_BATCH, &mut cursor);
             if batch.is_empty() {
                 return Ok(());
             }
