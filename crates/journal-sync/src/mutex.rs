@@ -1,5 +1,6 @@
 //! A poison-free mutex and its condition variable.
 
+use crate::atomic::{AtomicUsize, Ordering};
 use crate::Deadline;
 use std::ops::{Deref, DerefMut};
 
@@ -62,18 +63,37 @@ impl<T> DerefMut for MutexGuard<'_, T> {
 ///
 /// Waits can wake spuriously (std) and loom explores no spurious wakeups, so
 /// every caller waits in a `while` loop on its own predicate.
+///
+/// It counts the threads waiting on it, and a notify with none waiting
+/// makes no system call (std's makes one, waiter or not — on a commit path
+/// that notifies at every commit, most of them for nobody). The count is
+/// exact for every correct use: a waiter counts itself while it holds the
+/// mutex, before the wait releases it, and a notifier changes the
+/// predicate under that mutex first, so a notifier that finds no waiter
+/// counted finds none that could still miss the change.
 #[derive(Debug, Default)]
-pub struct Condvar(imp::Condvar);
+pub struct Condvar {
+    inner: imp::Condvar,
+    waiting: AtomicUsize,
+}
 
 impl Condvar {
     /// Creates a condition variable.
     pub fn new() -> Self {
-        Self(imp::Condvar::new())
+        Self {
+            inner: imp::Condvar::new(),
+            waiting: AtomicUsize::new(0),
+        }
     }
 
     /// Releases the lock, waits for a notification, reacquires the lock.
     pub fn wait<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
-        MutexGuard(self.0.wait(guard.0).unwrap_or_else(|e| e.into_inner()))
+        // Counted under the mutex (see the type's docs for why that is
+        // enough ordering).
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        let g = MutexGuard(self.inner.wait(guard.0).unwrap_or_else(|e| e.into_inner()));
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
+        g
     }
 
     /// Like [`Condvar::wait`], but returns once `deadline` has passed.
@@ -96,21 +116,27 @@ impl Condvar {
             let Some(remaining) = deadline.remaining() else {
                 return (guard, true);
             };
+            self.waiting.fetch_add(1, Ordering::Relaxed);
             let (g, _) = self
-                .0
+                .inner
                 .wait_timeout(guard.0, remaining)
                 .unwrap_or_else(|e| e.into_inner());
+            self.waiting.fetch_sub(1, Ordering::Relaxed);
             (MutexGuard(g), deadline.expired())
         }
     }
 
-    /// Wakes one waiter.
+    /// Wakes one waiter, if any waits.
     pub fn notify_one(&self) {
-        self.0.notify_one();
+        if self.waiting.load(Ordering::Relaxed) > 0 {
+            self.inner.notify_one();
+        }
     }
 
-    /// Wakes every waiter.
+    /// Wakes every waiter, if any waits.
     pub fn notify_all(&self) {
-        self.0.notify_all();
+        if self.waiting.load(Ordering::Relaxed) > 0 {
+            self.inner.notify_all();
+        }
     }
 }

@@ -75,9 +75,6 @@ pub(crate) struct State {
     popped: u64,
     dirty: usize,
     versions: Versions,
-    /// Threads asleep on the pool's condvar (waking is a system call, so
-    /// it is made only when someone sleeps).
-    sleepers: usize,
 }
 
 /// The buffer pool of one data file.
@@ -138,7 +135,6 @@ impl Pool {
                 popped: 0,
                 dirty: 0,
                 versions: Versions::default(),
-                sleepers: 0,
             }),
             cond: Condvar::new(),
             spare: Mutex::new(Vec::new()),
@@ -204,21 +200,15 @@ impl Pool {
 
     /// Sleeps on the pool's condvar until a change under the mutex wakes
     /// it (the caller looks at the state again).
-    fn sleep<'a>(&self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
-        st.sleepers += 1;
-        let mut st = self.cond.wait(st);
-        st.sleepers -= 1;
-        st
+    fn sleep<'a>(&self, st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        self.cond.wait(st)
     }
 
-    /// Wakes the sleepers after a change under the mutex (still held, so
-    /// no thread can be between looking at the state and sleeping): a
-    /// condvar's wake is a system call even when nobody sleeps, and a
-    /// commit's [`Pool::stamp`] runs under the tree lock.
-    fn wake(&self, st: &State) {
-        if st.sleepers > 0 {
-            self.cond.notify_all();
-        }
+    /// Wakes the sleepers after a change under the mutex (a commit's
+    /// [`Pool::stamp`] calls this under the tree lock: the condvar makes
+    /// no system call when nobody sleeps).
+    fn wake(&self, _st: &State) {
+        self.cond.notify_all();
     }
 
     /// Whether pages are never written home.

@@ -26,17 +26,11 @@ pub(super) struct Pending {
     wait: bool,
     /// Whether it may read from disk under the tree lock.
     allow_io: bool,
-    outcome: Mutex<Outcome>,
+    /// Set once, by the combiner.
+    outcome: Mutex<Option<Result<Applied>>>,
+    /// Where its committer sleeps until then (a combiner usually settles
+    /// its own transaction: the condvar makes no call with nobody asleep).
     done: Condvar,
-}
-
-/// A pending transaction's outcome, and whether its committer sleeps
-/// waiting for it (a condvar's wake is a system call even when nobody
-/// sleeps, and a combiner usually finishes its own transaction too).
-#[derive(Default)]
-struct Outcome {
-    result: Option<Result<Applied>>,
-    sleeping: bool,
 }
 
 impl Pending {
@@ -45,18 +39,14 @@ impl Pending {
             ops: Mutex::new(ops),
             wait,
             allow_io,
-            outcome: Mutex::new(Outcome::default()),
+            outcome: Mutex::new(None),
             done: Condvar::new(),
         }
     }
 
     fn finish(&self, r: Result<Applied>) {
-        let mut o = self.outcome.lock();
-        o.result = Some(r);
-        if o.sleeping {
-            drop(o);
-            self.done.notify_one();
-        }
+        *self.outcome.lock() = Some(r);
+        self.done.notify_one();
     }
 }
 
@@ -136,10 +126,9 @@ impl Inner {
         self.combine();
         let mut g = p.outcome.lock();
         loop {
-            if let Some(r) = g.result.take() {
+            if let Some(r) = g.take() {
                 return r;
             }
-            g.sleeping = true;
             g = p.done.wait(g);
         }
     }
