@@ -83,6 +83,9 @@ pub(crate) struct Pool {
     capacity: usize,
     version_limit: usize,
     state: Mutex<State>,
+    /// Threads wait here for a change under `state`'s mutex (a page read
+    /// in, a write finished, a page unpinned); whoever changes it notifies
+    /// (no system call when nobody waits: `journal_sync::Condvar`).
     cond: Condvar,
     /// Page buffers let go (evicted, replaced), reused for the next copy
     /// or read: the pool's pages come from a stable set of buffers instead
@@ -198,19 +201,6 @@ impl Pool {
         self.spilled_n.store(spilled, Ordering::Relaxed);
     }
 
-    /// Sleeps on the pool's condvar until a change under the mutex wakes
-    /// it (the caller looks at the state again).
-    fn sleep<'a>(&self, st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
-        self.cond.wait(st)
-    }
-
-    /// Wakes the sleepers after a change under the mutex (a commit's
-    /// [`Pool::stamp`] calls this under the tree lock: the condvar makes
-    /// no system call when nobody sleeps).
-    fn wake(&self, _st: &State) {
-        self.cond.notify_all();
-    }
-
     /// Whether pages are never written home.
     pub(crate) fn read_only(&self) -> bool {
         self.read_only
@@ -305,7 +295,7 @@ impl Pool {
                     let page = f.page.clone();
                     return Self::pick(&st, &page, no, at);
                 }
-                Some(Slot::Loading) => st = self.sleep(st),
+                Some(Slot::Loading) => st = self.cond.wait(st),
                 None => break,
             }
         }
@@ -322,7 +312,7 @@ impl Pool {
                 st.versions.stash(no, &Arc::new(old));
             }
             self.publish(&st);
-            self.wake(&st);
+            self.cond.notify_all();
             return Self::pick(&st, &page, no, at);
         }
         let page = match read {
@@ -330,7 +320,7 @@ impl Pool {
             Err(e) => {
                 st.frames.remove(&no);
                 self.publish(&st);
-                self.wake(&st);
+                self.cond.notify_all();
                 return Err(e);
             }
         };
@@ -348,7 +338,7 @@ impl Pool {
         );
         st.clock.push_back(no);
         self.publish(&st);
-        self.wake(&st);
+        self.cond.notify_all();
         let picked = Self::pick(&st, &page, no, at);
         let victims = self.evict(&mut st);
         drop(st);
@@ -519,7 +509,7 @@ impl Pool {
             }
         }
         self.publish(&st);
-        self.wake(&st);
+        self.cond.notify_all();
     }
 
     /// Gives the pages of an appended transaction their LSN and unpins
@@ -541,7 +531,7 @@ impl Pool {
             }
         }
         self.publish(st);
-        self.wake(st);
+        self.cond.notify_all();
     }
 
     /// Installs a page rebuilt by recovery: dirty, not pinned.
@@ -574,7 +564,7 @@ impl Pool {
                         Some(Slot::Ready(f)) if f.dirty && !f.writing => {
                             if f.pinned {
                                 if wait {
-                                    st = self.sleep(st);
+                                    st = self.cond.wait(st);
                                     continue;
                                 }
                                 break;
@@ -584,7 +574,7 @@ impl Pool {
                         }
                         Some(Slot::Ready(f)) if f.writing && wait => {
                             // Another writer has it: wait for its outcome.
-                            st = self.sleep(st);
+                            st = self.cond.wait(st);
                             continue;
                         }
                         _ => {}
@@ -606,7 +596,7 @@ impl Pool {
             }
         }
         self.publish(st);
-        self.wake(st);
+        self.cond.notify_all();
         result.map(|()| batch.len())
     }
 
