@@ -14,16 +14,19 @@
 //! process would include the first's.
 
 use journal_core::Options;
+use openraft::impls::leader_id_adv::LeaderId;
+use openraft::storage::RaftLogReader;
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
-use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftLogReader};
+use openraft::{EntryPayload, LogId};
 use openraft_log::JournalLogStore;
-use std::io::Cursor;
 use std::time::Instant;
 
 openraft::declare_raft_types!(
     /// String entries, u64 node ids.
     pub TypeConfig
 );
+
+type Entry = openraft::alias::EntryOf<TypeConfig>;
 
 /// `RssAnon` of this process, KiB.
 fn rss_anon_kib() -> Result<u64, String> {
@@ -54,7 +57,13 @@ async fn run(entries: u64, dir: &std::path::Path) -> Result<serde_json::Value, S
     while index <= entries {
         let batch: Vec<_> = (index..(index + 64).min(entries + 1))
             .map(|i| Entry {
-                log_id: LogId::new(CommittedLeaderId::new(1, 0), i),
+                log_id: LogId::new(
+                    LeaderId {
+                        term: 1,
+                        node_id: 0,
+                    },
+                    i,
+                ),
                 payload: EntryPayload::Normal(payload.clone()),
             })
             .collect();
@@ -96,8 +105,14 @@ async fn run(entries: u64, dir: &std::path::Path) -> Result<serde_json::Value, S
 /// The serde formats considered for records, on this example's entries:
 /// bytes per entry and ns to encode and to decode one (100,000 each).
 fn codecs() -> Result<serde_json::Value, String> {
-    let entry = Entry::<TypeConfig> {
-        log_id: LogId::new(CommittedLeaderId::new(7, 3), 123_456),
+    let entry = Entry {
+        log_id: LogId::new(
+            LeaderId {
+                term: 7,
+                node_id: 3,
+            },
+            123_456,
+        ),
         payload: EntryPayload::Normal("x".repeat(1024)),
     };
     let n = 100_000u32;
@@ -113,11 +128,11 @@ fn codecs() -> Result<serde_json::Value, String> {
     let pc_enc = time(&mut || drop(std::hint::black_box(postcard::to_allocvec(&entry))));
     let js_enc = time(&mut || drop(std::hint::black_box(serde_json::to_vec(&entry))));
     let pc_dec = time(&mut || {
-        let e: Result<Entry<TypeConfig>, _> = postcard::from_bytes(&pc);
+        let e: Result<Entry, _> = postcard::from_bytes(&pc);
         drop(std::hint::black_box(e));
     });
     let js_dec = time(&mut || {
-        let e: Result<Entry<TypeConfig>, _> = serde_json::from_slice(&js);
+        let e: Result<Entry, _> = serde_json::from_slice(&js);
         drop(std::hint::black_box(e));
     });
     Ok(serde_json::json!({

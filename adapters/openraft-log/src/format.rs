@@ -22,7 +22,8 @@
 //! encode and decode (docs/PERFORMANCE.md, "Raft log"); bincode's last
 //! release is a tombstone of an unmaintained crate.
 
-use openraft::{LogId, NodeId, Vote};
+use openraft::vote::{RaftCommittedLeaderId, RaftVote};
+use openraft::LogId;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -40,38 +41,43 @@ const TRUNCATE: u8 = 4;
 const PURGE: u8 = 5;
 const STATE: u8 = 6;
 
-/// A record, without the entry an entry record carries.
+/// A record, without the entry an entry record carries: log ids of
+/// committed leader id `L`, votes of type `V` (openraft's
+/// `CommittedLeaderIdOf<C>` and `VoteOf<C>`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Record<NID: NodeId> {
+pub enum Record<L: RaftCommittedLeaderId, V: RaftVote> {
     /// A log entry with this id.
-    Entry(LogId<NID>),
+    Entry(LogId<L>),
     /// The vote.
-    Vote(Vote<NID>),
+    Vote(V),
     /// The committed log id.
-    Committed(Option<LogId<NID>>),
+    Committed(Option<LogId<L>>),
     /// Entries at and after this index are gone.
     Truncate(u64),
     /// Entries up to and including this id are gone.
-    Purge(LogId<NID>),
+    Purge(LogId<L>),
     /// Everything but the entries, rewritten by a purge so that the
     /// checkpoint can move past older records.
     State {
         /// The vote.
-        vote: Option<Vote<NID>>,
+        vote: Option<V>,
         /// The committed id.
-        committed: Option<LogId<NID>>,
+        committed: Option<LogId<L>>,
         /// The last purged id.
-        purged: Option<LogId<NID>>,
+        purged: Option<LogId<L>>,
     },
 }
 
 /// The head of a state record.
 #[derive(Serialize, Deserialize)]
-#[serde(bound(serialize = "NID: NodeId", deserialize = "NID: NodeId"))]
-struct StateHead<NID: NodeId> {
-    vote: Option<Vote<NID>>,
-    committed: Option<LogId<NID>>,
-    purged: Option<LogId<NID>>,
+#[serde(bound(
+    serialize = "L: RaftCommittedLeaderId, V: RaftVote",
+    deserialize = "L: RaftCommittedLeaderId, V: RaftVote"
+))]
+struct StateHead<L: RaftCommittedLeaderId, V: RaftVote> {
+    vote: Option<V>,
+    committed: Option<LogId<L>>,
+    purged: Option<LogId<L>>,
 }
 
 /// Why bytes are not a record of this format.
@@ -158,8 +164,8 @@ fn from_bytes<T: DeserializeOwned>(b: &[u8]) -> Result<T, Error> {
 }
 
 /// An entry record: the header, the log id, the entry.
-pub fn encode_entry<NID: NodeId, E: Serialize>(
-    id: &LogId<NID>,
+pub fn encode_entry<L: RaftCommittedLeaderId, E: Serialize>(
+    id: &LogId<L>,
     entry: &E,
 ) -> Result<Vec<u8>, Error> {
     frame(ENTRY, id.index, &to_vec(id)?, &to_vec(entry)?)
@@ -209,7 +215,7 @@ fn split(bytes: &[u8]) -> Result<Parts<'_>, Error> {
     })
 }
 
-impl<NID: NodeId> Record<NID> {
+impl<L: RaftCommittedLeaderId, V: RaftVote> Record<L, V> {
     /// The record's bytes; for an entry record use [`encode_entry`].
     pub fn encode_without_entry(&self) -> Result<Vec<u8>, Error> {
         match self {
@@ -238,7 +244,7 @@ impl<NID: NodeId> Record<NID> {
         let Parts {
             kind, index, head, ..
         } = split(bytes)?;
-        let checked = |id: LogId<NID>| {
+        let checked = |id: LogId<L>| {
             if id.index == index {
                 Ok(id)
             } else {
@@ -255,7 +261,7 @@ impl<NID: NodeId> Record<NID> {
             TRUNCATE => Record::Truncate(index),
             PURGE => Record::Purge(checked(from_bytes(head)?)?),
             STATE => {
-                let h: StateHead<NID> = from_bytes(head)?;
+                let h: StateHead<L, V> = from_bytes(head)?;
                 Record::State {
                     vote: h.vote,
                     committed: h.committed,
@@ -270,43 +276,48 @@ impl<NID: NodeId> Record<NID> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use openraft::CommittedLeaderId;
+    use openraft::impls::leader_id_adv::LeaderId;
+    use openraft::impls::Vote;
 
-    fn id(term: u64, index: u64) -> LogId<u64> {
-        LogId::new(CommittedLeaderId::new(term, 1), index)
+    type Leader = LeaderId<u64, u64>;
+    type Rec = Record<Leader, Vote<Leader>>;
+
+    fn id(term: u64, index: u64) -> LogId<Leader> {
+        LogId::new(LeaderId { term, node_id: 1 }, index)
+    }
+
+    fn vote(term: u64, node_id: u64) -> Vote<Leader> {
+        Vote::new(term, node_id)
     }
 
     #[test]
     fn records_round_trip() {
         let records = [
             Record::Entry(id(2, 7)),
-            Record::Vote(Vote::new(3, 1)),
+            Record::Vote(vote(3, 1)),
             Record::Committed(Some(id(2, 5))),
             Record::Committed(None),
             Record::Truncate(9),
             Record::Purge(id(1, 3)),
             Record::State {
-                vote: Some(Vote::new(3, 2)),
+                vote: Some(vote(3, 2)),
                 committed: None,
                 purged: Some(id(1, 3)),
             },
         ];
         for r in records {
             let b = r.encode_without_entry().unwrap();
-            assert_eq!(Record::<u64>::decode_header(&b).unwrap(), r);
+            assert_eq!(Rec::decode_header(&b).unwrap(), r);
         }
         let b = encode_entry(&id(4, 11), &"payload".to_string()).unwrap();
-        assert_eq!(
-            Record::<u64>::decode_header(&b).unwrap(),
-            Record::Entry(id(4, 11))
-        );
+        assert_eq!(Rec::decode_header(&b).unwrap(), Record::Entry(id(4, 11)));
         assert_eq!(decode_entry::<String>(&b).unwrap(), "payload");
     }
 
     #[test]
     fn bytes_that_are_no_record_are_typed_errors() {
         let good = encode_entry(&id(4, 11), &"payload".to_string()).unwrap();
-        let dec = |b: &[u8]| Record::<u64>::decode_header(b);
+        let dec = |b: &[u8]| Rec::decode_header(b);
         for n in 0..HEADER_SIZE {
             assert!(matches!(dec(&good[..n]), Err(Error::Short { .. })));
         }

@@ -3,23 +3,24 @@
 
 use crate::format::Error;
 use journal_core::Lsn;
-use openraft::{CommittedLeaderId, LogId, NodeId};
+use openraft::vote::RaftCommittedLeaderId;
+use openraft::LogId;
 use std::collections::{BTreeMap, VecDeque};
 
 /// Log index → LSN of the entry's record, for the live entries (log
 /// indexes are consecutive), and the leader ids by runs: a leader's
 /// entries share one.
 #[derive(Debug)]
-pub(crate) struct LogIndex<NID: NodeId> {
+pub(crate) struct LogIndex<L: RaftCommittedLeaderId> {
     /// The log index of `lsns[0]`.
     first: u64,
     lsns: VecDeque<Lsn>,
     /// `(first index of the run, its leader)`, ascending; the first run
     /// starts at or below `first`.
-    leaders: Vec<(u64, CommittedLeaderId<NID>)>,
+    leaders: Vec<(u64, L)>,
 }
 
-impl<NID: NodeId> Default for LogIndex<NID> {
+impl<L: RaftCommittedLeaderId> Default for LogIndex<L> {
     fn default() -> Self {
         Self {
             first: 0,
@@ -29,7 +30,7 @@ impl<NID: NodeId> Default for LogIndex<NID> {
     }
 }
 
-impl<NID: NodeId> LogIndex<NID> {
+impl<L: RaftCommittedLeaderId> LogIndex<L> {
     /// Live entries.
     pub(crate) fn len(&self) -> u64 {
         self.lsns.len() as u64
@@ -57,7 +58,7 @@ impl<NID: NodeId> LogIndex<NID> {
     }
 
     /// The log id of entry `index`, if it is live.
-    pub(crate) fn log_id(&self, index: u64) -> Option<LogId<NID>> {
+    pub(crate) fn log_id(&self, index: u64) -> Option<LogId<L>> {
         self.offset(index)?;
         let run = self.leaders.partition_point(|(f, _)| *f <= index);
         let (_, leader) = self.leaders.get(run.checked_sub(1)?)?;
@@ -66,7 +67,7 @@ impl<NID: NodeId> LogIndex<NID> {
 
     /// Adds entry `id` at `lsn`: the next index, or any index when no entry
     /// is live (the first entry, or the first after a purge or a snapshot).
-    pub(crate) fn push(&mut self, id: &LogId<NID>, lsn: Lsn) -> Result<(), Error> {
+    pub(crate) fn push(&mut self, id: &LogId<L>, lsn: Lsn) -> Result<(), Error> {
         match self.last() {
             None => {
                 self.first = id.index;
@@ -195,14 +196,17 @@ impl<E> Cache<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use openraft::impls::leader_id_adv::LeaderId;
 
-    fn id(term: u64, index: u64) -> LogId<u64> {
-        LogId::new(CommittedLeaderId::new(term, 1), index)
+    type Leader = LeaderId<u64, u64>;
+
+    fn id(term: u64, index: u64) -> LogId<Leader> {
+        LogId::new(LeaderId { term, node_id: 1 }, index)
     }
 
     #[test]
     fn the_index_follows_appends_truncations_and_purges() {
-        let mut ix = LogIndex::<u64>::default();
+        let mut ix = LogIndex::<Leader>::default();
         for i in 1..=10 {
             ix.push(&id(1 + i / 4, i), Lsn(i * 100)).unwrap();
         }

@@ -1,7 +1,7 @@
 //! openraft's log storage on the journal.
 //!
 //! [`JournalLogStore`] implements openraft's `RaftLogStorage` (storage v2)
-//! for **openraft 0.9.25** on a [`journal_core::Journal`]. The entries live
+//! for **openraft 0.10.0-alpha.37** on a [`journal_core::Journal`]. The entries live
 //! in the journal's segment files and are read back from there; memory
 //! holds only an index and a bounded cache, as raft-engine does for TiKV.
 //!
@@ -24,7 +24,7 @@
 //! # Operations
 //!
 //! - **append**: each entry is appended to the journal, indexed and
-//!   cached; the `LogFlushed` callback fires when the last of them is
+//!   cached; the `IOFlushed` callback fires when the last of them is
 //!   durable, from a task awaiting [`journal_core::Journal::commit_async`]
 //!   — openraft's pipeline goes on meanwhile, and the flushes of concurrent
 //!   appends share the journal's group commits — or, with
@@ -34,8 +34,9 @@
 //!   read ([`journal_core::Journal::read_range`], which starts at the first
 //!   entry's record rather than scanning the log), and decoded.
 //! - **vote**: a vote record, durable before `save_vote` returns.
-//! - **truncate(log_id)**: a logical truncation record (entries at and
-//!   after `log_id.index` are gone), durable before it returns. Replay
+//! - **truncate_after(log_id)**: a logical truncation record (entries
+//!   after `log_id`, or all of them for `None`, are gone), durable before
+//!   it returns. Replay
 //!   applies records in log order, so entries appended after it survive it.
 //! - **purge(log_id)**: once the [`PurgeGate`], if any, says the state
 //!   machine holds the entries durably: a purge record, then a *state*
@@ -49,9 +50,6 @@
 //!   never decoding an entry.
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
-// openraft's storage traits return its `StorageError`, large as it is; the
-// helpers here return the same.
-#![allow(clippy::result_large_err)]
 
 pub mod format;
 mod index;
@@ -60,8 +58,10 @@ use crate::format::Record;
 use crate::index::{Cache, LogIndex};
 use journal_core::sync::Mutex;
 use journal_core::{ForceMode, Journal, Lsn, Options};
-use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
-use openraft::{LogId, RaftLogId, RaftTypeConfig, StorageError, StorageIOError, Vote};
+use openraft::alias::{CommittedLeaderIdOf, LogIdOf, VoteOf};
+use openraft::entry::RaftEntry;
+use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
+use openraft::RaftTypeConfig;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::fmt::Debug;
@@ -74,7 +74,7 @@ use std::sync::Arc;
 pub const DEFAULT_CACHE_BYTES: usize = 4 << 20;
 
 /// How [`RaftLogStorage::append`] makes its entries durable before it
-/// fires openraft's `LogFlushed` callback.
+/// fires openraft's `IOFlushed` callback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FlushMode {
     /// A task awaits [`Journal::commit_async`]: the journal's forcer thread
@@ -83,12 +83,13 @@ pub enum FlushMode {
     #[default]
     Task,
     /// `append` commits ([`Journal::commit`]) before it returns, blocking
-    /// its thread for the flush. openraft 0.9's core awaits each append's
-    /// flush before its next step anyway, so the core waits no longer;
-    /// what it saves is the hand-off to the forcer thread and back (two
-    /// thread switches a flush, 23% more puts/s for raftkv's lone client
-    /// in three interleaved pairs of runs). The price: other tasks on the
-    /// same runtime thread wait for the flush too.
+    /// its thread for the flush. Under openraft 0.9, whose core awaited
+    /// each append's flush before its next step, this saved the hand-off
+    /// to the forcer thread and back (two thread switches a flush, 23%
+    /// more puts/s for raftkv's lone client). openraft 0.10 replicates
+    /// while the flush runs, so blocking the core for it costs that
+    /// overlap. The price either way: other tasks on the same runtime
+    /// thread wait for the flush too.
     Inline,
 }
 
@@ -97,9 +98,9 @@ pub enum FlushMode {
 /// purge removes, it resolves once the state machine holds every entry up
 /// to it durably, or with the error that means it never will.
 ///
-/// openraft 0.9 does not wait for that itself: a follower that installs a
-/// snapshot queues the install to its state machine and purges its log up
-/// to the snapshot at once (`Command::PurgeLog` has no condition). A crash
+/// openraft 0.9 did not wait for that itself: a follower that installs a
+/// snapshot queued the install to its state machine and purged its log up
+/// to the snapshot at once (`Command::PurgeLog` had no condition). A crash
 /// between the two leaves a log purged past what the state machine holds,
 /// with a committed index above it, and openraft cannot start on it: it
 /// must re-apply entries that are gone ("Failed to get log entries").
@@ -109,7 +110,8 @@ pub type PurgeGate = Arc<
         + Sync,
 >;
 
-type Nid<C> = <C as RaftTypeConfig>::NodeId;
+/// A record of this log's type config.
+type Rec<C> = Record<CommittedLeaderIdOf<C>, VoteOf<C>>;
 
 /// Told how long each append took to become durable
 /// ([`JournalLogStore::with_flush_observer`]): from the flush's request to
@@ -121,11 +123,11 @@ struct State<C: RaftTypeConfig> {
     flush: FlushMode,
     observer: Option<FlushObserver>,
     gate: Option<PurgeGate>,
-    index: LogIndex<Nid<C>>,
+    index: LogIndex<CommittedLeaderIdOf<C>>,
     cache: Cache<C::Entry>,
-    vote: Option<Vote<Nid<C>>>,
-    committed: Option<LogId<Nid<C>>>,
-    purged: Option<LogId<Nid<C>>>,
+    vote: Option<VoteOf<C>>,
+    committed: Option<LogIdOf<C>>,
+    purged: Option<LogIdOf<C>>,
 }
 
 impl<C: RaftTypeConfig> State<C> {
@@ -134,7 +136,7 @@ impl<C: RaftTypeConfig> State<C> {
     fn apply(
         &mut self,
         lsn: Lsn,
-        r: Record<Nid<C>>,
+        r: Rec<C>,
         entry: Option<(C::Entry, usize)>,
     ) -> Result<(), format::Error> {
         match r {
@@ -196,12 +198,9 @@ impl<C: RaftTypeConfig> Debug for JournalLogStore<C> {
     }
 }
 
-fn write_err<NID: openraft::NodeId>(e: impl std::error::Error + 'static) -> StorageError<NID> {
-    StorageIOError::write_logs(&e).into()
-}
-
-fn read_err<NID: openraft::NodeId>(e: impl std::error::Error + 'static) -> StorageError<NID> {
-    StorageIOError::read_logs(&e).into()
+/// An error as openraft's storage traits take it.
+fn io_err(e: impl std::error::Error + Send + Sync + 'static) -> std::io::Error {
+    std::io::Error::other(e)
 }
 
 /// Why the log could not be opened or read.
@@ -319,16 +318,16 @@ where
     }
 
     /// Appends `r` durably; applies it to the index.
-    async fn durable(&self, r: Record<Nid<C>>) -> Result<Lsn, StorageError<Nid<C>>> {
-        let bytes = r.encode_without_entry().map_err(write_err)?;
+    async fn durable(&self, r: Rec<C>) -> std::io::Result<Lsn> {
+        let bytes = r.encode_without_entry().map_err(io_err)?;
         let j = &self.shared.journal;
-        let lsn = j.append(&bytes).map_err(write_err)?;
+        let lsn = j.append(&bytes).map_err(io_err)?;
         self.shared
             .state
             .lock()
             .apply(lsn, r, None)
-            .map_err(write_err)?;
-        j.commit_async(lsn).await.map_err(write_err)?;
+            .map_err(io_err)?;
+        j.commit_async(lsn).await.map_err(io_err)?;
         Ok(lsn)
     }
 
@@ -337,19 +336,19 @@ where
     fn append_entries(
         &self,
         entries: impl IntoIterator<Item = C::Entry>,
-    ) -> Result<Option<Lsn>, StorageError<Nid<C>>> {
+    ) -> std::io::Result<Option<Lsn>> {
         let j = &self.shared.journal;
         let mut last = None;
         for e in entries {
-            let id = e.get_log_id().clone();
-            let bytes = format::encode_entry(&id, &e).map_err(write_err)?;
-            let lsn = j.append(&bytes).map_err(write_err)?;
+            let id = e.log_id();
+            let bytes = format::encode_entry(&id, &e).map_err(io_err)?;
+            let lsn = j.append(&bytes).map_err(io_err)?;
             let size = bytes.len();
             self.shared
                 .state
                 .lock()
                 .apply(lsn, Record::Entry(id), Some((e, size)))
-                .map_err(write_err)?;
+                .map_err(io_err)?;
             last = Some(lsn);
         }
         Ok(last)
@@ -357,7 +356,7 @@ where
 
     /// Reads the entries `first..end` (all indexed) from the cache and the
     /// journal.
-    fn read_entries(&self, first: u64, end: u64) -> Result<Vec<C::Entry>, StorageError<Nid<C>>> {
+    fn read_entries(&self, first: u64, end: u64) -> std::io::Result<Vec<C::Entry>> {
         let mut out = Vec::with_capacity(end.saturating_sub(first).min(4096) as usize);
         let mut next = first;
         while next < end {
@@ -396,7 +395,7 @@ where
     /// Reads the entries at `lsns` (ascending: entries of higher index were
     /// appended later) with one range read, skipping the records between
     /// them (votes, truncated entries).
-    fn read_run(&self, lsns: &[Lsn], out: &mut Vec<C::Entry>) -> Result<(), StorageError<Nid<C>>> {
+    fn read_run(&self, lsns: &[Lsn], out: &mut Vec<C::Entry>) -> std::io::Result<()> {
         let j = &self.shared.journal;
         let (Some(&first), Some(&last)) = (lsns.first(), lsns.last()) else {
             return Ok(());
@@ -404,22 +403,22 @@ where
         if last >= j.durable_lsn() {
             // Evicted from the cache before it was durable (a batch larger
             // than the cache): make it durable, then read it.
-            j.force(last, ForceMode::Durable).map_err(read_err)?;
+            j.force(last, ForceMode::Durable).map_err(io_err)?;
         }
         let mut want = lsns.iter().copied().peekable();
-        for r in j.read_range(first, Lsn(last.0 + 1)).map_err(read_err)? {
-            let (lsn, bytes) = r.map_err(read_err)?;
+        for r in j.read_range(first, Lsn(last.0 + 1)).map_err(io_err)? {
+            let (lsn, bytes) = r.map_err(io_err)?;
             if want.peek() != Some(&lsn) {
                 continue;
             }
             want.next();
             let e: C::Entry = format::decode_entry(&bytes)
-                .map_err(|error| read_err::<Nid<C>>(Error::BadRecord { lsn, error }))?;
+                .map_err(|error| io_err(Error::BadRecord { lsn, error }))?;
             out.push(e);
         }
         match want.next() {
             None => Ok(()),
-            Some(lsn) => Err(read_err(journal_core::Error::NotAnEntry { lsn })),
+            Some(lsn) => Err(io_err(journal_core::Error::NotAnEntry { lsn })),
         }
     }
 }
@@ -447,7 +446,7 @@ where
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
         &mut self,
         range: RB,
-    ) -> Result<Vec<C::Entry>, StorageError<Nid<C>>> {
+    ) -> std::io::Result<Vec<C::Entry>> {
         let (first, end) = bounds(&range);
         let (first, end) = {
             let st = self.shared.state.lock();
@@ -461,6 +460,10 @@ where
         }
         self.read_entries(first, end)
     }
+
+    async fn read_vote(&mut self) -> std::io::Result<Option<VoteOf<C>>> {
+        Ok(self.shared.state.lock().vote.clone())
+    }
 }
 
 impl<C> RaftLogStorage<C> for JournalLogStore<C>
@@ -470,7 +473,7 @@ where
 {
     type LogReader = Self;
 
-    async fn get_log_state(&mut self) -> Result<LogState<C>, StorageError<Nid<C>>> {
+    async fn get_log_state(&mut self) -> std::io::Result<LogState<C>> {
         let st = self.shared.state.lock();
         let last = st.index.last().and_then(|i| st.index.log_id(i));
         Ok(LogState {
@@ -483,47 +486,36 @@ where
         self.clone()
     }
 
-    async fn save_vote(&mut self, vote: &Vote<Nid<C>>) -> Result<(), StorageError<Nid<C>>> {
+    async fn save_vote(&mut self, vote: &VoteOf<C>) -> std::io::Result<()> {
         self.durable(Record::Vote(vote.clone())).await?;
         Ok(())
     }
 
-    async fn read_vote(&mut self) -> Result<Option<Vote<Nid<C>>>, StorageError<Nid<C>>> {
-        Ok(self.shared.state.lock().vote.clone())
-    }
-
-    async fn save_committed(
-        &mut self,
-        committed: Option<LogId<Nid<C>>>,
-    ) -> Result<(), StorageError<Nid<C>>> {
+    async fn save_committed(&mut self, committed: Option<LogIdOf<C>>) -> std::io::Result<()> {
         // Made durable by the next force; openraft re-derives it otherwise.
         let r = Record::Committed(committed);
-        let bytes = r.encode_without_entry().map_err(write_err)?;
-        let lsn = self.shared.journal.append(&bytes).map_err(write_err)?;
+        let bytes = r.encode_without_entry().map_err(io_err)?;
+        let lsn = self.shared.journal.append(&bytes).map_err(io_err)?;
         self.shared
             .state
             .lock()
             .apply(lsn, r, None)
-            .map_err(write_err)?;
+            .map_err(io_err)?;
         Ok(())
     }
 
-    async fn read_committed(&mut self) -> Result<Option<LogId<Nid<C>>>, StorageError<Nid<C>>> {
+    async fn read_committed(&mut self) -> std::io::Result<Option<LogIdOf<C>>> {
         Ok(self.shared.state.lock().committed.clone())
     }
 
-    async fn append<I>(
-        &mut self,
-        entries: I,
-        callback: LogFlushed<C>,
-    ) -> Result<(), StorageError<Nid<C>>>
+    async fn append<I>(&mut self, entries: I, callback: IOFlushed<C>) -> std::io::Result<()>
     where
         I: IntoIterator<Item = C::Entry> + Send,
         I::IntoIter: Send,
     {
         crash_point("openraft-log::append");
         let Some(lsn) = self.append_entries(entries)? else {
-            callback.log_io_completed(Ok(()));
+            callback.io_completed(Ok(()));
             return Ok(());
         };
         let (mode, observer) = {
@@ -547,7 +539,7 @@ where
             };
             observe();
             crash_point("openraft-log::flushed");
-            callback.log_io_completed(r);
+            callback.io_completed(r);
             return Ok(());
         }
         // The callback fires once the last entry is durable; openraft goes
@@ -560,7 +552,7 @@ where
             };
             observe();
             crash_point("openraft-log::flushed");
-            callback.log_io_completed(r);
+            callback.io_completed(r);
         };
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
@@ -570,21 +562,28 @@ where
                 std::thread::Builder::new()
                     .name("openraft-log-flush".into())
                     .spawn(move || journal_core::sync::future::block_on(flush))
-                    .map_err(write_err)?;
+                    .map_err(io_err)?;
             }
         }
         Ok(())
     }
 
-    async fn truncate(&mut self, log_id: LogId<Nid<C>>) -> Result<(), StorageError<Nid<C>>> {
-        self.durable(Record::Truncate(log_id.index)).await?;
+    async fn truncate_after(&mut self, last: Option<LogIdOf<C>>) -> std::io::Result<()> {
+        // Entries from `since` on are gone (all of them for `None`).
+        let since = match last {
+            Some(id) => id.index.checked_add(1).ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, "truncate after u64::MAX")
+            })?,
+            None => 0,
+        };
+        self.durable(Record::Truncate(since)).await?;
         Ok(())
     }
 
-    async fn purge(&mut self, log_id: LogId<Nid<C>>) -> Result<(), StorageError<Nid<C>>> {
+    async fn purge(&mut self, log_id: LogIdOf<C>) -> std::io::Result<()> {
         let gate = self.shared.state.lock().gate.clone();
         if let Some(gate) = gate {
-            gate(log_id.index).await.map_err(write_err)?;
+            gate(log_id.index).await.map_err(io_err)?;
         }
         self.durable(Record::Purge(log_id)).await?;
         let state = {
@@ -607,7 +606,7 @@ where
         };
         let j = self.shared.journal.clone();
         if redo > j.redo_lsn() {
-            j.checkpoint(redo).map_err(write_err)?;
+            j.checkpoint(redo).map_err(io_err)?;
         }
         Ok(())
     }

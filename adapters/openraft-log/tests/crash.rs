@@ -15,11 +15,12 @@
 
 use journal_core::vfs::{CrashPolicy, SimVfs, SplitMix64, Vfs};
 use journal_core::{Journal, Options};
+use openraft::impls::leader_id_adv::LeaderId;
+use openraft::storage::RaftLogReader;
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
-use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftLogReader, Vote};
+use openraft::{EntryPayload, LogId};
 use openraft_log::JournalLogStore;
 use std::collections::BTreeMap;
-use std::io::Cursor;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -27,6 +28,9 @@ openraft::declare_raft_types!(
     /// The type config of these tests.
     pub TypeConfig
 );
+
+type Entry = openraft::alias::EntryOf<TypeConfig>;
+type Vote = openraft::alias::VoteOf<TypeConfig>;
 
 const SEEDS: u64 = 60;
 
@@ -50,9 +54,9 @@ fn open(vfs: &SimVfs, cache: usize) -> JournalLogStore<TypeConfig> {
         .with_cache_bytes(cache)
 }
 
-fn entry(term: u64, index: u64, payload: String) -> Entry<TypeConfig> {
+fn entry(term: u64, index: u64, payload: String) -> Entry {
     Entry {
-        log_id: LogId::new(CommittedLeaderId::new(term, 0), index),
+        log_id: LogId::new(LeaderId { term, node_id: 0 }, index),
         payload: EntryPayload::Normal(payload),
     }
 }
@@ -62,7 +66,7 @@ fn entry(term: u64, index: u64, payload: String) -> Entry<TypeConfig> {
 struct Model {
     entries: BTreeMap<u64, (u64, String)>,
     purged: Option<u64>,
-    vote: Option<Vote<u64>>,
+    vote: Option<Vote>,
 }
 
 /// An operation, as the model applies it once acknowledged.
@@ -71,7 +75,7 @@ enum Op {
     Append(Vec<(u64, u64, String)>),
     Truncate(u64),
     Purge(u64),
-    Vote(Vote<u64>),
+    Vote(Vote),
 }
 
 impl Model {
@@ -111,7 +115,15 @@ async fn perform(log: &mut JournalLogStore<TypeConfig>, op: &Op) {
             log.blocking_append(entries).await.expect("append");
         }
         Op::Truncate(since) => log
-            .truncate(LogId::new(CommittedLeaderId::new(0, 0), *since))
+            .truncate_after(since.checked_sub(1).map(|last| {
+                LogId::new(
+                    LeaderId {
+                        term: 0,
+                        node_id: 0,
+                    },
+                    last,
+                )
+            }))
             .await
             .expect("truncate"),
         Op::Purge(upto) => {

@@ -3,24 +3,26 @@
 //! machine (the suite checks a log store and a state machine together);
 //! then a reopen that must rebuild the same log.
 
+use futures_util::StreamExt;
 use journal_core::Options;
-use openraft::storage::{RaftLogStorage, RaftSnapshotBuilder, RaftStateMachine, Snapshot};
-use openraft::testing::{StoreBuilder, Suite};
-use openraft::{
-    BasicNode, Entry, EntryPayload, LogId, RaftLogReader, SnapshotMeta, StorageError,
-    StorageIOError, StoredMembership,
-};
+use openraft::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf, VoteOf};
+use openraft::impls::leader_id_adv::LeaderId;
+use openraft::storage::{RaftLogReader, RaftLogStorage, RaftSnapshotBuilder, RaftStateMachine};
+use openraft::testing::log::{StoreBuilder, Suite};
+use openraft::{EntryPayload, ErrorSubject, ErrorVerb, LogId, StorageError, StoredMembership};
 use openraft_log::{FlushMode, JournalLogStore};
-use std::io::Cursor;
+use std::io;
 use std::sync::{Arc, Mutex};
 use tempfile::TempDir;
 
 // The suite's type config: the defaults (String requests and responses, u64
-// node ids, tokio).
+// node ids and terms, tokio).
 openraft::declare_raft_types!(
     /// The type config of these tests.
     pub TypeConfig
 );
+
+type Entry = openraft::alias::EntryOf<TypeConfig>;
 
 fn options() -> Options {
     Options {
@@ -32,10 +34,10 @@ fn options() -> Options {
 
 #[derive(Default)]
 struct SmState {
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, BasicNode>,
+    last_applied: Option<LogIdOf<TypeConfig>>,
+    membership: StoredMembershipOf<TypeConfig>,
     data: Vec<String>,
-    snapshot: Option<(SnapshotMeta<u64, BasicNode>, Vec<u8>)>,
+    snapshot: Option<(SnapshotMetaOf<TypeConfig>, Vec<u8>)>,
     snapshots_built: u64,
 }
 
@@ -44,76 +46,75 @@ struct SmState {
 struct MemStateMachine(Arc<Mutex<SmState>>);
 
 impl RaftSnapshotBuilder<TypeConfig> for MemStateMachine {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<u64>> {
+    type SnapshotData = Vec<u8>;
+
+    async fn build_snapshot(&mut self) -> io::Result<SnapshotOf<TypeConfig, Vec<u8>>> {
         let mut st = self.0.lock().unwrap();
         st.snapshots_built += 1;
-        let data =
-            serde_json::to_vec(&st.data).map_err(|e| StorageIOError::read_state_machine(&e))?;
-        let meta = SnapshotMeta {
+        let data = serde_json::to_vec(&st.data).map_err(io::Error::other)?;
+        let meta = SnapshotMetaOf::<TypeConfig> {
             last_log_id: st.last_applied,
             last_membership: st.membership.clone(),
-            snapshot_id: format!("snapshot-{}", st.snapshots_built),
         };
         st.snapshot = Some((meta.clone(), data.clone()));
-        Ok(Snapshot {
+        Ok(SnapshotOf::<TypeConfig, Vec<u8>> {
             meta,
-            snapshot: Box::new(Cursor::new(data)),
+            snapshot: data,
         })
     }
 }
 
 impl RaftStateMachine<TypeConfig> for MemStateMachine {
+    type SnapshotData = Vec<u8>;
     type SnapshotBuilder = Self;
 
     async fn applied_state(
         &mut self,
-    ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, BasicNode>), StorageError<u64>> {
+    ) -> io::Result<(Option<LogIdOf<TypeConfig>>, StoredMembershipOf<TypeConfig>)> {
         let st = self.0.lock().unwrap();
         Ok((st.last_applied, st.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<String>, StorageError<u64>>
+    async fn apply<S>(&mut self, mut entries: S) -> io::Result<()>
     where
-        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
-        I::IntoIter: Send,
+        S: futures_util::Stream<Item = io::Result<openraft::storage::EntryResponder<TypeConfig>>>
+            + Unpin
+            + Send,
     {
-        let mut st = self.0.lock().unwrap();
-        let mut out = Vec::new();
-        for e in entries {
-            st.last_applied = Some(e.log_id);
-            match e.payload {
-                EntryPayload::Blank => out.push(String::new()),
-                EntryPayload::Normal(d) => {
-                    st.data.push(d.clone());
-                    out.push(d);
+        while let Some(item) = entries.next().await {
+            let (e, responder) = item?;
+            let out = {
+                let mut st = self.0.lock().unwrap();
+                st.last_applied = Some(e.log_id);
+                match e.payload {
+                    EntryPayload::Blank => String::new(),
+                    EntryPayload::Normal(d) => {
+                        st.data.push(d.clone());
+                        d
+                    }
+                    EntryPayload::Membership(m) => {
+                        st.membership = StoredMembership::new(Some(e.log_id), m);
+                        String::new()
+                    }
                 }
-                EntryPayload::Membership(m) => {
-                    st.membership = StoredMembership::new(Some(e.log_id), m);
-                    out.push(String::new());
-                }
+            };
+            if let Some(r) = responder {
+                r.send(out);
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         self.clone()
     }
 
-    async fn begin_receiving_snapshot(
-        &mut self,
-    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<u64>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
-    }
-
     async fn install_snapshot(
         &mut self,
-        meta: &SnapshotMeta<u64, BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
-    ) -> Result<(), StorageError<u64>> {
-        let bytes = snapshot.into_inner();
-        let data: Vec<String> = serde_json::from_slice(&bytes)
-            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+        meta: &SnapshotMetaOf<TypeConfig>,
+        bytes: Vec<u8>,
+    ) -> io::Result<()> {
+        let data: Vec<String> = serde_json::from_slice(&bytes).map_err(io::Error::other)?;
         let mut st = self.0.lock().unwrap();
         st.data = data;
         st.last_applied = meta.last_log_id;
@@ -124,12 +125,15 @@ impl RaftStateMachine<TypeConfig> for MemStateMachine {
 
     async fn get_current_snapshot(
         &mut self,
-    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<u64>> {
+    ) -> io::Result<Option<SnapshotOf<TypeConfig, Vec<u8>>>> {
         let st = self.0.lock().unwrap();
-        Ok(st.snapshot.as_ref().map(|(meta, data)| Snapshot {
-            meta: meta.clone(),
-            snapshot: Box::new(Cursor::new(data.clone())),
-        }))
+        Ok(st
+            .snapshot
+            .as_ref()
+            .map(|(meta, data)| SnapshotOf::<TypeConfig, Vec<u8>> {
+                meta: meta.clone(),
+                snapshot: data.clone(),
+            }))
     }
 }
 
@@ -140,42 +144,53 @@ struct Builder(usize, FlushMode);
 impl StoreBuilder<TypeConfig, JournalLogStore<TypeConfig>, MemStateMachine, TempDir> for Builder {
     async fn build(
         &self,
-    ) -> Result<(TempDir, JournalLogStore<TypeConfig>, MemStateMachine), StorageError<u64>> {
-        let tmp = tempfile::tempdir().map_err(|e| StorageIOError::write_logs(&e))?;
+    ) -> Result<(TempDir, JournalLogStore<TypeConfig>, MemStateMachine), StorageError<TypeConfig>>
+    {
+        let err =
+            |e: io::Error| StorageError::from_io_error(ErrorSubject::Logs, ErrorVerb::Write, e);
+        let tmp = tempfile::tempdir().map_err(err)?;
         let log = JournalLogStore::open(tmp.path().join("raft-log"), options())
-            .map_err(|e| StorageIOError::write_logs(&e))?
+            .map_err(|e| err(io::Error::other(e)))?
             .with_cache_bytes(self.0)
             .with_flush_mode(self.1);
         Ok((tmp, log, MemStateMachine::default()))
     }
 }
 
-#[test]
-fn openraft_storage_suite_passes() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openraft_storage_suite_passes() {
     Suite::test_all(Builder(openraft_log::DEFAULT_CACHE_BYTES, FlushMode::Task))
+        .await
         .expect("openraft's storage suite");
 }
 
 /// Appends made durable before `append` returns.
-#[test]
-fn openraft_storage_suite_passes_with_inline_flushes() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openraft_storage_suite_passes_with_inline_flushes() {
     Suite::test_all(Builder(
         openraft_log::DEFAULT_CACHE_BYTES,
         FlushMode::Inline,
     ))
+    .await
     .expect("openraft's storage suite, inline flushes");
 }
 
 /// With no cache every entry openraft reads back comes from the journal's
 /// segment files (range reads), the entries just appended included.
-#[test]
-fn openraft_storage_suite_passes_reading_every_entry_from_the_journal() {
-    Suite::test_all(Builder(0, FlushMode::Task)).expect("openraft's storage suite, no cache");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openraft_storage_suite_passes_reading_every_entry_from_the_journal() {
+    Suite::test_all(Builder(0, FlushMode::Task))
+        .await
+        .expect("openraft's storage suite, no cache");
 }
 
-fn entry(term: u64, index: u64, s: &str) -> Entry<TypeConfig> {
+fn id(term: u64, index: u64) -> LogIdOf<TypeConfig> {
+    LogId::new(LeaderId { term, node_id: 0 }, index)
+}
+
+fn entry(term: u64, index: u64, s: &str) -> Entry {
     Entry {
-        log_id: LogId::new(openraft::CommittedLeaderId::new(term, 0), index),
+        log_id: id(term, index),
         payload: EntryPayload::Normal(s.to_string()),
     }
 }
@@ -185,24 +200,20 @@ async fn a_reopened_log_has_what_was_written_truncated_and_purged() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("raft-log");
     let mut log = JournalLogStore::<TypeConfig>::open(&dir, options()).unwrap();
-    let vote = openraft::Vote::new(3, 1);
+    let vote: VoteOf<TypeConfig> = openraft::Vote::new(3, 1);
     log.save_vote(&vote).await.unwrap();
     for i in 1..=40u64 {
         log.blocking_append([entry(1, i, &format!("e{i}"))])
             .await
             .unwrap();
     }
-    log.truncate(LogId::new(openraft::CommittedLeaderId::new(1, 0), 31))
-        .await
-        .unwrap();
+    log.truncate_after(Some(id(1, 30))).await.unwrap();
     for i in 31..=35u64 {
         log.blocking_append([entry(2, i, &format!("f{i}"))])
             .await
             .unwrap();
     }
-    log.purge(LogId::new(openraft::CommittedLeaderId::new(1, 0), 10))
-        .await
-        .unwrap();
+    log.purge(id(1, 10)).await.unwrap();
     let redo = log.journal().redo_lsn();
     assert!(redo.0 > 0, "the purge moved the journal's tail");
     drop(log);
@@ -231,15 +242,15 @@ async fn a_reopened_log_has_what_was_written_truncated_and_purged() {
 trait BlockingAppend {
     async fn blocking_append<const N: usize>(
         &mut self,
-        e: [Entry<TypeConfig>; N],
-    ) -> Result<(), StorageError<u64>>;
+        e: [Entry; N],
+    ) -> Result<(), StorageError<TypeConfig>>;
 }
 
 impl BlockingAppend for JournalLogStore<TypeConfig> {
     async fn blocking_append<const N: usize>(
         &mut self,
-        e: [Entry<TypeConfig>; N],
-    ) -> Result<(), StorageError<u64>> {
+        e: [Entry; N],
+    ) -> Result<(), StorageError<TypeConfig>> {
         openraft::storage::RaftLogStorageExt::blocking_append(self, e).await
     }
 }
@@ -275,7 +286,7 @@ async fn a_purge_waits_for_its_gate_and_a_failing_gate_removes_nothing() {
             .await
             .unwrap();
     }
-    let id = |i| LogId::new(openraft::CommittedLeaderId::new(1, 0), i);
+    let id = |i| id(1, i);
 
     let mut failing = log.clone();
     assert!(failing.purge(id(25)).await.is_err(), "the gate failed it");
