@@ -11,7 +11,9 @@
 
 use journal_core::vfs::{OpenOptions, OsVfs, Vfs};
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
-use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+use openraft::impls::leader_id_adv::LeaderId;
+use openraft::{EntryPayload, LogId};
+type Entry = openraft::alias::EntryOf<raftkv::TypeConfig>;
 use raftkv::{Batch, Command, StateMachine, TypeConfig};
 use std::path::Path;
 use std::sync::Arc;
@@ -76,11 +78,11 @@ async fn main() {
                 id: None,
             })
             .collect();
-        let e = Entry::<TypeConfig> {
-            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+        let e = Entry {
+            log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
             payload: EntryPayload::Normal(Batch(cmds)),
         };
-        src.apply([e]).await.expect("apply");
+        src.apply_all([e]).await.expect("apply");
     }
     let fill_s = t.elapsed().as_secs_f64();
     let rss_filled = status_mib("VmRSS");
@@ -90,12 +92,12 @@ async fn main() {
     let mut dst = StateMachine::open(vfs, tmp.path().join("dst"), Default::default())
         .expect("open the target");
     let send = async {
-        let mut rx = dst.begin_receiving_snapshot().await.expect("receive");
+        let mut rx = dst.receive().expect("receive");
         snap.snapshot
             .seek(std::io::SeekFrom::Start(0))
             .await
             .unwrap();
-        tokio::io::copy(&mut *snap.snapshot, &mut *rx)
+        tokio::io::copy(&mut snap.snapshot, &mut rx)
             .await
             .expect("copy");
         rx

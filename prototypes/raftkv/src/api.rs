@@ -6,6 +6,7 @@
 //! resends the body); `503` when there is no leader, or no majority
 //! answered within [`REQUEST_TIMEOUT`] — never a hang.
 
+use openraft::async_runtime::WatchReceiver;
 use crate::network::{CLUSTER_HEADER, MAX_RPC_BODY};
 use crate::node::Node;
 use crate::types::{check_key, NodeId, RequestId, TypeConfig};
@@ -15,8 +16,8 @@ use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
-use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use openraft::error::{ClientWriteError, ForwardToLeader, LinearizableReadError, RaftError};
+use openraft::raft::{AppendEntriesRequest, VoteRequest};
 use openraft::{BasicNode, ChangeMembers};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -170,7 +171,7 @@ mod failpoints {
 /// frees the log's space, and a member behind it (a replacement) is then
 /// sent the snapshot.
 async fn compact(State(node): State<Arc<Node>>) -> Response {
-    let applied = node.raft.metrics().borrow().last_applied.map(|l| l.index);
+    let applied = node.raft.metrics().borrow_watched().last_applied.map(|l| l.index);
     let Some(upto) = applied else {
         return text(StatusCode::CONFLICT, "nothing applied");
     };
@@ -302,17 +303,77 @@ async fn append(State(node): State<Arc<Node>>, headers: HeaderMap, body: Bytes) 
 }
 
 async fn vote(State(node): State<Arc<Node>>, headers: HeaderMap, body: Bytes) -> Response {
-    match request::<VoteRequest<NodeId>>(&node, &headers, &body) {
+    match request::<VoteRequest<TypeConfig>>(&node, &headers, &body) {
         Ok(req) => encode(&node.raft.vote(req).await),
         Err(r) => r,
     }
 }
 
-async fn snapshot(State(node): State<Arc<Node>>, headers: HeaderMap, body: Bytes) -> Response {
-    match request::<InstallSnapshotRequest<TypeConfig>>(&node, &headers, &body) {
-        Ok(req) => encode(&node.raft.install_snapshot(req).await),
-        Err(r) => r,
+/// A snapshot streamed by the leader (see `network.rs`): its head (the
+/// vote and the meta), then the file's bytes, written into a new file as
+/// they arrive, which openraft then installs. Memory holds a piece of the
+/// body at a time, at any snapshot size.
+async fn snapshot(
+    State(node): State<Arc<Node>>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Response {
+    if let Err(r) = same_cluster(&node, &headers) {
+        return r;
     }
+    match receive_snapshot(&node, body).await {
+        Ok((head, file)) => {
+            let snapshot = crate::machine::Snapshot {
+                meta: head.meta,
+                snapshot: file,
+            };
+            match node.raft.install_full_snapshot(head.vote, snapshot).await {
+                Ok(resp) => encode(&Ok::<_, RaftError<TypeConfig>>(resp)),
+                Err(fatal) => encode(&Err::<openraft::raft::SnapshotResponse<TypeConfig>, _>(
+                    RaftError::<TypeConfig>::Fatal(fatal),
+                )),
+            }
+        }
+        Err(e) => text(StatusCode::BAD_REQUEST, format!("bad snapshot body: {e}")),
+    }
+}
+
+/// Reads a streamed snapshot's head and writes the rest into a new file.
+async fn receive_snapshot(
+    node: &Node,
+    body: axum::body::Body,
+) -> Result<(crate::network::SnapshotHead, crate::machine::SnapshotFile), String> {
+    use futures_util::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut head_buf: Vec<u8> = Vec::new();
+    let mut head: Option<crate::network::SnapshotHead> = None;
+    let mut file = node.machine.receive().map_err(|e| e.to_string())?;
+    while let Some(piece) = stream.next().await {
+        let mut piece: &[u8] = &piece.map_err(|e| e.to_string())?;
+        // The head: a 4-byte length, then that many bytes (bounded); a
+        // piece may hold part of it, or all of it and file bytes after.
+        while head.is_none() && !piece.is_empty() {
+            let total = match head_buf.get(..4) {
+                Some(l) => 4 + u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize,
+                None => 4,
+            };
+            if total > MAX_RPC_BODY {
+                return Err(format!("a snapshot head of {total} bytes"));
+            }
+            let take = (total - head_buf.len()).min(piece.len());
+            head_buf.extend_from_slice(&piece[..take]);
+            piece = &piece[take..];
+            if head_buf.len() == total && total > 4 {
+                head = Some(postcard::from_bytes(&head_buf[4..]).map_err(|e| e.to_string())?);
+            }
+        }
+        if head.is_none() {
+            continue;
+        }
+        file.write_piece(piece).map_err(|e| e.to_string())?;
+    }
+    let head = head.ok_or("a snapshot body without its head")?;
+    Ok((head, file))
 }
 
 // ---- Clients' API ----------------------------------------------------------
@@ -362,7 +423,7 @@ fn redirect(leader: Option<&BasicNode>, uri: &Uri) -> Response {
     }
 }
 
-fn forward(f: &ForwardToLeader<NodeId, BasicNode>, uri: &Uri) -> Response {
+fn forward(f: &ForwardToLeader<TypeConfig>, uri: &Uri) -> Response {
     redirect(f.leader_node.as_ref(), uri)
 }
 
@@ -387,21 +448,21 @@ async fn linearize(node: &Node, uri: &Uri) -> Result<u64, Response> {
             "no majority answered in time",
         )
     };
-    let read = match tokio::time::timeout(REQUEST_TIMEOUT, node.raft.ensure_linearizable()).await {
+    let read = match tokio::time::timeout(REQUEST_TIMEOUT, node.raft.ensure_linearizable(openraft::ReadPolicy::ReadIndex)).await {
         Err(_) => return Err(late()),
         Ok(Ok(read)) => read,
-        Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
+        Ok(Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f)))) => {
             return Err(forward(&f, uri))
         }
         Ok(Err(e)) => return Err(text(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
     };
-    let index = read.as_ref().map_or(0, |l| l.index);
+    let index = read.index();
     let Some(resumed) = node.resumed.as_ref() else {
         return Ok(index);
     };
     // The read index belongs to the leadership that confirmed it: its
     // no-op's leader id. Only the resumed leadership needs more.
-    if read.as_ref().map(|l| &l.leader_id) != Some(&resumed.leader) || index >= resumed.last_index {
+    if *read.committed_leader_id() != resumed.leader || index >= resumed.last_index {
         return Ok(index);
     }
     let remaining = REQUEST_TIMEOUT.saturating_sub(start.elapsed());
@@ -502,7 +563,7 @@ pub struct Status {
 }
 
 async fn status(State(node): State<Arc<Node>>) -> Json<Status> {
-    let m = node.raft.metrics().borrow().clone();
+    let m = node.raft.metrics().borrow_watched().clone();
     let membership = m.membership_config.membership();
     let voter_ids: BTreeSet<NodeId> = membership.voter_ids().collect();
     let (mut voters, mut learners) = (BTreeMap::new(), BTreeMap::new());
@@ -569,7 +630,7 @@ async fn members(State(node): State<Arc<Node>>, uri: Uri, body: Bytes) -> Respon
             )
         }
     };
-    let m = node.raft.metrics().borrow().clone();
+    let m = node.raft.metrics().borrow_watched().clone();
     let membership = m.membership_config.membership().clone();
     let known = |id: NodeId| membership.get_node(&id).is_some();
     let voter = |id: NodeId| membership.voter_ids().any(|v| v == id);

@@ -212,6 +212,7 @@ pub use types::{
     MAX_VALUE,
 };
 
+use openraft::async_runtime::WatchReceiver;
 use std::future::Future;
 use std::sync::Arc;
 

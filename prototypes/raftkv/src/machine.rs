@@ -28,14 +28,14 @@
 //! synced) to name it; the old store is removed after.
 //! Memory, at any store size: a chunk or two.
 
-use crate::types::{layout, Applied, NodeId, TypeConfig};
+use crate::types::{layout, Applied, TypeConfig};
 use journal_core::sync::Mutex;
 use journal_core::vfs::{OpenOptions, Vfs};
 use kvstore::Store;
-use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot, SnapshotMeta};
-use openraft::{
-    BasicNode, Entry, EntryPayload, LogId, StorageError, StorageIOError, StoredMembership,
-};
+use futures_util::StreamExt;
+use openraft::alias::{EntryOf, LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
+use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
+use openraft::{EntryPayload, StoredMembership};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -63,13 +63,16 @@ const BATCH_ENTRIES: usize = 256;
 /// Bytes of values per store transaction, at most (beyond one entry).
 const BATCH_BYTES: usize = 1 << 20;
 
-type Membership = StoredMembership<NodeId, BasicNode>;
-type Meta = SnapshotMeta<NodeId, BasicNode>;
+type Membership = StoredMembershipOf<TypeConfig>;
+type Meta = SnapshotMetaOf<TypeConfig>;
+
+/// A snapshot's meta: the last log id it holds and the membership then.
+pub type SnapshotMeta = Meta;
 
 /// What `m/applied` holds.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct AppliedState {
-    log_id: Option<LogId<NodeId>>,
+    log_id: Option<LogIdOf<TypeConfig>>,
     membership: Membership,
     /// How far into the entry after `log_id` the store holds, if a range
     /// delete committed it in parts (`apply.rs`).
@@ -412,7 +415,7 @@ impl StateMachine {
     }
 
     /// The last applied log id.
-    pub fn applied(&self) -> Option<LogId<NodeId>> {
+    pub fn applied(&self) -> Option<LogIdOf<TypeConfig>> {
         self.inner.state.lock().applied.log_id
     }
 
@@ -423,7 +426,7 @@ impl StateMachine {
     }
 
     /// Notes that the store holds everything up to `applied` durably.
-    fn mark_durable(&self, applied: Option<LogId<NodeId>>) {
+    fn mark_durable(&self, applied: Option<LogIdOf<TypeConfig>>) {
         let index = applied.map(|l| l.index);
         self.inner.durable.send_if_modified(|d| {
             let newer = index > d.applied;
@@ -489,7 +492,22 @@ impl StateMachine {
     }
 
     /// Applies `entries` in store transactions of bounded size.
-    fn apply_entries(&self, entries: Vec<Entry<TypeConfig>>) -> Result<Vec<Applied>, Error> {
+    /// Applies `entries` in order and returns their answers, as openraft's
+    /// `apply` does (which hands each answer to its client): for tests and
+    /// tools that drive a state machine without Raft. A failure marks the
+    /// machine failed, as in `apply`.
+    pub async fn apply_all(
+        &self,
+        entries: impl IntoIterator<Item = EntryOf<TypeConfig>>,
+    ) -> Result<Vec<Applied>, Error> {
+        let r = self.apply_entries(entries.into_iter().collect());
+        if let Err(e) = &r {
+            self.mark_failed(&e.to_string());
+        }
+        r
+    }
+
+    fn apply_entries(&self, entries: Vec<EntryOf<TypeConfig>>) -> Result<Vec<Applied>, Error> {
         let mut st = self.inner.state.lock();
         let st = &mut *st;
         let store = st.store.clone();
@@ -560,42 +578,56 @@ fn commit_batch(st: &mut State, store: &Store, w: &mut apply::Writer<'_>) -> Res
     w.commit_no_wait()
 }
 
-fn sm_err(e: Error) -> StorageError<NodeId> {
-    StorageIOError::write_state_machine(&e).into()
+fn sm_err(e: Error) -> std::io::Error {
+    std::io::Error::other(e)
 }
 
 /// Runs blocking state-machine work off the runtime's async workers.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, Error> + Send + 'static,
-) -> Result<T, StorageError<NodeId>> {
+) -> std::io::Result<T> {
     match tokio::task::spawn_blocking(f).await {
         Ok(r) => r.map_err(sm_err),
-        Err(e) => Err(StorageIOError::write_state_machine(&e).into()),
+        Err(e) => Err(std::io::Error::other(e)),
     }
 }
 
+/// A snapshot as openraft takes it: its meta and its file.
+pub type Snapshot = SnapshotOf<TypeConfig, SnapshotFile>;
+
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
+    type SnapshotData = SnapshotFile;
+
+    async fn build_snapshot(&mut self) -> std::io::Result<Snapshot> {
         let sm = self.clone();
         blocking(move || sm.build()).await
     }
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotData = SnapshotFile;
     type SnapshotBuilder = Self;
 
-    async fn applied_state(
-        &mut self,
-    ) -> Result<(Option<LogId<NodeId>>, Membership), StorageError<NodeId>> {
+    async fn applied_state(&mut self) -> std::io::Result<(Option<LogIdOf<TypeConfig>>, Membership)> {
         let st = self.inner.state.lock();
         Ok((st.applied.log_id, st.applied.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Applied>, StorageError<NodeId>>
+    async fn apply<S>(&mut self, entries: S) -> std::io::Result<()>
     where
-        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
-        I::IntoIter: Send,
+        S: futures_util::Stream<Item = std::io::Result<EntryResponder<TypeConfig>>>
+            + Unpin
+            + Send,
     {
+        // The batch openraft hands over, whole: it is applied at once.
+        let mut responders = Vec::new();
+        let mut batch = Vec::new();
+        let mut entries = entries;
+        while let Some(item) = entries.next().await {
+            let (entry, responder) = item?;
+            batch.push(entry);
+            responders.push(responder);
+        }
         // Inline, not on the blocking pool: applying appends to the
         // store's log without waiting for it (no I/O wait), and the
         // hand-off to a blocking thread and back cost two thread switches
@@ -609,43 +641,35 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }) {
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
         }
-        let applied = self.apply_entries(entries.into_iter().collect());
+        let applied = self.apply_entries(batch);
         if let Err(e) = &applied {
             self.mark_failed(&e.to_string());
         }
-        let applied = applied.map_err(sm_err);
+        let applied = applied.map_err(sm_err)?;
         fail::fail_point!("raftkv::applied", |_| std::process::abort());
-        applied
+        for (answer, responder) in applied.into_iter().zip(responders) {
+            if let Some(r) = responder {
+                r.send(answer);
+            }
+        }
+        Ok(())
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         self.clone()
     }
 
-    async fn begin_receiving_snapshot(
-        &mut self,
-    ) -> Result<Box<SnapshotFile>, StorageError<NodeId>> {
-        let sm = self.clone();
-        blocking(move || sm.receive().map(Box::new)).await
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        meta: &SnapshotMeta<NodeId, BasicNode>,
-        snapshot: Box<SnapshotFile>,
-    ) -> Result<(), StorageError<NodeId>> {
+    async fn install_snapshot(&mut self, meta: &Meta, snapshot: SnapshotFile) -> std::io::Result<()> {
         let sm = self.clone();
         let meta = meta.clone();
-        let r = blocking(move || sm.install(&meta, *snapshot)).await;
+        let r = blocking(move || sm.install(&meta, snapshot)).await;
         if let Err(e) = &r {
             self.mark_failed(&e.to_string());
         }
         r
     }
 
-    async fn get_current_snapshot(
-        &mut self,
-    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+    async fn get_current_snapshot(&mut self) -> std::io::Result<Option<Snapshot>> {
         let current = self.inner.state.lock().snapshot.clone();
         let Some((meta, path)) = current else {
             return Ok(None);
@@ -653,7 +677,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let file = SnapshotFile::open(&*self.inner.vfs, &path).map_err(sm_err)?;
         Ok(Some(Snapshot {
             meta,
-            snapshot: Box::new(file),
+            snapshot: file,
         }))
     }
 }

@@ -127,7 +127,7 @@ impl Metrics {
     }
 
     /// Notes Raft's view: indexes, term, leadership, leader changes.
-    pub fn observe_raft(&self, id: NodeId, m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>) {
+    pub fn observe_raft(&self, id: NodeId, m: &openraft::RaftMetrics<crate::TypeConfig>) {
         let applied = m.last_applied.map_or(0, |l| l.index);
         let last = m.last_log_index.unwrap_or(0);
         self.applied_index.set(applied as i64);

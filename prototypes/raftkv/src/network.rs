@@ -9,29 +9,34 @@
 //! is `Unreachable`, on which openraft backs off, so a node that is down
 //! costs the others one timeout, not a stall.
 
+use crate::machine::Snapshot;
 use crate::types::{NodeId, TypeConfig};
+use openraft::alias::VoteOf;
 use openraft::error::{
-    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
-    Unreachable,
+    NetworkError, RPCError, RaftError, RemoteError, ReplicationClosed, StreamingError, Unreachable,
 };
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::network::v2::RaftNetworkV2;
+use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// The header carrying the cluster id (16 hex digits) on every Raft RPC.
 pub const CLUSTER_HEADER: &str = "x-raftkv-cluster";
 
-/// The largest body a Raft RPC may have (an append of many large entries,
-/// a snapshot chunk): 64 MiB.
+/// The largest body a Raft RPC may have (an append of many large
+/// entries): 64 MiB. A snapshot is streamed, whatever its size.
 pub const MAX_RPC_BODY: usize = 64 << 20;
+
+/// Bytes read from a snapshot file per piece of the streamed body.
+const SNAPSHOT_PIECE: usize = 1 << 20;
 
 /// Makes a [`Peer`] per target node; they share one connection pool.
 #[derive(Debug, Clone)]
@@ -82,47 +87,27 @@ impl std::fmt::Display for BadStatus {
 impl std::error::Error for BadStatus {}
 
 impl Peer {
-    async fn call<Req, Resp, E>(
-        &self,
-        path: &str,
-        req: &Req,
-        option: &RPCOption,
-    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    async fn call<Req, Resp, E>(&self, path: &str, req: &Req, option: &RPCOption) -> Rpc<Resp, E>
     where
         Req: Serialize,
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
         let body = postcard::to_stdvec(req).map_err(|e| net(&e))?;
-        self.send(path, body, option, None).await
+        self.send(path, reqwest::Body::from(body), option.hard_ttl()).await
     }
 
-    /// Posts `body` to `path`. `entries` is the number of entries of an
-    /// append: a body over [`MAX_RPC_BODY`], or a `413` from the target, is
-    /// then openraft's `PayloadTooLarge` with half as many entries as a
-    /// hint, so replication splits the batch instead of resending it
-    /// forever.
-    async fn send<Resp, E>(
-        &self,
-        path: &str,
-        body: Vec<u8>,
-        option: &RPCOption,
-        entries: Option<u64>,
-    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    /// Posts `body` to `path`, within `ttl`; decodes the answer.
+    async fn send<Resp, E>(&self, path: &str, body: reqwest::Body, ttl: Duration) -> Rpc<Resp, E>
     where
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let too_large =
-            |n: u64| RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint((n / 2).max(1)));
-        if let Some(n) = entries.filter(|_| body.len() > MAX_RPC_BODY) {
-            return Err(too_large(n));
-        }
         let sent = self
             .client
             .post(format!("{}{path}", self.base))
             .header(CLUSTER_HEADER, format!("{:016x}", self.cluster))
-            .timeout(option.hard_ttl())
+            .timeout(ttl)
             .body(body)
             .send()
             .await;
@@ -132,9 +117,6 @@ impl Peer {
             Err(e) => return Err(net(&e)),
         };
         let status = resp.status();
-        if let Some(n) = entries.filter(|_| status == reqwest::StatusCode::PAYLOAD_TOO_LARGE) {
-            return Err(too_large(n));
-        }
         let bytes = resp.bytes().await.map_err(|e| net(&e))?;
         if !status.is_success() {
             let text = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned();
@@ -143,16 +125,14 @@ impl Peer {
                 self.target
             ))));
         }
-        let r: Result<Resp, RaftError<NodeId, E>> =
+        let r: Result<Resp, RaftError<TypeConfig, E>> =
             postcard::from_bytes(&bytes).map_err(|e| net(&e))?;
         r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }
 
 /// A network error carrying `e`'s message.
-fn net<E: std::error::Error>(
-    e: &dyn std::error::Error,
-) -> RPCError<NodeId, BasicNode, RaftError<NodeId, E>> {
+fn net<E: std::error::Error>(e: &dyn std::error::Error) -> RPCError<TypeConfig, RaftError<TypeConfig, E>> {
     RPCError::Network(NetworkError::new(&BadStatus(e.to_string())))
 }
 
@@ -170,34 +150,133 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 }
 
 type Rpc<T, E = openraft::error::Infallible> =
-    Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>;
+    Result<T, RPCError<TypeConfig, RaftError<TypeConfig, E>>>;
 
-impl RaftNetwork<TypeConfig> for Peer {
+/// An RPC error as openraft's network traits take it (a remote Raft
+/// error is the remote's answer, not a failure of the network).
+fn flatten<T>(r: Rpc<T>) -> Result<T, RPCError<TypeConfig>> {
+    r.map_err(|e| match e {
+        RPCError::Timeout(t) => RPCError::Timeout(t),
+        RPCError::Unreachable(u) => RPCError::Unreachable(u),
+        RPCError::Network(n) => RPCError::Network(n),
+        RPCError::RemoteError(r) => RPCError::Network(NetworkError::new(&BadStatus(format!(
+            "node {}: {}",
+            r.target, r.source
+        )))),
+    })
+}
+
+/// The header of a streamed snapshot: the leader's vote and the
+/// snapshot's meta, before the snapshot file's bytes.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct SnapshotHead {
+    /// The sender's vote.
+    pub vote: VoteOf<TypeConfig>,
+    /// The snapshot's meta.
+    pub meta: crate::machine::SnapshotMeta,
+}
+
+impl RaftNetworkV2<TypeConfig> for Peer {
+    type SnapshotData = crate::machine::SnapshotFile;
+
+    /// An append whose body would pass [`MAX_RPC_BODY`] sends the first
+    /// half of its entries (halved until it fits), and reports that part
+    /// as a partial success: openraft sends the rest next.
     async fn append_entries(
         &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
+        mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Rpc<AppendEntriesResponse<NodeId>> {
-        let entries = rpc.entries.len() as u64;
-        let body = postcard::to_stdvec(&rpc).map_err(|e| net(&e))?;
-        self.send("/raft/append", body, &option, Some(entries))
-            .await
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        rpc: InstallSnapshotRequest<TypeConfig>,
-        option: RPCOption,
-    ) -> Rpc<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
-        self.call("/raft/snapshot", &rpc, &option).await
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let all = rpc.entries.len();
+        let mut body = postcard::to_stdvec(&rpc).map_err(|e| flatten::<()>(Err(net(&e))).unwrap_err())?;
+        while body.len() > MAX_RPC_BODY && rpc.entries.len() > 1 {
+            let half = rpc.entries.len() / 2;
+            rpc.entries.truncate(half);
+            body = postcard::to_stdvec(&rpc).map_err(|e| flatten::<()>(Err(net(&e))).unwrap_err())?;
+        }
+        let last = rpc.entries.last().map(|e| e.log_id);
+        let r: Rpc<AppendEntriesResponse<TypeConfig>> = self
+            .send("/raft/append", reqwest::Body::from(body), option.hard_ttl())
+            .await;
+        match flatten(r)? {
+            AppendEntriesResponse::Success if rpc.entries.len() < all => {
+                Ok(AppendEntriesResponse::PartialSuccess(last))
+            }
+            r => Ok(r),
+        }
     }
 
     async fn vote(
         &mut self,
-        rpc: VoteRequest<NodeId>,
+        rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Rpc<VoteResponse<NodeId>> {
-        self.call("/raft/vote", &rpc, &option).await
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        flatten(self.call("/raft/vote", &rpc, &option).await)
+    }
+
+    /// Streams the snapshot file in one request (its head first: the vote
+    /// and the meta), read a piece at a time: memory holds a piece, at
+    /// any snapshot size.
+    async fn full_snapshot(
+        &mut self,
+        vote: VoteOf<TypeConfig>,
+        snapshot: Snapshot,
+        cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let head = SnapshotHead {
+            vote,
+            meta: snapshot.meta.clone(),
+        };
+        let head = postcard::to_stdvec(&head).map_err(|e| NetworkError::new(&e))?;
+        let len = u32::try_from(head.len()).map_err(|e| NetworkError::new(&e))?;
+        let mut first = len.to_le_bytes().to_vec();
+        first.extend_from_slice(&head);
+        let file = snapshot.snapshot;
+        let pieces = futures_util::stream::unfold(
+            (Some(first), file, 0u64),
+            |(first, file, pos)| async move {
+                if let Some(f) = first {
+                    return Some((Ok::<_, std::io::Error>(f), (None, file, pos)));
+                }
+                let (r, file) = tokio::task::spawn_blocking(move || {
+                    let r = file.read_piece(pos, SNAPSHOT_PIECE);
+                    (r, file)
+                })
+                .await
+                .ok()?;
+                match r {
+                    Ok(b) if b.is_empty() => None,
+                    Ok(b) => {
+                        let n = b.len() as u64;
+                        Some((Ok(b), (None, file, pos + n)))
+                    }
+                    Err(e) => Some((Err(e), (None, file, u64::MAX))),
+                }
+            },
+        );
+        let body = reqwest::Body::wrap_stream(pieces);
+        // A snapshot takes as long as it takes: the soft TTL per piece is
+        // not a bound on the whole; a closed replication cancels it.
+        let ttl = option.hard_ttl().max(Duration::from_secs(600));
+        let send = self.send::<SnapshotResponse<TypeConfig>, openraft::error::Infallible>(
+            "/raft/snapshot",
+            body,
+            ttl,
+        );
+        let r = tokio::select! {
+            closed = cancel => Err(StreamingError::Closed(closed)),
+            r = send => match r {
+                Ok(resp) => Ok(resp),
+                Err(RPCError::Unreachable(u)) => Err(StreamingError::Unreachable(u)),
+                Err(RPCError::Timeout(t)) => Err(StreamingError::Timeout(t)),
+                Err(RPCError::Network(n)) => Err(StreamingError::Network(n)),
+                Err(RPCError::RemoteError(r)) => Err(StreamingError::Network(NetworkError::new(
+                    &BadStatus(format!("node {}: {}", r.target, r.source)),
+                ))),
+            },
+        };
+        r
     }
 }
 
@@ -205,23 +284,38 @@ impl RaftNetwork<TypeConfig> for Peer {
 mod tests {
     use super::*;
     use crate::types::{Batch, Command};
-    use openraft::{Entry, EntryPayload, LogId, Vote};
+    use openraft::impls::leader_id_adv::LeaderId;
+    use openraft::{EntryPayload, LogId, Vote};
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[tokio::test]
-    async fn an_append_over_the_body_limit_asks_openraft_to_split_it() {
-        // Nothing listens there: the append must be refused before it is
-        // sent, not fail on the network.
-        let mut net = Network::new(1, BTreeMap::new()).unwrap();
-        let mut peer = net
-            .new_client(
-                2,
-                &BasicNode {
-                    addr: "127.0.0.1:9".into(),
-                },
+    async fn an_append_over_the_body_limit_sends_a_part_and_reports_it() {
+        // A stand-in follower that accepts any append and counts entries.
+        let got = Arc::new(AtomicUsize::new(0));
+        let seen = got.clone();
+        let app = axum::Router::new()
+            .route(
+                "/raft/append",
+                axum::routing::post(move |body: axum::body::Bytes| {
+                    let seen = seen.clone();
+                    async move {
+                        let rpc: AppendEntriesRequest<TypeConfig> =
+                            postcard::from_bytes(&body).unwrap();
+                        seen.store(rpc.entries.len(), Ordering::SeqCst);
+                        let r: Result<AppendEntriesResponse<TypeConfig>, RaftError<TypeConfig>> =
+                            Ok(AppendEntriesResponse::Success);
+                        postcard::to_stdvec(&r).unwrap()
+                    }
+                }),
             )
-            .await;
-        let big = |index| Entry::<TypeConfig> {
-            log_id: LogId::new(openraft::CommittedLeaderId::new(1, 1), index),
+            .layer(axum::extract::DefaultBodyLimit::max(MAX_RPC_BODY));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let mut net = Network::new(1, BTreeMap::new()).unwrap();
+        let mut peer = net.new_client(2, &BasicNode { addr }).await;
+        let big = |index| openraft::Entry {
+            log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
             payload: EntryPayload::Normal(Batch(vec![Command::Put {
                 key: b"k".to_vec(),
                 value: vec![7; MAX_RPC_BODY / 3],
@@ -234,10 +328,11 @@ mod tests {
             leader_commit: None,
             entries: (1..=4).map(big).collect(),
         };
-        let option = RPCOption::new(Duration::from_secs(1));
+        let option = RPCOption::new(Duration::from_secs(10));
         match peer.append_entries(rpc, option).await {
-            Err(RPCError::PayloadTooLarge(p)) => assert_eq!(p.entries_hint(), 2),
-            other => panic!("not PayloadTooLarge: {other:?}"),
+            Ok(AppendEntriesResponse::PartialSuccess(Some(l))) => assert_eq!(l.index, 2),
+            other => panic!("not a partial success up to entry 2: {other:?}"),
         }
+        assert_eq!(got.load(Ordering::SeqCst), 2, "two entries sent");
     }
 }

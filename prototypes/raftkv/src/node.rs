@@ -8,12 +8,14 @@
 //! - `log/`: the Raft log, a journal ([`openraft_log::JournalLogStore`]);
 //! - `state/`: the state machine ([`crate::StateMachine`]).
 
+use openraft::async_runtime::WatchReceiver;
 use crate::machine::{self, StateMachine};
 use crate::network::Network;
 use crate::types::{NodeId, Raft};
 use journal_core::vfs::{OsVfs, Vfs};
-use openraft::storage::RaftLogStorage;
-use openraft::{BasicNode, CommittedLeaderId};
+use openraft::alias::CommittedLeaderIdOf;
+use openraft::storage::{RaftLogReader, RaftLogStorage};
+use openraft::BasicNode;
 use openraft_log::JournalLogStore;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -344,7 +346,7 @@ fn raft_config(o: &NodeOptions, cluster: u64) -> Result<openraft::Config, Error>
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResumedLeadership {
     /// The leadership (term and node) that was resumed.
-    pub leader: CommittedLeaderId<NodeId>,
+    pub leader: CommittedLeaderIdOf<crate::TypeConfig>,
     /// The index of the last entry in the log when the node started.
     pub last_index: u64,
 }
@@ -356,11 +358,11 @@ async fn resumed_leadership(
     id: NodeId,
 ) -> Result<Option<ResumedLeadership>, Error> {
     let mut log = log.clone();
-    let storage = |e: openraft::StorageError<NodeId>| Error::Raft(e.to_string());
+    let storage = |e: std::io::Error| Error::Raft(e.to_string());
     let vote = log.read_vote().await.map_err(storage)?;
     let last = log.get_log_state().await.map_err(storage)?.last_log_id;
     Ok(match (vote, last) {
-        (Some(v), Some(last)) if v.is_committed() && v.leader_id().voted_for() == Some(id) => {
+        (Some(v), Some(last)) if v.is_committed() && v.leader_id().node_id == id => {
             // openraft's default leader ids are (term, node): a committed
             // vote's leader id is the id its entries carry.
             Some(ResumedLeadership {

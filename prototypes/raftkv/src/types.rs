@@ -16,11 +16,10 @@ openraft::declare_raft_types!(
         R = Applied,
         NodeId = NodeId,
         Node = openraft::BasicNode,
-        SnapshotData = crate::machine::SnapshotFile,
 );
 
 /// The Raft handle of a raftkv node.
-pub type Raft = openraft::Raft<TypeConfig>;
+pub type Raft = openraft::Raft<TypeConfig, crate::machine::StateMachine>;
 
 /// A client's request id: the client's id and its sequence number. The
 /// state machine applies each id once, and a client's ids in increasing

@@ -8,21 +8,22 @@ mod common;
 
 use common::Cluster;
 use journal_core::vfs::SimVfs;
-use openraft::storage::RaftStateMachine;
-use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+use openraft::impls::leader_id_adv::LeaderId;
+use openraft::{EntryPayload, LogId};
+type Entry = openraft::alias::EntryOf<raftkv::TypeConfig>;
 use raftkv::api::LeaseReply;
 use raftkv::machine::{lease_id, Change, Position};
 use raftkv::Verdict::{Applied, LeaseFull, LeaseNotFound};
 use raftkv::{Batch, Command, Revision, StateMachine, TxnOp};
 use std::sync::Arc;
 
-fn entry(index: u64, now_ms: u64, cmds: Vec<Command>) -> Entry<raftkv::TypeConfig> {
+fn entry(index: u64, now_ms: u64, cmds: Vec<Command>) -> Entry {
     let clock = Command::Clock {
         now_ms,
         session_ttl_ms: u64::MAX,
     };
     Entry {
-        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+        log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
         payload: EntryPayload::Normal(Batch(std::iter::once(clock).chain(cmds).collect())),
     }
 }
@@ -61,12 +62,12 @@ fn has(sm: &StateMachine, key: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_takes_its_keys_with_it_when_it_expires() {
     let sim = SimVfs::new();
-    let mut sm = open(&sim);
+    let sm = open(&sim);
     sm.keep_events(raftkv::machine::SUGGESTED_RETENTION);
     // Granted at 1,000 ms for 5 s: lease 1.1.
     let lease = lease_id(Revision { index: 1, sub: 1 });
     let out = sm
-        .apply([entry(
+        .apply_all([entry(
             1,
             1_000,
             vec![
@@ -82,27 +83,27 @@ async fn a_lease_takes_its_keys_with_it_when_it_expires() {
     assert_eq!(sm.entry(b"k1").unwrap().unwrap().1.lease, Some(lease));
     // A put naming a lease that never was: refused, nothing written.
     let out = sm
-        .apply([entry(2, 2_000, vec![put("k4", Some(lease + 1))])])
+        .apply_all([entry(2, 2_000, vec![put("k4", Some(lease + 1))])])
         .await
         .unwrap();
     assert_eq!(out[0].verdicts, [Applied, LeaseNotFound]);
     assert!(!has(&sm, "k4"));
     // Kept alive at 4,000 (deadline 9,000); k2 put again without it.
     let keep = Command::LeaseKeepAlive { lease, id: None };
-    sm.apply([entry(3, 4_000, vec![keep, put("k2", None)])])
+    sm.apply_all([entry(3, 4_000, vec![keep, put("k2", None)])])
         .await
         .unwrap();
     assert_eq!(sm.entry(b"k2").unwrap().unwrap().1.lease, None);
     // Across a restart, still held at 8,000.
     sm.close().unwrap();
     drop(sm);
-    let mut sm = open(&sim);
+    let sm = open(&sim);
     sm.keep_events(raftkv::machine::SUGGESTED_RETENTION);
     assert_eq!(sm.leases(), 1);
-    sm.apply([entry(4, 8_000, vec![])]).await.unwrap();
+    sm.apply_all([entry(4, 8_000, vec![])]).await.unwrap();
     assert!(has(&sm, "k1"));
     // Past its deadline: gone with k1, at the clock's revision.
-    sm.apply([entry(5, 9_500, vec![])]).await.unwrap();
+    sm.apply_all([entry(5, 9_500, vec![])]).await.unwrap();
     assert_eq!(sm.leases(), 0);
     assert!(!has(&sm, "k1") && has(&sm, "k2") && has(&sm, "k3"));
     let from = Position {
@@ -118,7 +119,7 @@ async fn a_lease_takes_its_keys_with_it_when_it_expires() {
     assert_eq!(deleted, [(&b"k1"[..], Change::Delete)]);
     // Gone: keeping it alive or revoking it is refused.
     let out = sm
-        .apply([entry(
+        .apply_all([entry(
             6,
             9_600,
             vec![
@@ -131,7 +132,7 @@ async fn a_lease_takes_its_keys_with_it_when_it_expires() {
     assert_eq!(out[0].verdicts, [Applied, LeaseNotFound, LeaseNotFound]);
     // A revoke deletes a lease's keys at once.
     let second = lease_id(Revision { index: 7, sub: 1 });
-    sm.apply([
+    sm.apply_all([
         entry(7, 10_000, vec![grant(60_000), put("r", Some(second))]),
         entry(
             8,
@@ -159,10 +160,10 @@ async fn a_revoke_sees_its_own_entrys_changes_and_the_bound_holds() {
     let lease = lease_id(Revision { index: 1, sub: 1 });
     let mut first = vec![grant(60_000)];
     first.extend((0..5).map(|i| put(&format!("a{i}"), Some(lease))));
-    sm.apply([entry(1, 1_000, first)]).await.unwrap();
+    sm.apply_all([entry(1, 1_000, first)]).await.unwrap();
     let revoke = Command::LeaseRevoke { lease, id: None };
     let out = sm
-        .apply([entry(
+        .apply_all([entry(
             2,
             1_001,
             vec![put("a1", None), put("b", Some(lease)), revoke],
@@ -178,7 +179,7 @@ async fn a_revoke_sees_its_own_entrys_changes_and_the_bound_holds() {
     // The bound: a full lease refuses a new key, whole, but takes its own
     // again; after a restart too (the count is rebuilt from the store).
     let full = lease_id(Revision { index: 3, sub: 1 });
-    sm.apply([entry(3, 2_000, vec![grant(60_000)])])
+    sm.apply_all([entry(3, 2_000, vec![grant(60_000)])])
         .await
         .unwrap();
     let n = raftkv::machine::MAX_LEASE_KEYS;
@@ -188,7 +189,7 @@ async fn a_revoke_sees_its_own_entrys_changes_and_the_bound_holds() {
             .iter()
             .map(|i| put(&format!("f{i:05}"), Some(full)))
             .collect();
-        let out = sm.apply([entry(index, 2_000, cmds)]).await.unwrap();
+        let out = sm.apply_all([entry(index, 2_000, cmds)]).await.unwrap();
         assert!(out[0].verdicts.iter().all(|v| *v == Applied));
         index += 1;
     }
@@ -199,7 +200,7 @@ async fn a_revoke_sees_its_own_entrys_changes_and_the_bound_holds() {
             sm = open(&sim);
         }
         let out = sm
-            .apply([entry(
+            .apply_all([entry(
                 index,
                 2_000,
                 vec![put("over", Some(full)), put("f00007", Some(full))],

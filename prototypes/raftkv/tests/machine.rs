@@ -4,8 +4,11 @@
 //! a snapshot install is all or nothing.
 
 use journal_core::vfs::{CrashPolicy, OpenOptions, SimVfs, Vfs};
-use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot};
-use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+use raftkv::machine::Snapshot;
+use openraft::impls::leader_id_adv::LeaderId;
+use openraft::{EntryPayload, LogId};
+type Entry = openraft::alias::EntryOf<raftkv::TypeConfig>;
 use raftkv::machine::SnapshotFile;
 use raftkv::Verdict::{Applied, Duplicate, Stale, UnknownSession};
 use raftkv::{Batch, Command, RequestId, Revision, StateMachine, TypeConfig};
@@ -16,7 +19,7 @@ use tokio::io::AsyncSeekExt;
 
 const KEYS: u64 = 16;
 
-fn entry(index: u64) -> Entry<TypeConfig> {
+fn entry(index: u64) -> Entry {
     let key = format!("k{}", index * 7 % KEYS).into_bytes();
     // Three clients, each with sequence numbers 1, 2, 3, ...
     let id = Some(RequestId {
@@ -33,7 +36,7 @@ fn entry(index: u64) -> Entry<TypeConfig> {
         }
     };
     Entry {
-        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+        log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
         payload: EntryPayload::Normal(Batch(vec![cmd])),
     }
 }
@@ -62,12 +65,10 @@ fn expected(applied: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
 
 /// Copies a built snapshot's file into a file `dst` begins receiving, as
 /// openraft's chunks do.
-async fn transfer(snap: &mut Snapshot<TypeConfig>, dst: &mut StateMachine) -> Box<SnapshotFile> {
-    let mut rx = dst.begin_receiving_snapshot().await.unwrap();
+async fn transfer(snap: &mut Snapshot, dst: &mut StateMachine) -> SnapshotFile {
+    let mut rx = dst.receive().unwrap();
     snap.snapshot.seek(SeekFrom::Start(0)).await.unwrap();
-    tokio::io::copy(&mut *snap.snapshot, &mut *rx)
-        .await
-        .unwrap();
+    tokio::io::copy(&mut snap.snapshot, &mut rx).await.unwrap();
     rx
 }
 
@@ -106,7 +107,7 @@ async fn a_crash_leaves_the_log_applied_up_to_the_applied_id() {
     for round in 0..60u64 {
         let n = 1 + (round * 13) % 40;
         let batch: Vec<_> = (next..next + n).map(entry).collect();
-        let replies = sm.apply(batch).await.unwrap();
+        let replies = sm.apply_all(batch).await.unwrap();
         assert_eq!(replies.len() as u64, n);
         next += n;
         if round % 3 == 2 {
@@ -140,13 +141,13 @@ async fn a_retried_request_is_applied_once() {
         value: v.as_bytes().to_vec(),
         id: Some(RequestId { client: 9, seq }),
     };
-    let entry = |index: u64, cmds: Vec<Command>| Entry::<TypeConfig> {
-        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+    let entry = |index: u64, cmds: Vec<Command>| Entry {
+        log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
         payload: EntryPayload::Normal(Batch(cmds)),
     };
     // A retry in the same batch and in a later entry.
     let r = sm
-        .apply(vec![
+        .apply_all(vec![
             entry(1, vec![put(1, "a"), put(2, "b"), put(1, "a")]),
             entry(2, vec![put(2, "b")]),
         ])
@@ -166,7 +167,7 @@ async fn a_retried_request_is_applied_once() {
     drop(sm);
     let mut sm = open(Arc::new(sim));
     let r = sm
-        .apply(vec![entry(3, vec![put(2, "c"), put(3, "d")])])
+        .apply_all(vec![entry(3, vec![put(2, "c"), put(3, "d")])])
         .await
         .unwrap();
     assert_eq!(r[0].verdicts, [first, Applied]);
@@ -193,8 +194,8 @@ async fn sessions_expire_by_the_log_clock_and_stay_bounded() {
         value: b"v".to_vec(),
         id: Some(RequestId { client, seq }),
     };
-    let entry = |index: u64, cmds: Vec<Command>| Entry::<TypeConfig> {
-        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+    let entry = |index: u64, cmds: Vec<Command>| Entry {
+        log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
         payload: EntryPayload::Normal(Batch(cmds)),
     };
     let mut most = 0;
@@ -202,7 +203,7 @@ async fn sessions_expire_by_the_log_clock_and_stay_bounded() {
         let cmds = std::iter::once(clock(s))
             .chain((0..RATE).map(|i| put(s * RATE + i, 1)))
             .collect();
-        let r = sm.apply([entry(s + 1, cmds)]).await.unwrap();
+        let r = sm.apply_all([entry(s + 1, cmds)]).await.unwrap();
         assert!(r[0].verdicts.iter().all(|v| *v == Applied), "second {s}");
         most = most.max(sm.sessions());
     }
@@ -215,7 +216,7 @@ async fn sessions_expire_by_the_log_clock_and_stay_bounded() {
     // Client 0 (second 0) expired long ago; client 59,950 (second 599) is
     // live; client 10,000,000 is new.
     let r = sm
-        .apply([entry(
+        .apply_all([entry(
             601,
             vec![
                 clock(600),
@@ -244,7 +245,7 @@ async fn a_snapshot_install_is_all_or_nothing() {
     // The source: 200 entries applied, a snapshot built.
     let src_sim = SimVfs::new();
     let mut src = open(Arc::new(src_sim));
-    src.apply((1..=200).map(entry).collect::<Vec<_>>())
+    src.apply_all((1..=200).map(entry).collect::<Vec<_>>())
         .await
         .unwrap();
     let mut snap = src.build_snapshot().await.unwrap();
@@ -255,7 +256,7 @@ async fn a_snapshot_install_is_all_or_nothing() {
     for at in 1..400 {
         let sim = SimVfs::new();
         let mut dst = open(Arc::new(sim.clone()));
-        dst.apply((1..=50).map(entry).collect::<Vec<_>>())
+        dst.apply_all((1..=50).map(entry).collect::<Vec<_>>())
             .await
             .unwrap();
         dst.close().unwrap();
@@ -289,14 +290,14 @@ async fn a_snapshot_install_is_all_or_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purge_waits_until_the_store_holds_the_entries_durably() {
     let mut src = open(Arc::new(SimVfs::new()));
-    src.apply((1..=200).map(entry).collect::<Vec<_>>())
+    src.apply_all((1..=200).map(entry).collect::<Vec<_>>())
         .await
         .unwrap();
     let mut snap = src.build_snapshot().await.unwrap();
 
     let sim = SimVfs::new();
     let mut dst = open(Arc::new(sim.clone()));
-    dst.apply((1..=50).map(entry).collect::<Vec<_>>())
+    dst.apply_all((1..=50).map(entry).collect::<Vec<_>>())
         .await
         .unwrap();
     let gate = dst.purge_gate();
@@ -327,11 +328,11 @@ async fn a_purge_waits_until_the_store_holds_the_entries_durably() {
 async fn a_snapshot_file_survives_a_restart() {
     let sim = SimVfs::new();
     let mut src = open(Arc::new(sim.clone()));
-    src.apply((1..=200).map(entry).collect::<Vec<_>>())
+    src.apply_all((1..=200).map(entry).collect::<Vec<_>>())
         .await
         .unwrap();
     let built = src.build_snapshot().await.unwrap();
-    src.apply((201..=220).map(entry).collect::<Vec<_>>())
+    src.apply_all((201..=220).map(entry).collect::<Vec<_>>())
         .await
         .unwrap();
     // A power cut: the snapshot file was synced and renamed into place.
@@ -356,7 +357,7 @@ async fn a_snapshot_file_survives_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_snapshot_file_is_refused_and_changes_nothing() {
     let mut src = open(Arc::new(SimVfs::new()));
-    src.apply((1..=200).map(entry).collect::<Vec<_>>())
+    src.apply_all((1..=200).map(entry).collect::<Vec<_>>())
         .await
         .unwrap();
     let mut snap = src.build_snapshot().await.unwrap();
@@ -364,7 +365,7 @@ async fn a_damaged_snapshot_file_is_refused_and_changes_nothing() {
     for at in [0, 5, 13, 40, len / 2, len - 9, len - 1] {
         let sim = SimVfs::new();
         let mut dst = open(Arc::new(sim.clone()));
-        dst.apply((1..=50).map(entry).collect::<Vec<_>>())
+        dst.apply_all((1..=50).map(entry).collect::<Vec<_>>())
             .await
             .unwrap();
         let rx = transfer(&mut snap, &mut dst).await;
@@ -383,9 +384,9 @@ async fn a_damaged_snapshot_file_is_refused_and_changes_nothing() {
 }
 
 /// An entry putting `len` bytes under `key`.
-fn put_entry(index: u64, key: String, len: usize) -> Entry<TypeConfig> {
+fn put_entry(index: u64, key: String, len: usize) -> Entry {
     Entry {
-        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+        log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
         payload: EntryPayload::Normal(Batch(vec![Command::Put {
             key: key.into_bytes(),
             value: vec![index as u8; len],
@@ -412,7 +413,7 @@ async fn snapshots_are_due_by_bytes_written_against_the_store_size() {
         let mut bytes = 0;
         while !sm.snapshot_asked() {
             *index += 1;
-            sm.apply([put_entry(*index, "hot".into(), V)])
+            sm.apply_all([put_entry(*index, "hot".into(), V)])
                 .await
                 .unwrap();
             bytes += V;
@@ -433,7 +434,7 @@ async fn snapshots_are_due_by_bytes_written_against_the_store_size() {
         .map(|i| put_entry(index + 1 + i, format!("key-{i:05}"), V))
         .collect();
     index += 2000;
-    sm.apply(load).await.unwrap();
+    sm.apply_all(load).await.unwrap();
     sm.build_snapshot().await.unwrap();
     let large = until_asked(&mut sm, &mut index).await;
     assert!(large >= 2000 * V, "{large} bytes against an 8 MiB store");
@@ -480,15 +481,15 @@ async fn a_range_delete_sees_the_writes_before_it_in_its_entry() {
         id: None,
     };
     let many: Vec<Command> = (0..3000).map(|i| put(&format!("x/{i:05}"))).collect();
-    let e1 = Entry::<TypeConfig> {
-        log_id: LogId::new(CommittedLeaderId::new(1, 1), 1),
+    let e1 = Entry {
+        log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, 1),
         payload: EntryPayload::Normal(Batch(many)),
     };
-    let e2 = Entry::<TypeConfig> {
-        log_id: LogId::new(CommittedLeaderId::new(1, 1), 2),
+    let e2 = Entry {
+        log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, 2),
         payload: EntryPayload::Normal(Batch(vec![put("x/new"), del, put("x/after"), put("y")])),
     };
-    sm.apply([e1, e2]).await.unwrap();
+    sm.apply_all([e1, e2]).await.unwrap();
     assert_eq!(sm.get(b"x/00000").unwrap(), None);
     assert_eq!(sm.get(b"x/new").unwrap(), None, "the write before it");
     assert_eq!(sm.get(b"x/after").unwrap().as_deref(), Some(&b"v"[..]));

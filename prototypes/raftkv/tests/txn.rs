@@ -7,7 +7,9 @@
 
 use journal_core::vfs::{SimVfs, Vfs};
 use openraft::storage::RaftStateMachine;
-use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+use openraft::impls::leader_id_adv::LeaderId;
+use openraft::{EntryPayload, LogId};
+type Entry = openraft::alias::EntryOf<raftkv::TypeConfig>;
 use raftkv::machine::{Error, KeyMeta};
 use raftkv::Verdict::{Applied, CompareFailed, Duplicate};
 use raftkv::{Batch, Command, Compare, Expect, RequestId, Revision, StateMachine, TxnOp};
@@ -30,9 +32,9 @@ fn open(vfs: Arc<dyn Vfs>) -> Result<StateMachine, Error> {
     StateMachine::open(vfs, "/node/state", options())
 }
 
-fn entry(index: u64, cmds: Vec<Command>) -> Entry<raftkv::TypeConfig> {
+fn entry(index: u64, cmds: Vec<Command>) -> Entry {
     Entry {
-        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+        log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
         payload: EntryPayload::Normal(Batch(cmds)),
     }
 }
@@ -77,7 +79,7 @@ async fn revisions_follow_creates_puts_and_deletes() {
         key: b"k".to_vec(),
         id: None,
     };
-    sm.apply([entry(1, vec![put("k", "a"), put("j", "x")])])
+    sm.apply_all([entry(1, vec![put("k", "a"), put("j", "x")])])
         .await
         .unwrap();
     let created = KeyMeta {
@@ -88,14 +90,14 @@ async fn revisions_follow_creates_puts_and_deletes() {
     assert_eq!(meta(&sm, "k"), Some(created));
     assert_eq!(meta(&sm, "j").unwrap().modified, rev(1, 1));
     // An overwrite keeps the create revision, in the same entry too.
-    sm.apply([entry(2, vec![put("k", "b"), put("k", "c")])])
+    sm.apply_all([entry(2, vec![put("k", "b"), put("k", "c")])])
         .await
         .unwrap();
     assert_eq!(meta(&sm, "k").unwrap().create, rev(1, 0));
     assert_eq!(meta(&sm, "k").unwrap().modified, rev(2, 1));
     assert_eq!(sm.get(b"k").unwrap().as_deref(), Some(&b"c"[..]));
     // A put after a delete creates the key again.
-    sm.apply([entry(3, vec![del, put("k", "d")])])
+    sm.apply_all([entry(3, vec![del, put("k", "d")])])
         .await
         .unwrap();
     assert_eq!(meta(&sm, "k").unwrap().create, rev(3, 1));
@@ -107,12 +109,12 @@ async fn revisions_follow_creates_puts_and_deletes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_compare_and_sets_from_one_revision_never_both_win() {
     let mut sm = open(Arc::new(SimVfs::new())).unwrap();
-    sm.apply([entry(1, vec![put("k", "a")])]).await.unwrap();
+    sm.apply_all([entry(1, vec![put("k", "a")])]).await.unwrap();
     let r = rev(1, 0);
     // In one entry (the second sees the first's uncommitted write), and in
     // the next.
     let out = sm
-        .apply([
+        .apply_all([
             entry(2, vec![cas("k", r, "b", None), cas("k", r, "c", None)]),
             entry(
                 3,
@@ -129,7 +131,7 @@ async fn two_compare_and_sets_from_one_revision_never_both_win() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_applies_one_branch_whole() {
     let mut sm = open(Arc::new(SimVfs::new())).unwrap();
-    sm.apply([entry(1, vec![put("a", "1")])]).await.unwrap();
+    sm.apply_all([entry(1, vec![put("a", "1")])]).await.unwrap();
     let txn = |expect: Vec<(&str, Expect)>| Command::Txn {
         compares: expect
             .into_iter()
@@ -162,7 +164,7 @@ async fn a_transaction_applies_one_branch_whole() {
         ("b", Expect::Absent),
     ]);
     let out = sm
-        .apply([entry(2, vec![failing]), entry(3, vec![holding])])
+        .apply_all([entry(2, vec![failing]), entry(3, vec![holding])])
         .await
         .unwrap();
     assert_eq!(out[0].verdicts, [CompareFailed]);
@@ -178,9 +180,9 @@ async fn a_retried_compare_and_set_gets_its_first_answer() {
     let sim = SimVfs::new();
     let mut sm = open(Arc::new(sim.clone())).unwrap();
     let id = |seq| Some(RequestId { client: 5, seq });
-    sm.apply([entry(1, vec![put("k", "a")])]).await.unwrap();
+    sm.apply_all([entry(1, vec![put("k", "a")])]).await.unwrap();
     let out = sm
-        .apply([entry(
+        .apply_all([entry(
             2,
             vec![put("k", "b"), cas("k", rev(1, 0), "c", id(1))],
         )])
@@ -193,7 +195,7 @@ async fn a_retried_compare_and_set_gets_its_first_answer() {
     drop(sm);
     let mut sm = open(Arc::new(sim)).unwrap();
     let out = sm
-        .apply([entry(
+        .apply_all([entry(
             3,
             vec![put("k", "a"), cas("k", rev(3, 0), "c", id(1))],
         )])

@@ -9,7 +9,9 @@ use base64::Engine as _;
 use common::Cluster;
 use journal_core::vfs::SimVfs;
 use openraft::storage::RaftStateMachine;
-use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+use openraft::impls::leader_id_adv::LeaderId;
+use openraft::{EntryPayload, LogId};
+type Entry = openraft::alias::EntryOf<raftkv::TypeConfig>;
 use raftkv::api::WatchLine;
 use raftkv::client::Client;
 use raftkv::machine::{Change, Position, SUGGESTED_RETENTION};
@@ -18,9 +20,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn entry(index: u64, cmds: Vec<Command>) -> Entry<raftkv::TypeConfig> {
+fn entry(index: u64, cmds: Vec<Command>) -> Entry {
     Entry {
-        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+        log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
         payload: EntryPayload::Normal(Batch(cmds)),
     }
 }
@@ -90,7 +92,7 @@ async fn the_history_holds_every_change_in_order_and_compacts() {
         end: Some(b"r0".to_vec()),
         id: None,
     };
-    sm.apply([
+    sm.apply_all([
         entry(1, vec![put("a", "1"), put("b", "2"), del("missing")]),
         entry(2, vec![txn, put("r/1", "x"), put("r/2", "y")]),
         entry(3, vec![range, put("a", "3")]),
@@ -126,7 +128,7 @@ async fn the_history_holds_every_change_in_order_and_compacts() {
     // Compaction to a retention of 4: the oldest go, the horizon moves
     // past them, and a read from before it is told so.
     sm.keep_events(4);
-    sm.apply([entry(4, vec![put("z", "1")])]).await.unwrap();
+    sm.apply_all([entry(4, vec![put("z", "1")])]).await.unwrap();
     let (horizon, held) = sm.history();
     assert_eq!(held, 4);
     // (Just past the last event removed: 2.2.0.)
@@ -333,7 +335,7 @@ async fn a_watch_from_a_compacted_revision_is_gone() {
 
 /// Entry `i` of a log with range deletes in it: a range delete commits
 /// its entry's earlier writes before the batch ends.
-fn mixed(i: u64) -> Entry<raftkv::TypeConfig> {
+fn mixed(i: u64) -> Entry {
     // Values large enough that the store's log buffers fill and are
     // written (not synced): a torn crash keeps some of them.
     let mut cmds = vec![put(&format!("r/{}", i % 13), &format!("{i}"))];
@@ -371,8 +373,8 @@ async fn after_a_crash_the_replayed_history_is_the_same_and_counted_once() {
     let mut beyond = 0;
     for round in 0..60u64 {
         let n = 20 + (round * 37) % 80;
-        sm.apply((next..next + n).map(mixed)).await.unwrap();
-        rf.apply((next..next + n).map(mixed)).await.unwrap();
+        sm.apply_all((next..next + n).map(mixed)).await.unwrap();
+        rf.apply_all((next..next + n).map(mixed)).await.unwrap();
         next += n;
         if round % 2 == 0 {
             // Durable up to here (the store synced, as a log purge has it).
@@ -394,7 +396,7 @@ async fn after_a_crash_the_replayed_history_is_the_same_and_counted_once() {
             replayed += next - 1 - applied;
             beyond += applied.saturating_sub(synced);
             kept += applied;
-            sm.apply((applied + 1..next).map(mixed)).await.unwrap();
+            sm.apply_all((applied + 1..next).map(mixed)).await.unwrap();
         }
         let (horizon, held) = sm.history();
         let events = all_events(&sm, horizon);
@@ -424,7 +426,7 @@ async fn without_a_history_no_event_is_written_and_every_start_is_gone() {
     )
     .unwrap();
     sm.keep_events(SUGGESTED_RETENTION);
-    sm.apply([entry(1, vec![put("a", "1"), put("b", "2")])])
+    sm.apply_all([entry(1, vec![put("a", "1"), put("b", "2")])])
         .await
         .unwrap();
     assert_eq!(sm.history().1, 2);
@@ -432,7 +434,7 @@ async fn without_a_history_no_event_is_written_and_every_start_is_gone() {
     // and the horizon follows the applied index.
     sm.keep_events(0);
     assert!(!sm.keeps_history());
-    sm.apply([entry(2, vec![put("c", "3")])]).await.unwrap();
+    sm.apply_all([entry(2, vec![put("c", "3")])]).await.unwrap();
     let (horizon, held) = sm.history();
     assert_eq!((horizon.to_string().as_str(), held), ("3.0.0", 0));
     let page = sm.events(Position::default(), b"", 10, 10).unwrap();
@@ -440,7 +442,7 @@ async fn without_a_history_no_event_is_written_and_every_start_is_gone() {
     assert!(all_events(&sm, horizon).is_empty());
     // On again: events from the next entry on.
     sm.keep_events(10);
-    sm.apply([entry(3, vec![put("d", "4")])]).await.unwrap();
+    sm.apply_all([entry(3, vec![put("d", "4")])]).await.unwrap();
     let s = |x: &str| x.to_string();
     assert_eq!(
         all_events(&sm, horizon),

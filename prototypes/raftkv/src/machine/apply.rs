@@ -5,12 +5,13 @@ use super::events::{self, Position, HISTORY_STATE};
 use super::leases::{self, lease_id, Refused};
 use super::record::{self, KeyMeta};
 use super::sessions::Sessions;
-use super::{corrupt, AppliedState, Error, NodeId, Partial, State};
+use super::{corrupt, AppliedState, Error, Partial, State};
 use crate::types::{
     layout, Applied, Batch, Command, Compare, Expect, RequestId, Revision, TxnOp, Verdict,
 };
 use kvstore::{Store, Transaction};
-use openraft::LogId;
+use crate::types::TypeConfig;
+use openraft::alias::LogIdOf;
 use std::collections::HashMap;
 
 /// A store transaction, and what it changed in clients' keys so far: a
@@ -189,7 +190,7 @@ impl<'s> Writer<'s> {
 /// its revision.
 #[derive(Debug, Clone, Copy)]
 struct At {
-    prev: Option<LogId<NodeId>>,
+    prev: Option<LogIdOf<TypeConfig>>,
     rev: Revision,
 }
 
@@ -199,7 +200,7 @@ struct At {
 pub(super) fn apply_batch(
     w: &mut Writer<'_>,
     st: &mut State,
-    (prev, index): (Option<LogId<NodeId>>, u64),
+    (prev, index): (Option<LogIdOf<TypeConfig>>, u64),
     batch: Batch,
     bytes: &mut usize,
 ) -> Result<Applied, Error> {

@@ -72,6 +72,30 @@ impl SnapshotFile {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Up to `max` bytes of the file from `pos` (empty at its end): a
+    /// piece of a snapshot being sent.
+    pub fn read_piece(&self, pos: u64, max: usize) -> io::Result<Vec<u8>> {
+        let len = self.file.len().map_err(io::Error::other)?;
+        let n = usize::try_from(len.saturating_sub(pos))
+            .unwrap_or(usize::MAX)
+            .min(max);
+        let mut buf = vec![0u8; n];
+        self.file
+            .read_exact_at(&mut buf, pos)
+            .map_err(io::Error::other)?;
+        Ok(buf)
+    }
+
+    /// Appends `bytes` at the end of what was written (a piece of a
+    /// snapshot being received).
+    pub fn write_piece(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.file
+            .write_at(bytes, self.pos)
+            .map_err(io::Error::other)?;
+        self.pos += bytes.len() as u64;
+        Ok(())
+    }
 }
 
 impl AsyncRead for SnapshotFile {
@@ -406,10 +430,10 @@ fn ours(k: &[u8], v: &[u8]) -> bool {
 impl StateMachine {
     /// Makes the store durable, then streams it, with its applied id, into
     /// a new snapshot file, which becomes the current snapshot.
-    pub(super) fn build(&self) -> Result<Snapshot<TypeConfig>, Error> {
+    pub(super) fn build(&self) -> Result<Snapshot, Error> {
         let inner = &self.inner;
         let began = std::time::Instant::now();
-        let (meta, pairs) = {
+        let (meta, name, pairs) = {
             let mut st = inner.state.lock();
             st.store.sync()?;
             self.mark_durable(st.applied.log_id);
@@ -417,42 +441,43 @@ impl StateMachine {
             st.bytes_since_snapshot = 0;
             st.snapshot_asked = false;
             let last = st.applied.log_id;
-            let meta = SnapshotMeta {
+            let meta = Meta {
                 last_log_id: last,
                 last_membership: st.applied.membership.clone(),
-                snapshot_id: format!(
-                    "{}-{}-{}",
-                    last.map_or(0, |l| l.leader_id.term),
-                    last.map_or(0, |l| l.index),
-                    st.snapshots_built
-                ),
             };
+            let name = format!(
+                "{}-{}-{}",
+                last.map_or(0, |l| l.leader_id.term),
+                last.map_or(0, |l| l.index),
+                st.snapshots_built
+            );
             // The iterator's snapshot is taken now, under the lock applies
             // hold: exactly the entries up to `last`.
-            (meta, st.store.range(..)?)
+            (meta, name, st.store.range(..)?)
         };
         let snaps = inner.dir.join(SNAPSHOT_DIR);
-        let tmp = snaps.join(format!("{}.tmp", meta.snapshot_id));
+        let tmp = snaps.join(format!("{name}.tmp"));
         let mut w = Writer::create(&*inner.vfs, &tmp, &meta)?;
         for pair in pairs {
             let (k, v) = pair?;
             w.push(k, v)?;
         }
         let bytes = w.finish()?;
-        let path = self.make_current(&tmp, &meta)?;
+        let path = self.make_current(&tmp, &meta, &name)?;
         self.observe("build", began, bytes);
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(SnapshotFile::open(&*inner.vfs, &path)?),
+            snapshot: SnapshotFile::open(&*inner.vfs, &path)?,
         })
     }
 
-    /// Renames a synced snapshot file into place (the directory synced) as
-    /// the current snapshot, and removes the one before it.
-    fn make_current(&self, from: &Path, meta: &Meta) -> Result<PathBuf, Error> {
+    /// Renames a synced snapshot file into place as `name.snap` (the
+    /// directory synced), the current snapshot, and removes the one before
+    /// it.
+    fn make_current(&self, from: &Path, meta: &Meta, name: &str) -> Result<PathBuf, Error> {
         let inner = &self.inner;
         let snaps = inner.dir.join(SNAPSHOT_DIR);
-        let path = snaps.join(format!("{}.snap", meta.snapshot_id));
+        let path = snaps.join(format!("{name}.snap"));
         inner.vfs.rename(from, &path)?;
         inner.vfs.sync_dir(&snaps)?;
         let old = inner
@@ -497,8 +522,9 @@ impl StateMachine {
         self.inner.state.lock().snapshot_asked
     }
 
-    /// A new file to receive a snapshot into.
-    pub(super) fn receive(&self) -> Result<SnapshotFile, Error> {
+    /// A new file to receive a snapshot into (the network writes what a
+    /// leader streams into it, then hands it to openraft to install).
+    pub fn receive(&self) -> Result<SnapshotFile, Error> {
         let n = {
             let mut st = self.inner.state.lock();
             st.received += 1;
@@ -574,7 +600,12 @@ impl StateMachine {
         remove_tree(&*inner.vfs, &old_dir)?;
         inner.vfs.sync_dir(&inner.dir)?;
         let bytes = file.file.len()?;
-        self.make_current(&file.path, meta)?;
+        let name = format!(
+            "{}-{}-received",
+            meta.last_log_id.map_or(0, |l| l.leader_id.term),
+            meta.last_log_id.map_or(0, |l| l.index),
+        );
+        self.make_current(&file.path, meta, &name)?;
         self.observe("install", began, bytes);
         Ok(())
     }
