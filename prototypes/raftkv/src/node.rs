@@ -448,11 +448,13 @@ impl Node {
             journal_core::Options::default(),
         )
         .map_err(|e| Error::Log(openraft_log::Error::Journal(e)))?;
-        // openraft 0.9's core awaits each append's flush: flushing inline
-        // saves the hand-off to the journal's forcer and back.
+        // openraft 0.10 replicates while the leader's append is flushed:
+        // the journal's forcer flushes, and the core is told when it is
+        // done (openraft 0.9 awaited each flush, and flushing inline saved
+        // the hand-off).
         let log = JournalLogStore::from_journal(Arc::new(journal))
             .map_err(Error::Log)?
-            .with_flush_mode(openraft_log::FlushMode::Inline);
+            .with_flush_mode(openraft_log::FlushMode::Task);
         // Full-page images (the default, named because it matters): three
         // members share a disk whose flushes bound the Raft log, and the
         // double write's two syncs per batch added flushes per put (0.29
