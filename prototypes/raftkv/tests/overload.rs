@@ -79,15 +79,19 @@ async fn requests_past_the_concurrency_limit_get_503_with_retry_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_whose_client_went_away_before_it_was_proposed_is_not_applied() {
-    // The flush below blocks the leader's Raft core (a flush in place does):
-    // the followers must not elect another leader meanwhile.
+    // Long elections: slow flushes must not bring a new leader.
     let cluster = Cluster::start(3, &["--election-timeout-ms", "3000"]);
     let leader = cluster.leader(None).await;
     let addr = cluster.nodes[leader].addr.clone();
-    // The first flush takes 1.5 s: the two entries in flight hold the
-    // proposer while the write queued behind them is abandoned by its
-    // client (the server drops its handler when the connection closes).
-    arm(&addr, "1*sleep(1500)").await;
+    // Every member's flushes take 1.5 s (no majority has an entry durable
+    // sooner: the leader's own disk alone does not hold a commit, as
+    // openraft 0.10 replicates while it flushes): the two entries in
+    // flight hold the proposer while the write queued behind them is
+    // abandoned by its client (the server drops its handler when the
+    // connection closes).
+    for n in &cluster.nodes {
+        arm(&n.addr, "sleep(1500)").await;
+    }
     let http = reqwest::Client::new();
     let mut first = Vec::new();
     for i in 0..2 {
@@ -103,7 +107,9 @@ async fn a_write_whose_client_went_away_before_it_was_proposed_is_not_applied() 
         .send()
         .await;
     assert!(gone.is_err(), "answered: {gone:?}");
-    arm(&addr, "off").await;
+    for n in &cluster.nodes {
+        arm(&n.addr, "off").await;
+    }
     // Their own answers (200, or 503 after the 5 s request timeout) do not
     // matter here.
     for f in first {
