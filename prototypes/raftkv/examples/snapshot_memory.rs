@@ -10,8 +10,8 @@
 //! ```
 
 use journal_core::vfs::{OpenOptions, OsVfs, Vfs};
-use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use openraft::impls::leader_id_adv::LeaderId;
+use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, LogId};
 type Entry = openraft::alias::EntryOf<raftkv::TypeConfig>;
 use raftkv::{Batch, Command, StateMachine, TypeConfig};
@@ -79,7 +79,13 @@ async fn main() {
             })
             .collect();
         let e = Entry {
-            log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
+            log_id: LogId::new(
+                LeaderId {
+                    term: 1,
+                    node_id: 1,
+                },
+                index,
+            ),
             payload: EntryPayload::Normal(Batch(cmds)),
         };
         src.apply_all([e]).await.expect("apply");

@@ -6,7 +6,6 @@
 //! resends the body); `503` when there is no leader, or no majority
 //! answered within [`REQUEST_TIMEOUT`] — never a hang.
 
-use openraft::async_runtime::WatchReceiver;
 use crate::network::{CLUSTER_HEADER, MAX_RPC_BODY};
 use crate::node::Node;
 use crate::types::{check_key, NodeId, RequestId, TypeConfig};
@@ -16,6 +15,7 @@ use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, ForwardToLeader, LinearizableReadError, RaftError};
 use openraft::raft::{AppendEntriesRequest, VoteRequest};
 use openraft::{BasicNode, ChangeMembers};
@@ -171,7 +171,12 @@ mod failpoints {
 /// frees the log's space, and a member behind it (a replacement) is then
 /// sent the snapshot.
 async fn compact(State(node): State<Arc<Node>>) -> Response {
-    let applied = node.raft.metrics().borrow_watched().last_applied.map(|l| l.index);
+    let applied = node
+        .raft
+        .metrics()
+        .borrow_watched()
+        .last_applied
+        .map(|l| l.index);
     let Some(upto) = applied else {
         return text(StatusCode::CONFLICT, "nothing applied");
     };
@@ -448,7 +453,13 @@ async fn linearize(node: &Node, uri: &Uri) -> Result<u64, Response> {
             "no majority answered in time",
         )
     };
-    let read = match tokio::time::timeout(REQUEST_TIMEOUT, node.raft.ensure_linearizable(openraft::ReadPolicy::ReadIndex)).await {
+    let read = match tokio::time::timeout(
+        REQUEST_TIMEOUT,
+        node.raft
+            .ensure_linearizable(openraft::ReadPolicy::ReadIndex),
+    )
+    .await
+    {
         Err(_) => return Err(late()),
         Ok(Ok(read)) => read,
         Ok(Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f)))) => {

@@ -124,11 +124,12 @@
 //! # What a linearizable read waits for
 //!
 //! The leader confirms with a majority that it still leads (a heartbeat
-//! round sent after the read arrived), then waits until its state machine
-//! applied the read index: openraft's `max(the leader's first entry of its
-//! term, its commit index)`. **After a restart** a node whose stored vote
-//! made it leader comes back as leader in the same term without an
-//! election (openraft 0.9), and the commit index it read back from its log
+//! round sent after the read arrived: openraft's `ReadPolicy::ReadIndex`),
+//! then waits until its state machine applied the read index: openraft's
+//! `max(the leader's first entry of its term, its commit index)`. **After
+//! a restart** a node whose stored vote made it leader comes back as
+//! leader in the same term without an election (openraft's leader
+//! restore, on by default), and the commit index it read back from its log
 //! may lag what it had acknowledged before it stopped (the committed id is
 //! made durable by the log's next force, not at once). For that resumed
 //! leadership the read index is at least the last entry its log held at
@@ -142,9 +143,9 @@
 //! # Batching
 //!
 //! Writes that arrive while earlier ones are on their way through Raft are
-//! gathered into one log entry ([`propose`]): openraft 0.9 flushes the
-//! leader's log once per entry before taking the next, so this is what
-//! group commit looks like one level up. A lone writer's entry leaves at
+//! gathered into one log entry ([`propose`]): one log write and flush per
+//! entry on every member, so this is what group commit looks like one
+//! level up. A lone writer's entry leaves at
 //! once.
 //!
 //! # How a restart recovers
@@ -157,7 +158,8 @@
 //! (a snapshot's applied id, which building the snapshot made durable
 //! first; an installed snapshot's, once its store is current): the log's
 //! purge waits for it ([`StateMachine::purge_gate`]), since openraft 0.9
-//! purges a follower's log without waiting for its snapshot install. A
+//! purged a follower's log without waiting for its snapshot install (kept
+//! under 0.10: the gate costs nothing when the store is ahead). A
 //! follower too far behind gets a snapshot, installed by an atomic replace
 //! of its store. Snapshots are files in the node's directory
 //! (`snapshots/`, docs/FORMAT.md): streamed from the store, sent and

@@ -29,10 +29,10 @@
 //! Memory, at any store size: a chunk or two.
 
 use crate::types::{layout, Applied, TypeConfig};
+use futures_util::StreamExt;
 use journal_core::sync::Mutex;
 use journal_core::vfs::{OpenOptions, Vfs};
 use kvstore::Store;
-use futures_util::StreamExt;
 use openraft::alias::{EntryOf, LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
 use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, StoredMembership};
@@ -608,16 +608,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     type SnapshotData = SnapshotFile;
     type SnapshotBuilder = Self;
 
-    async fn applied_state(&mut self) -> std::io::Result<(Option<LogIdOf<TypeConfig>>, Membership)> {
+    async fn applied_state(
+        &mut self,
+    ) -> std::io::Result<(Option<LogIdOf<TypeConfig>>, Membership)> {
         let st = self.inner.state.lock();
         Ok((st.applied.log_id, st.applied.membership.clone()))
     }
 
     async fn apply<S>(&mut self, entries: S) -> std::io::Result<()>
     where
-        S: futures_util::Stream<Item = std::io::Result<EntryResponder<TypeConfig>>>
-            + Unpin
-            + Send,
+        S: futures_util::Stream<Item = std::io::Result<EntryResponder<TypeConfig>>> + Unpin + Send,
     {
         // The batch openraft hands over, whole: it is applied at once.
         let mut responders = Vec::new();
@@ -659,7 +659,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.clone()
     }
 
-    async fn install_snapshot(&mut self, meta: &Meta, snapshot: SnapshotFile) -> std::io::Result<()> {
+    async fn install_snapshot(
+        &mut self,
+        meta: &Meta,
+        snapshot: SnapshotFile,
+    ) -> std::io::Result<()> {
         let sm = self.clone();
         let meta = meta.clone();
         let r = blocking(move || sm.install(&meta, snapshot)).await;

@@ -94,7 +94,8 @@ impl Peer {
         E: std::error::Error + DeserializeOwned,
     {
         let body = postcard::to_stdvec(req).map_err(|e| net(&e))?;
-        self.send(path, reqwest::Body::from(body), option.hard_ttl()).await
+        self.send(path, reqwest::Body::from(body), option.hard_ttl())
+            .await
     }
 
     /// Posts `body` to `path`, within `ttl`; decodes the answer.
@@ -132,7 +133,9 @@ impl Peer {
 }
 
 /// A network error carrying `e`'s message.
-fn net<E: std::error::Error>(e: &dyn std::error::Error) -> RPCError<TypeConfig, RaftError<TypeConfig, E>> {
+fn net<E: std::error::Error>(
+    e: &dyn std::error::Error,
+) -> RPCError<TypeConfig, RaftError<TypeConfig, E>> {
     RPCError::Network(NetworkError::new(&BadStatus(e.to_string())))
 }
 
@@ -188,11 +191,13 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         let all = rpc.entries.len();
-        let mut body = postcard::to_stdvec(&rpc).map_err(|e| flatten::<()>(Err(net(&e))).unwrap_err())?;
+        let mut body =
+            postcard::to_stdvec(&rpc).map_err(|e| flatten::<()>(Err(net(&e))).unwrap_err())?;
         while body.len() > MAX_RPC_BODY && rpc.entries.len() > 1 {
             let half = rpc.entries.len() / 2;
             rpc.entries.truncate(half);
-            body = postcard::to_stdvec(&rpc).map_err(|e| flatten::<()>(Err(net(&e))).unwrap_err())?;
+            body =
+                postcard::to_stdvec(&rpc).map_err(|e| flatten::<()>(Err(net(&e))).unwrap_err())?;
         }
         let last = rpc.entries.last().map(|e| e.log_id);
         let r: Rpc<AppendEntriesResponse<TypeConfig>> = self
@@ -315,7 +320,13 @@ mod tests {
         let mut net = Network::new(1, BTreeMap::new()).unwrap();
         let mut peer = net.new_client(2, &BasicNode { addr }).await;
         let big = |index| openraft::Entry {
-            log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
+            log_id: LogId::new(
+                LeaderId {
+                    term: 1,
+                    node_id: 1,
+                },
+                index,
+            ),
             payload: EntryPayload::Normal(Batch(vec![Command::Put {
                 key: b"k".to_vec(),
                 value: vec![7; MAX_RPC_BODY / 3],

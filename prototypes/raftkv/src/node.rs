@@ -8,12 +8,12 @@
 //! - `log/`: the Raft log, a journal ([`openraft_log::JournalLogStore`]);
 //! - `state/`: the state machine ([`crate::StateMachine`]).
 
-use openraft::async_runtime::WatchReceiver;
 use crate::machine::{self, StateMachine};
 use crate::network::Network;
 use crate::types::{NodeId, Raft};
 use journal_core::vfs::{OsVfs, Vfs};
 use openraft::alias::CommittedLeaderIdOf;
+use openraft::async_runtime::WatchReceiver;
 use openraft::storage::{RaftLogReader, RaftLogStorage};
 use openraft::BasicNode;
 use openraft_log::JournalLogStore;
@@ -331,8 +331,9 @@ fn raft_config(o: &NodeOptions, cluster: u64) -> Result<openraft::Config, Error>
 /// A leadership this node held when it stopped, which openraft restores
 /// at its next start without an election.
 ///
-/// openraft 0.9 brings a node whose stored vote is committed and names
-/// itself back as leader at once, in its old term (`Engine::startup`), and
+/// openraft (0.9, and 0.10 with `enable_leader_restore`, its default)
+/// brings a node whose stored vote is committed and names itself back as
+/// leader at once, in its old term (`Engine::startup`), and
 /// takes the first entry of that term in its log as its no-op
 /// (`Leader::new`, "restarted without losing leadership"). Its read index
 /// is `max(no-op, committed)`, and `committed` is what the log read back:

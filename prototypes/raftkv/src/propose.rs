@@ -1,8 +1,8 @@
 //! Gathers concurrent client writes into one Raft entry.
 //!
-//! openraft 0.9's core makes each entry durable in the leader's log before
-//! it takes the next request (`append_to_log` awaits the flush), so one
-//! entry per write costs one log flush per write, one after the other. The
+//! Every entry costs a log write and flush on every member (under
+//! openraft 0.9 the leader's flush also came before replication, one
+//! entry after the other; 0.10 replicates meanwhile). The
 //! proposer keeps at most [`IN_FLIGHT`] entries on their way through Raft;
 //! the writes that arrive meanwhile wait in its queue and go out together
 //! as the next entry ([`crate::Batch`]) once one of those finishes — group

@@ -286,8 +286,8 @@ impl fmt::Display for Command {
 
 /// The commands of one log entry, applied in order. The leader gathers
 /// the writes that arrive while earlier ones are being committed into one
-/// entry: openraft 0.9 makes each entry durable on the leader before it
-/// takes the next, so an entry per write would cost a log flush per write.
+/// entry: each entry costs a log flush on every member, so an entry per
+/// write would cost a flush per write.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Batch(pub Vec<Command>);
 

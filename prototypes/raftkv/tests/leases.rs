@@ -23,7 +23,13 @@ fn entry(index: u64, now_ms: u64, cmds: Vec<Command>) -> Entry {
         session_ttl_ms: u64::MAX,
     };
     Entry {
-        log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
+        log_id: LogId::new(
+            LeaderId {
+                term: 1,
+                node_id: 1,
+            },
+            index,
+        ),
         payload: EntryPayload::Normal(Batch(std::iter::once(clock).chain(cmds).collect())),
     }
 }

@@ -4,10 +4,10 @@
 //! a snapshot install is all or nothing.
 
 use journal_core::vfs::{CrashPolicy, OpenOptions, SimVfs, Vfs};
-use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
-use raftkv::machine::Snapshot;
 use openraft::impls::leader_id_adv::LeaderId;
+use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, LogId};
+use raftkv::machine::Snapshot;
 type Entry = openraft::alias::EntryOf<raftkv::TypeConfig>;
 use raftkv::machine::SnapshotFile;
 use raftkv::Verdict::{Applied, Duplicate, Stale, UnknownSession};
@@ -36,7 +36,13 @@ fn entry(index: u64) -> Entry {
         }
     };
     Entry {
-        log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
+        log_id: LogId::new(
+            LeaderId {
+                term: 1,
+                node_id: 1,
+            },
+            index,
+        ),
         payload: EntryPayload::Normal(Batch(vec![cmd])),
     }
 }
@@ -142,7 +148,13 @@ async fn a_retried_request_is_applied_once() {
         id: Some(RequestId { client: 9, seq }),
     };
     let entry = |index: u64, cmds: Vec<Command>| Entry {
-        log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
+        log_id: LogId::new(
+            LeaderId {
+                term: 1,
+                node_id: 1,
+            },
+            index,
+        ),
         payload: EntryPayload::Normal(Batch(cmds)),
     };
     // A retry in the same batch and in a later entry.
@@ -195,7 +207,13 @@ async fn sessions_expire_by_the_log_clock_and_stay_bounded() {
         id: Some(RequestId { client, seq }),
     };
     let entry = |index: u64, cmds: Vec<Command>| Entry {
-        log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
+        log_id: LogId::new(
+            LeaderId {
+                term: 1,
+                node_id: 1,
+            },
+            index,
+        ),
         payload: EntryPayload::Normal(Batch(cmds)),
     };
     let mut most = 0;
@@ -386,7 +404,13 @@ async fn a_damaged_snapshot_file_is_refused_and_changes_nothing() {
 /// An entry putting `len` bytes under `key`.
 fn put_entry(index: u64, key: String, len: usize) -> Entry {
     Entry {
-        log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
+        log_id: LogId::new(
+            LeaderId {
+                term: 1,
+                node_id: 1,
+            },
+            index,
+        ),
         payload: EntryPayload::Normal(Batch(vec![Command::Put {
             key: key.into_bytes(),
             value: vec![index as u8; len],
@@ -482,11 +506,23 @@ async fn a_range_delete_sees_the_writes_before_it_in_its_entry() {
     };
     let many: Vec<Command> = (0..3000).map(|i| put(&format!("x/{i:05}"))).collect();
     let e1 = Entry {
-        log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, 1),
+        log_id: LogId::new(
+            LeaderId {
+                term: 1,
+                node_id: 1,
+            },
+            1,
+        ),
         payload: EntryPayload::Normal(Batch(many)),
     };
     let e2 = Entry {
-        log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, 2),
+        log_id: LogId::new(
+            LeaderId {
+                term: 1,
+                node_id: 1,
+            },
+            2,
+        ),
         payload: EntryPayload::Normal(Batch(vec![put("x/new"), del, put("x/after"), put("y")])),
     };
     sm.apply_all([e1, e2]).await.unwrap();

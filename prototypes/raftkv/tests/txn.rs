@@ -6,8 +6,8 @@
 //! is refused.
 
 use journal_core::vfs::{SimVfs, Vfs};
-use openraft::storage::RaftStateMachine;
 use openraft::impls::leader_id_adv::LeaderId;
+use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, LogId};
 type Entry = openraft::alias::EntryOf<raftkv::TypeConfig>;
 use raftkv::machine::{Error, KeyMeta};
@@ -34,7 +34,13 @@ fn open(vfs: Arc<dyn Vfs>) -> Result<StateMachine, Error> {
 
 fn entry(index: u64, cmds: Vec<Command>) -> Entry {
     Entry {
-        log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
+        log_id: LogId::new(
+            LeaderId {
+                term: 1,
+                node_id: 1,
+            },
+            index,
+        ),
         payload: EntryPayload::Normal(Batch(cmds)),
     }
 }

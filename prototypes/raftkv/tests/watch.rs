@@ -8,8 +8,8 @@ mod common;
 use base64::Engine as _;
 use common::Cluster;
 use journal_core::vfs::SimVfs;
-use openraft::storage::RaftStateMachine;
 use openraft::impls::leader_id_adv::LeaderId;
+use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, LogId};
 type Entry = openraft::alias::EntryOf<raftkv::TypeConfig>;
 use raftkv::api::WatchLine;
@@ -22,7 +22,13 @@ use std::time::{Duration, Instant};
 
 fn entry(index: u64, cmds: Vec<Command>) -> Entry {
     Entry {
-        log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
+        log_id: LogId::new(
+            LeaderId {
+                term: 1,
+                node_id: 1,
+            },
+            index,
+        ),
         payload: EntryPayload::Normal(Batch(cmds)),
     }
 }

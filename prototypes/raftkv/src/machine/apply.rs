@@ -6,11 +6,11 @@ use super::leases::{self, lease_id, Refused};
 use super::record::{self, KeyMeta};
 use super::sessions::Sessions;
 use super::{corrupt, AppliedState, Error, Partial, State};
+use crate::types::TypeConfig;
 use crate::types::{
     layout, Applied, Batch, Command, Compare, Expect, RequestId, Revision, TxnOp, Verdict,
 };
 use kvstore::{Store, Transaction};
-use crate::types::TypeConfig;
 use openraft::alias::LogIdOf;
 use std::collections::HashMap;
 
