@@ -14,7 +14,7 @@ use openraft::impls::leader_id_adv::LeaderId;
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, LogId};
 type Entry = openraft::alias::EntryOf<raftkv::TypeConfig>;
-use raftkv::{Batch, Command, StateMachine, TypeConfig};
+use raftkv::{Batch, Command, StateMachine};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;

@@ -169,6 +169,11 @@ fn flatten<T>(r: Rpc<T>) -> Result<T, RPCError<TypeConfig>> {
     })
 }
 
+/// A request that could not be encoded, as openraft's network error.
+fn encode_error(e: &postcard::Error) -> RPCError<TypeConfig> {
+    RPCError::Network(NetworkError::new(&BadStatus(e.to_string())))
+}
+
 /// The header of a streamed snapshot: the leader's vote and the
 /// snapshot's meta, before the snapshot file's bytes.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -191,13 +196,11 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         let all = rpc.entries.len();
-        let mut body =
-            postcard::to_stdvec(&rpc).map_err(|e| flatten::<()>(Err(net(&e))).unwrap_err())?;
+        let mut body = postcard::to_stdvec(&rpc).map_err(|e| encode_error(&e))?;
         while body.len() > MAX_RPC_BODY && rpc.entries.len() > 1 {
             let half = rpc.entries.len() / 2;
             rpc.entries.truncate(half);
-            body =
-                postcard::to_stdvec(&rpc).map_err(|e| flatten::<()>(Err(net(&e))).unwrap_err())?;
+            body = postcard::to_stdvec(&rpc).map_err(|e| encode_error(&e))?;
         }
         let last = rpc.entries.last().map(|e| e.log_id);
         let r: Rpc<AppendEntriesResponse<TypeConfig>> = self

@@ -11,7 +11,7 @@ use raftkv::machine::Snapshot;
 type Entry = openraft::alias::EntryOf<raftkv::TypeConfig>;
 use raftkv::machine::SnapshotFile;
 use raftkv::Verdict::{Applied, Duplicate, Stale, UnknownSession};
-use raftkv::{Batch, Command, RequestId, Revision, StateMachine, TypeConfig};
+use raftkv::{Batch, Command, RequestId, Revision, StateMachine};
 use std::collections::BTreeMap;
 use std::io::SeekFrom;
 use std::sync::Arc;
@@ -105,7 +105,7 @@ fn open(vfs: Arc<dyn Vfs>) -> StateMachine {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_leaves_the_log_applied_up_to_the_applied_id() {
     let sim = SimVfs::new();
-    let mut sm = open(Arc::new(sim.clone()));
+    let sm = open(Arc::new(sim.clone()));
     let mut next = 1;
     let mut crashes = 0;
     let mut seen_lost = false;
@@ -141,7 +141,7 @@ async fn a_crash_leaves_the_log_applied_up_to_the_applied_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_request_is_applied_once() {
     let sim = SimVfs::new();
-    let mut sm = open(Arc::new(sim.clone()));
+    let sm = open(Arc::new(sim.clone()));
     let put = |seq: u64, v: &str| Command::Put {
         key: b"k".to_vec(),
         value: v.as_bytes().to_vec(),
@@ -177,7 +177,7 @@ async fn a_retried_request_is_applied_once() {
     // The table survives a reopen: seq 2 again is a retry, 3 is new.
     sm.close().unwrap();
     drop(sm);
-    let mut sm = open(Arc::new(sim));
+    let sm = open(Arc::new(sim));
     let r = sm
         .apply_all(vec![entry(3, vec![put(2, "c"), put(3, "d")])])
         .await
@@ -196,7 +196,7 @@ async fn sessions_expire_by_the_log_clock_and_stay_bounded() {
     const RATE: u64 = 100;
     const TTL_S: u64 = 60;
     let sim = SimVfs::new();
-    let mut sm = open(Arc::new(sim.clone()));
+    let sm = open(Arc::new(sim.clone()));
     let clock = |s: u64| Command::Clock {
         now_ms: 1_700_000_000_000 + s * 1000,
         session_ttl_ms: TTL_S * 1000,
@@ -273,7 +273,7 @@ async fn a_snapshot_install_is_all_or_nothing() {
     let mut outcomes = [0, 0];
     for at in 1..400 {
         let sim = SimVfs::new();
-        let mut dst = open(Arc::new(sim.clone()));
+        let dst = open(Arc::new(sim.clone()));
         dst.apply_all((1..=50).map(entry).collect::<Vec<_>>())
             .await
             .unwrap();
@@ -493,7 +493,7 @@ async fn snapshots_are_timed_and_sized_in_the_metrics() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_range_delete_sees_the_writes_before_it_in_its_entry() {
     let sim = SimVfs::new();
-    let mut sm = open(Arc::new(sim.clone()));
+    let sm = open(Arc::new(sim.clone()));
     let put = |k: &str| Command::Put {
         key: k.as_bytes().to_vec(),
         value: b"v".to_vec(),

@@ -7,7 +7,6 @@
 
 use journal_core::vfs::{SimVfs, Vfs};
 use openraft::impls::leader_id_adv::LeaderId;
-use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, LogId};
 type Entry = openraft::alias::EntryOf<raftkv::TypeConfig>;
 use raftkv::machine::{Error, KeyMeta};
@@ -80,7 +79,7 @@ fn meta(sm: &StateMachine, key: &str) -> Option<KeyMeta> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revisions_follow_creates_puts_and_deletes() {
-    let mut sm = open(Arc::new(SimVfs::new())).unwrap();
+    let sm = open(Arc::new(SimVfs::new())).unwrap();
     let del = Command::Delete {
         key: b"k".to_vec(),
         id: None,
@@ -114,7 +113,7 @@ async fn revisions_follow_creates_puts_and_deletes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_compare_and_sets_from_one_revision_never_both_win() {
-    let mut sm = open(Arc::new(SimVfs::new())).unwrap();
+    let sm = open(Arc::new(SimVfs::new())).unwrap();
     sm.apply_all([entry(1, vec![put("k", "a")])]).await.unwrap();
     let r = rev(1, 0);
     // In one entry (the second sees the first's uncommitted write), and in
@@ -136,7 +135,7 @@ async fn two_compare_and_sets_from_one_revision_never_both_win() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_applies_one_branch_whole() {
-    let mut sm = open(Arc::new(SimVfs::new())).unwrap();
+    let sm = open(Arc::new(SimVfs::new())).unwrap();
     sm.apply_all([entry(1, vec![put("a", "1")])]).await.unwrap();
     let txn = |expect: Vec<(&str, Expect)>| Command::Txn {
         compares: expect
@@ -184,7 +183,7 @@ async fn a_transaction_applies_one_branch_whole() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_compare_and_set_gets_its_first_answer() {
     let sim = SimVfs::new();
-    let mut sm = open(Arc::new(sim.clone())).unwrap();
+    let sm = open(Arc::new(sim.clone())).unwrap();
     let id = |seq| Some(RequestId { client: 5, seq });
     sm.apply_all([entry(1, vec![put("k", "a")])]).await.unwrap();
     let out = sm
@@ -199,7 +198,7 @@ async fn a_retried_compare_and_set_gets_its_first_answer() {
     // expected: still the first answer, and nothing written.
     sm.close().unwrap();
     drop(sm);
-    let mut sm = open(Arc::new(sim)).unwrap();
+    let sm = open(Arc::new(sim)).unwrap();
     let out = sm
         .apply_all([entry(
             3,

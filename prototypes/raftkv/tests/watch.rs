@@ -9,7 +9,6 @@ use base64::Engine as _;
 use common::Cluster;
 use journal_core::vfs::SimVfs;
 use openraft::impls::leader_id_adv::LeaderId;
-use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, LogId};
 type Entry = openraft::alias::EntryOf<raftkv::TypeConfig>;
 use raftkv::api::WatchLine;
@@ -75,7 +74,7 @@ async fn the_history_holds_every_change_in_order_and_compacts() {
         checkpoint_interval: None,
         ..kvstore::Options::default()
     };
-    let mut sm = StateMachine::open(Arc::new(sim.clone()), "/n/state", options).unwrap();
+    let sm = StateMachine::open(Arc::new(sim.clone()), "/n/state", options).unwrap();
     sm.keep_events(SUGGESTED_RETENTION);
     let txn = Command::Txn {
         compares: vec![Compare {
@@ -128,7 +127,7 @@ async fn the_history_holds_every_change_in_order_and_compacts() {
     // Held across a restart.
     sm.close().unwrap();
     drop(sm);
-    let mut sm = StateMachine::open(Arc::new(sim), "/n/state", options).unwrap();
+    let sm = StateMachine::open(Arc::new(sim), "/n/state", options).unwrap();
     sm.keep_events(SUGGESTED_RETENTION);
     assert_eq!(all_events(&sm, Position::default()), want);
     // Compaction to a retention of 4: the oldest go, the horizon moves
@@ -371,7 +370,7 @@ async fn after_a_crash_the_replayed_history_is_the_same_and_counted_once() {
     };
     let (mut sim, reference) = (SimVfs::new(), SimVfs::new());
     let mut sm = StateMachine::open(Arc::new(sim.clone()), "/n/state", options).unwrap();
-    let mut rf = StateMachine::open(Arc::new(reference), "/n/state", options).unwrap();
+    let rf = StateMachine::open(Arc::new(reference), "/n/state", options).unwrap();
     sm.keep_events(SUGGESTED_RETENTION);
     rf.keep_events(SUGGESTED_RETENTION);
     let (mut next, mut replayed, mut kept) = (1, 0, 0);
@@ -425,7 +424,7 @@ async fn after_a_crash_the_replayed_history_is_the_same_and_counted_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_history_no_event_is_written_and_every_start_is_gone() {
-    let mut sm = StateMachine::open(
+    let sm = StateMachine::open(
         Arc::new(SimVfs::new()),
         "/n/state",
         kvstore::Options::default(),
