@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 mod free;
 mod split;
+pub(crate) use split::InsertHints;
 
 /// The deepest tree a lookup follows: a deeper path is a cycle or damage.
 pub(crate) const MAX_HEIGHT: usize = 24;
@@ -239,6 +240,8 @@ pub(crate) struct Txn<'a> {
     allow_io: bool,
     /// The page whose absence from the pool stopped the transaction.
     pub(crate) missing: Option<PageNo>,
+    /// Where recent inserts went (a hint for splits; not logged).
+    hints: &'a mut InsertHints,
 }
 
 impl<'a> Txn<'a> {
@@ -248,6 +251,7 @@ impl<'a> Txn<'a> {
         journal: &'a Journal,
         meta: TreeMeta,
         allow_io: bool,
+        hints: &'a mut InsertHints,
     ) -> Self {
         Txn {
             pool,
@@ -259,6 +263,7 @@ impl<'a> Txn<'a> {
             before: Vec::new(),
             allow_io,
             missing: None,
+            hints,
         }
     }
 
@@ -414,6 +419,9 @@ impl<'a> Txn<'a> {
             self.free_value(&page, pos)?;
         }
         if page.put_cell(pos, &cell, replace) {
+            if !replace {
+                self.hints.note(leaf_no, pos);
+            }
             let op = LogOp::Put {
                 page: leaf_no,
                 cell,

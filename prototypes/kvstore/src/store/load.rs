@@ -203,7 +203,8 @@ impl<'s> BulkLoad<'s> {
             .file()
             .sync_data()
             .map_err(|e| inner.poison_with(e.into()))?;
-        let mut txn = Txn::new(&inner.pool, &inner.journal, *self.tree, true);
+        let mut hints = tree::InsertHints::default();
+        let mut txn = Txn::new(&inner.pool, &inner.journal, *self.tree, true, &mut hints);
         if let Err(e) = txn.adopt(root, self.next) {
             txn.rollback();
             return Err(e);

@@ -177,6 +177,10 @@ pub(crate) struct Inner {
     combiner: Mutex<()>,
     /// The buffer records are encoded into (see `write.rs`).
     record_buf: Mutex<Vec<u8>>,
+    /// Where recent inserts into each leaf went, so that a leaf taking
+    /// ascending keys splits at the insert (`tree/split.rs`). Locked
+    /// under the tree's write lock only: never contended.
+    hints: Mutex<tree::InsertHints>,
     /// The LSN of the last transaction applied: a new snapshot reads as of
     /// it.
     applied: AtomicU64,

@@ -207,6 +207,7 @@ pub(super) fn open(vfs: Arc<dyn Vfs>, dir: &Path, options: Options) -> Result<In
         queue: Mutex::new(Vec::new()),
         combiner: Mutex::new(()),
         record_buf: Mutex::new(Vec::new()),
+        hints: Mutex::new(tree::InsertHints::default()),
         applied: AtomicU64::new(applied.0),
         epoch: AtomicU64::new(1),
         meta_seq: AtomicU64::new(meta.sequence),

@@ -194,7 +194,8 @@ impl Inner {
     /// caller holds the tree lock exclusively). Anything short of the
     /// append is rolled back.
     fn apply_locked(&self, tree: &mut TreeMeta, ops: &[Op], allow_io: bool) -> Result<Applied> {
-        let mut txn = Txn::new(&self.pool, &self.journal, *tree, allow_io);
+        let mut hints = self.hints.lock();
+        let mut txn = Txn::new(&self.pool, &self.journal, *tree, allow_io, &mut hints);
         for op in ops {
             let r = match op {
                 Op::Put(k, v) => txn.put(k, v),

@@ -4,7 +4,14 @@
 //! into the new pages), and a cell appended past a leaf's last one — a
 //! sequential load, or writers each appending in a key range of their
 //! own — starts the new right leaf alone: the left one is not touched, so
-//! it is neither copied nor logged.
+//! it is neither copied nor logged. A leaf taking ascending keys in its
+//! middle (writers appending each in a key range of its own, where the
+//! next range's first keys share the leaf) splits at the insert, the new
+//! cell last on the left (InnoDB's split by insert direction): the next
+//! keys then append past the left leaf's end, instead of halving the same
+//! leaf again and again with half a page logged each time. Which leaf
+//! takes ascending keys is an in-memory hint ([`InsertHints`]), never
+//! logged: a wrong or lost hint only changes where a split falls.
 
 use super::{Step, Txn};
 use crate::page::{branch_cell, Kind, Page, PageNo};
@@ -31,13 +38,22 @@ impl Txn<'_> {
             let right_no = self.alloc()?;
             let right = Page::from_cells(right_no, Kind::Leaf, 0, &[&cell[..]]);
             let sep = right.key(0).to_vec();
+            self.hints.note(right_no, 0);
             self.write(right_no, right, None);
             return self.insert_separator(path, path.len() - 1, &sep, right_no);
         }
+        let ascending = self.hints.ascending(leaf_no, pos);
         let (right_no, right, sep, mid) = {
             let mut cells = page.cells();
+            // The cells from `pos` on move right; the new one fits on the
+            // left when they free at least its bytes.
+            let moved: usize = cells[pos..].iter().map(|c| c.len() + 2).sum();
+            let at_insert = ascending && moved >= cell.len() + 2;
             cells.insert(pos, &cell);
-            let mid = split_point(&cells);
+            let mid = match at_insert {
+                true => pos + 1,
+                false => split_point(&cells),
+            };
             let right_no = self.alloc()?;
             let right = Page::from_cells(right_no, Kind::Leaf, 0, &cells[mid..]);
             let sep = right.key(0).to_vec();
@@ -49,6 +65,7 @@ impl Txn<'_> {
             key: sep.clone(),
         };
         if pos < mid {
+            self.hints.note(leaf_no, pos);
             self.write(leaf_no, self.pool.copy(&page), Some(op));
             let fit = page.put_cell(pos, &cell, false);
             debug_assert!(fit, "the left half has room for the new cell");
@@ -106,6 +123,52 @@ impl Txn<'_> {
         self.write(pno, left, None);
         self.write(right_no, right_page, None);
         self.insert_separator(path, level - 1, &up_key, right_no)
+    }
+}
+
+/// Slots of [`InsertHints`] (a power of two).
+const HINT_SLOTS: usize = 256;
+
+/// Where the last insert into each of a few recently written leaves went
+/// (direct-mapped by page number), and how many inserts in a row went
+/// each one slot past the one before.
+#[derive(Debug, Clone)]
+pub(crate) struct InsertHints {
+    /// (leaf, position of its last insert, inserts in the ascending run).
+    slots: [(PageNo, u16, u16); HINT_SLOTS],
+}
+
+impl Default for InsertHints {
+    fn default() -> Self {
+        InsertHints {
+            slots: [(0, 0, 0); HINT_SLOTS],
+        }
+    }
+}
+
+impl InsertHints {
+    fn slot(&mut self, page: PageNo) -> &mut (PageNo, u16, u16) {
+        &mut self.slots[page as usize % HINT_SLOTS]
+    }
+
+    /// A new cell went into leaf `page` at `pos`.
+    pub(crate) fn note(&mut self, page: PageNo, pos: usize) {
+        let pos = u16::try_from(pos).unwrap_or(u16::MAX);
+        let s = self.slot(page);
+        let run = match *s {
+            (p, last, run) if p == page && last.checked_add(1) == Some(pos) => {
+                run.saturating_add(1)
+            }
+            _ => 1,
+        };
+        *s = (page, pos, run);
+    }
+
+    /// Whether an insert at `pos` of leaf `page` continues a run of at
+    /// least two ascending inserts there.
+    fn ascending(&mut self, page: PageNo, pos: usize) -> bool {
+        let (p, last, run) = *self.slot(page);
+        p == page && run >= 2 && usize::from(last) + 1 == pos
     }
 }
 
