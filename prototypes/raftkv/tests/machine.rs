@@ -19,6 +19,20 @@ use tokio::io::AsyncSeekExt;
 
 const KEYS: u64 = 16;
 
+/// An entry of term 1 (leader 1) at `index` carrying `cmds`.
+fn batch_entry(index: u64, cmds: Vec<Command>) -> Entry {
+    Entry {
+        log_id: LogId::new(
+            LeaderId {
+                term: 1,
+                node_id: 1,
+            },
+            index,
+        ),
+        payload: EntryPayload::Normal(Batch(cmds)),
+    }
+}
+
 fn entry(index: u64) -> Entry {
     let key = format!("k{}", index * 7 % KEYS).into_bytes();
     // Three clients, each with sequence numbers 1, 2, 3, ...
@@ -35,16 +49,7 @@ fn entry(index: u64) -> Entry {
             id,
         }
     };
-    Entry {
-        log_id: LogId::new(
-            LeaderId {
-                term: 1,
-                node_id: 1,
-            },
-            index,
-        ),
-        payload: EntryPayload::Normal(Batch(vec![cmd])),
-    }
+    batch_entry(index, vec![cmd])
 }
 
 /// The store's content after applying entries `1..=applied`.
@@ -147,16 +152,7 @@ async fn a_retried_request_is_applied_once() {
         value: v.as_bytes().to_vec(),
         id: Some(RequestId { client: 9, seq }),
     };
-    let entry = |index: u64, cmds: Vec<Command>| Entry {
-        log_id: LogId::new(
-            LeaderId {
-                term: 1,
-                node_id: 1,
-            },
-            index,
-        ),
-        payload: EntryPayload::Normal(Batch(cmds)),
-    };
+    let entry = batch_entry;
     // A retry in the same batch and in a later entry.
     let r = sm
         .apply_all(vec![
@@ -206,16 +202,7 @@ async fn sessions_expire_by_the_log_clock_and_stay_bounded() {
         value: b"v".to_vec(),
         id: Some(RequestId { client, seq }),
     };
-    let entry = |index: u64, cmds: Vec<Command>| Entry {
-        log_id: LogId::new(
-            LeaderId {
-                term: 1,
-                node_id: 1,
-            },
-            index,
-        ),
-        payload: EntryPayload::Normal(Batch(cmds)),
-    };
+    let entry = batch_entry;
     let mut most = 0;
     for s in 0..600u64 {
         let cmds = std::iter::once(clock(s))
@@ -403,20 +390,14 @@ async fn a_damaged_snapshot_file_is_refused_and_changes_nothing() {
 
 /// An entry putting `len` bytes under `key`.
 fn put_entry(index: u64, key: String, len: usize) -> Entry {
-    Entry {
-        log_id: LogId::new(
-            LeaderId {
-                term: 1,
-                node_id: 1,
-            },
-            index,
-        ),
-        payload: EntryPayload::Normal(Batch(vec![Command::Put {
+    batch_entry(
+        index,
+        vec![Command::Put {
             key: key.into_bytes(),
             value: vec![index as u8; len],
             id: None,
-        }])),
-    }
+        }],
+    )
 }
 
 /// The byte policy: a snapshot is asked for once the value bytes applied
@@ -505,26 +486,8 @@ async fn a_range_delete_sees_the_writes_before_it_in_its_entry() {
         id: None,
     };
     let many: Vec<Command> = (0..3000).map(|i| put(&format!("x/{i:05}"))).collect();
-    let e1 = Entry {
-        log_id: LogId::new(
-            LeaderId {
-                term: 1,
-                node_id: 1,
-            },
-            1,
-        ),
-        payload: EntryPayload::Normal(Batch(many)),
-    };
-    let e2 = Entry {
-        log_id: LogId::new(
-            LeaderId {
-                term: 1,
-                node_id: 1,
-            },
-            2,
-        ),
-        payload: EntryPayload::Normal(Batch(vec![put("x/new"), del, put("x/after"), put("y")])),
-    };
+    let e1 = batch_entry(1, many);
+    let e2 = batch_entry(2, vec![put("x/new"), del, put("x/after"), put("y")]);
     sm.apply_all([e1, e2]).await.unwrap();
     assert_eq!(sm.get(b"x/00000").unwrap(), None);
     assert_eq!(sm.get(b"x/new").unwrap(), None, "the write before it");
