@@ -3,35 +3,23 @@
 //! to the applied id it reports (so openraft's replay after it is exact);
 //! a snapshot install is all or nothing.
 
+mod common;
+use common::batch_entry;
+
 use journal_core::vfs::{CrashPolicy, OpenOptions, SimVfs, Vfs};
-use openraft::impls::leader_id_adv::LeaderId;
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
-use openraft::{EntryPayload, LogId};
+use openraft::EntryPayload;
 use raftkv::machine::Snapshot;
 type Entry = openraft::alias::EntryOf<raftkv::TypeConfig>;
 use raftkv::machine::SnapshotFile;
 use raftkv::Verdict::{Applied, Duplicate, Stale, UnknownSession};
-use raftkv::{Batch, Command, RequestId, Revision, StateMachine};
+use raftkv::{Command, RequestId, Revision, StateMachine};
 use std::collections::BTreeMap;
 use std::io::SeekFrom;
 use std::sync::Arc;
 use tokio::io::AsyncSeekExt;
 
 const KEYS: u64 = 16;
-
-/// An entry of term 1 (leader 1) at `index` carrying `cmds`.
-fn batch_entry(index: u64, cmds: Vec<Command>) -> Entry {
-    Entry {
-        log_id: LogId::new(
-            LeaderId {
-                term: 1,
-                node_id: 1,
-            },
-            index,
-        ),
-        payload: EntryPayload::Normal(Batch(cmds)),
-    }
-}
 
 fn entry(index: u64) -> Entry {
     let key = format!("k{}", index * 7 % KEYS).into_bytes();

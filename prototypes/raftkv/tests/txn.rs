@@ -5,13 +5,12 @@
 //! is answered as it was decided; a store of the format before revisions
 //! is refused.
 
+mod common;
+
 use journal_core::vfs::{SimVfs, Vfs};
-use openraft::impls::leader_id_adv::LeaderId;
-use openraft::{EntryPayload, LogId};
-type Entry = openraft::alias::EntryOf<raftkv::TypeConfig>;
 use raftkv::machine::{Error, KeyMeta};
 use raftkv::Verdict::{Applied, CompareFailed, Duplicate};
-use raftkv::{Batch, Command, Compare, Expect, RequestId, Revision, StateMachine, TxnOp};
+use raftkv::{Command, Compare, Expect, RequestId, Revision, StateMachine, TxnOp};
 use std::sync::Arc;
 
 fn options() -> kvstore::Options {
@@ -31,18 +30,7 @@ fn open(vfs: Arc<dyn Vfs>) -> Result<StateMachine, Error> {
     StateMachine::open(vfs, "/node/state", options())
 }
 
-fn entry(index: u64, cmds: Vec<Command>) -> Entry {
-    Entry {
-        log_id: LogId::new(
-            LeaderId {
-                term: 1,
-                node_id: 1,
-            },
-            index,
-        ),
-        payload: EntryPayload::Normal(Batch(cmds)),
-    }
-}
+use common::batch_entry as entry;
 
 fn rev(index: u64, sub: u32) -> Revision {
     Revision { index, sub }

@@ -8,29 +8,16 @@ mod common;
 use base64::Engine as _;
 use common::Cluster;
 use journal_core::vfs::SimVfs;
-use openraft::impls::leader_id_adv::LeaderId;
-use openraft::{EntryPayload, LogId};
 type Entry = openraft::alias::EntryOf<raftkv::TypeConfig>;
 use raftkv::api::WatchLine;
 use raftkv::client::Client;
 use raftkv::machine::{Change, Position, SUGGESTED_RETENTION};
-use raftkv::{Batch, Command, Compare, Expect, Revision, StateMachine, TxnOp};
+use raftkv::{Command, Compare, Expect, Revision, StateMachine, TxnOp};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn entry(index: u64, cmds: Vec<Command>) -> Entry {
-    Entry {
-        log_id: LogId::new(
-            LeaderId {
-                term: 1,
-                node_id: 1,
-            },
-            index,
-        ),
-        payload: EntryPayload::Normal(Batch(cmds)),
-    }
-}
+use common::batch_entry as entry;
 
 fn put(key: &str, v: &str) -> Command {
     Command::Put {

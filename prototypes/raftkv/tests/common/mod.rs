@@ -282,3 +282,21 @@ pub fn acknowledged_writes(history: &[Recorded]) -> usize {
         .filter(|(_, op)| matches!(op.kind, Kind::Write(_)) && op.completed.is_some())
         .count()
 }
+
+/// A log entry of term 1 (leader 1) at `index` carrying `cmds`, for tests
+/// that drive a `StateMachine` directly.
+pub fn batch_entry(
+    index: u64,
+    cmds: Vec<raftkv::Command>,
+) -> openraft::alias::EntryOf<raftkv::TypeConfig> {
+    openraft::Entry {
+        log_id: openraft::LogId::new(
+            openraft::impls::leader_id_adv::LeaderId {
+                term: 1,
+                node_id: 1,
+            },
+            index,
+        ),
+        payload: openraft::EntryPayload::Normal(raftkv::Batch(cmds)),
+    }
+}
