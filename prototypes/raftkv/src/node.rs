@@ -415,29 +415,33 @@ impl std::fmt::Debug for Node {
     }
 }
 
+/// The options' cluster id (given, or derived from `--peers`), once the
+/// options that name this node are consistent.
+fn checked_cluster(o: &NodeOptions) -> Result<u64, Error> {
+    if o.id == 0 {
+        return Err(Error::Options("node ids start at 1".into()));
+    }
+    if o.init && o.peers.get(&o.id) != Some(&o.addr) {
+        return Err(Error::Options(format!(
+            "--init needs this node ({}={}) among --peers",
+            o.id, o.addr
+        )));
+    }
+    match (o.cluster, o.peers.is_empty()) {
+        (Some(c), _) => Ok(c),
+        (None, false) => Ok(cluster_id(&o.peers)),
+        (None, true) => Err(Error::Options(
+            "a node without --peers needs --cluster-id".into(),
+        )),
+    }
+}
+
 impl Node {
     /// Opens the node's directory (creating it on the first start),
     /// recovers its log and state machine, starts Raft, and initializes a
     /// new cluster if asked and this is the first start.
     pub async fn start(o: NodeOptions) -> Result<Node, Error> {
-        if o.id == 0 {
-            return Err(Error::Options("node ids start at 1".into()));
-        }
-        if o.init && o.peers.get(&o.id) != Some(&o.addr) {
-            return Err(Error::Options(format!(
-                "--init needs this node ({}={}) among --peers",
-                o.id, o.addr
-            )));
-        }
-        let cluster = match (o.cluster, o.peers.is_empty()) {
-            (Some(c), _) => c,
-            (None, false) => cluster_id(&o.peers),
-            (None, true) => {
-                return Err(Error::Options(
-                    "a node without --peers needs --cluster-id".into(),
-                ))
-            }
-        };
+        let cluster = checked_cluster(&o)?;
         let vfs = o.vfs.clone();
         if read_identity(&*vfs, &o.dir)?.is_none() {
             refuse_forgotten_member(&o, cluster).await?;
