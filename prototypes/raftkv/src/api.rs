@@ -6,7 +6,7 @@
 //! resends the body); `503` when there is no leader, or no majority
 //! answered within [`REQUEST_TIMEOUT`] — never a hang.
 
-use crate::network::{CLUSTER_HEADER, MAX_RPC_BODY};
+use crate::network::{CLUSTER_HEADER, MAX_RPC_BODY, TARGET_HEADER};
 use crate::node::Node;
 use crate::types::{check_key, NodeId, RequestId, TypeConfig};
 use axum::body::Bytes;
@@ -267,28 +267,40 @@ fn text(code: StatusCode, msg: impl Into<String>) -> Response {
 
 // ---- Raft RPCs -------------------------------------------------------------
 
-fn same_cluster(node: &Node, headers: &HeaderMap) -> Result<(), Response> {
-    let theirs = headers
-        .get(CLUSTER_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| u64::from_str_radix(v, 16).ok());
-    if theirs == Some(node.cluster) {
-        Ok(())
-    } else {
-        Err(text(
+/// A Raft RPC's headers name this node's cluster and this node: a message
+/// for another cluster, or for another node whose address this one now
+/// has (a reused port, a stale address book), is refused with `409`
+/// before openraft sees it.
+fn addressed_here(node: &Node, headers: &HeaderMap) -> Result<(), Response> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let cluster = header(CLUSTER_HEADER).and_then(|v| u64::from_str_radix(v, 16).ok());
+    if cluster != Some(node.cluster) {
+        return Err(text(
             StatusCode::CONFLICT,
             format!("node {} belongs to cluster {:016x}", node.id, node.cluster),
-        ))
+        ));
     }
+    let target = header(TARGET_HEADER).and_then(|v| v.parse::<u64>().ok());
+    if target != Some(node.id) {
+        return Err(text(
+            StatusCode::CONFLICT,
+            format!(
+                "this is node {}; the RPC is for node {}",
+                node.id,
+                header(TARGET_HEADER).unwrap_or("(none)")
+            ),
+        ));
+    }
+    Ok(())
 }
 
-/// An RPC's request: from this cluster, and well formed.
+/// An RPC's request: for this node of this cluster, and well formed.
 fn request<T: serde::de::DeserializeOwned>(
     node: &Node,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<T, Response> {
-    same_cluster(node, headers)?;
+    addressed_here(node, headers)?;
     postcard::from_bytes(body)
         .map_err(|e| text(StatusCode::BAD_REQUEST, format!("bad RPC body: {e}")))
 }
@@ -323,7 +335,7 @@ async fn snapshot(
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Response {
-    if let Err(r) = same_cluster(&node, &headers) {
+    if let Err(r) = addressed_here(&node, &headers) {
         return r;
     }
     match receive_snapshot(&node, body).await {

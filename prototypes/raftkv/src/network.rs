@@ -2,9 +2,11 @@
 //! in postcard to `/raft/{append,vote,snapshot}` on the target's address,
 //! answered with the postcard of `Result<response, RaftError>`.
 //!
-//! Every RPC carries the cluster id (header [`CLUSTER_HEADER`]); a node of
-//! another cluster refuses it (409), so a misconfigured address cannot mix
-//! two clusters' logs. Each RPC is bounded by the timeout openraft gives
+//! Every RPC carries the cluster id (header [`CLUSTER_HEADER`]) and the
+//! id of the node it is for ([`TARGET_HEADER`], as etcd's `X-Raft-To`); a
+//! node of another cluster, or another node whose address it now has,
+//! refuses it (409), so a misconfigured or reused address cannot mix two
+//! clusters' logs, nor hand a node a leader's message naming itself. Each RPC is bounded by the timeout openraft gives
 //! it (the heartbeat interval for appends and votes); a refused connection
 //! is `Unreachable`, on which openraft backs off, so a node that is down
 //! costs the others one timeout, not a stall.
@@ -30,6 +32,9 @@ use std::time::Duration;
 
 /// The header carrying the cluster id (16 hex digits) on every Raft RPC.
 pub const CLUSTER_HEADER: &str = "x-raftkv-cluster";
+
+/// The header carrying the id (decimal) of the node a Raft RPC is for.
+pub const TARGET_HEADER: &str = "x-raftkv-to";
 
 /// The largest body a Raft RPC may have (an append of many large
 /// entries): 64 MiB. A snapshot is streamed, whatever its size.
@@ -108,6 +113,7 @@ impl Peer {
             .client
             .post(format!("{}{path}", self.base))
             .header(CLUSTER_HEADER, format!("{:016x}", self.cluster))
+            .header(TARGET_HEADER, self.target.to_string())
             .timeout(ttl)
             .body(body)
             .send()

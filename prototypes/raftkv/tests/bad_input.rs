@@ -89,11 +89,29 @@ async fn bad_requests_are_refused_with_400_and_change_nothing() {
     let r = http
         .post(format!("{base}/raft/vote"))
         .header(raftkv::network::CLUSTER_HEADER, "0000000000000001")
+        .header(raftkv::network::TARGET_HEADER, "1")
         .body(vec![0u8; 8])
         .send()
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 409);
+    // And one of this cluster for another node, or for no node: a port
+    // reused by another node must not hand it a message naming a leader
+    // it thinks is itself.
+    let status = client.status(&cluster.nodes[leader].addr).await.unwrap();
+    let here = status.id;
+    for target in [Some((here % 3 + 1).to_string()), None] {
+        let mut rpc = http
+            .post(format!("http://{}/raft/vote", cluster.nodes[leader].addr))
+            .header(raftkv::network::CLUSTER_HEADER, status.cluster.clone());
+        if let Some(t) = &target {
+            rpc = rpc.header(raftkv::network::TARGET_HEADER, t.clone());
+        }
+        let r = rpc.body(vec![0u8; 8]).send().await.unwrap();
+        let (code, text) = status_of(r).await;
+        assert_eq!(code, 409, "{target:?}: {text}");
+        assert!(text.contains(&format!("this is node {here}")), "{text}");
+    }
 
     // Nothing changed: the key, the membership.
     assert_eq!(
