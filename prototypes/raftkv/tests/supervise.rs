@@ -10,22 +10,24 @@ use raftkv::client::Client;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A base port with the two after it free too (bound, read, released).
+/// A base port with the `n - 1` after it free too (bound, released), below
+/// Linux's ephemeral range (32768 and up), so that no outgoing connection
+/// takes a node's port while the supervisor restarts it. Bases go out in
+/// turn, so two tests of one process never share one.
 fn free_ports(n: u16) -> u16 {
-    for _ in 0..100 {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let base = l.local_addr().unwrap().port();
-        if base.checked_add(n).is_none() {
-            continue;
-        }
-        let rest: Vec<_> = (1..n)
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7_919) % 12_000;
+    for _ in 0..100u32 {
+        let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let base = (20_000 + (start + k * 97) % 12_000) as u16;
+        let all: Vec<_> = (0..n)
             .map(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)))
             .collect();
-        if rest.iter().all(Result::is_ok) {
+        if all.iter().all(Result::is_ok) {
             return base;
         }
     }
-    panic!("no {n} consecutive free ports");
+    panic!("no {n} consecutive free ports in 20000..32000");
 }
 
 struct Supervisor {

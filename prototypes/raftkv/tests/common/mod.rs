@@ -12,10 +12,28 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A free loopback port (bound, read, released).
+/// A free loopback port for a node that may stop and start again on it.
+///
+/// Taken below Linux's ephemeral range (32768 and up by default), where
+/// outgoing connections get their local ports: a port from `bind(0)` is in
+/// that range, and while its node is down an outgoing connection (another
+/// node's, a client's) may take it, so that the node's restart fails with
+/// `EADDRINUSE`. Ports go out in turn from a base the process id picks, so
+/// two tests of one process never get the same one; each is checked free
+/// (bound, released) before it is handed out.
 pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    let base = std::process::id().wrapping_mul(7_919) % SPAN;
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (LOW + (base + n) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {LOW}..{}", LOW + SPAN);
 }
 
 /// `kill -SIG pid`, which must succeed.
