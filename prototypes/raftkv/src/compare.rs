@@ -3,7 +3,9 @@
 //! cluster, both on loopback with their data in one temporary directory of
 //! the local disk, measured in the same run: for each round and client
 //! count, each system in turn (the order alternating by round), the same
-//! closed-loop put workload ([`crate::bench`]). Besides puts/s and latency
+//! closed-loop put workload ([`crate::bench`]). While one system is
+//! measured the other is paused (`SIGSTOP`; [`CompareOptions::pause_idle`]),
+//! so that each pays for its own background work. Besides puts/s and latency
 //! it reads, around each measurement, the CPU time of the system's three
 //! server processes (`/proc/PID/stat`) and the flush requests completed by
 //! the disk under the directory (`/sys/dev/block/M:m/stat`), and reports
@@ -50,6 +52,13 @@ pub struct CompareOptions {
     pub base_port: u16,
     /// More arguments to every `raftkv serve` (an experiment's settings).
     pub node_args: Vec<String>,
+    /// Pause (`SIGSTOP`) the system not being measured, and resume it
+    /// (`SIGCONT`, then a warm-up) before its own measurement: the two
+    /// share one disk, and an idle system's background work (etcd's
+    /// compaction and backend commits, raftkv's checkpoints and snapshots)
+    /// would otherwise land in the other's tail latency. Each system then
+    /// pays for its own background work, in its own measurements.
+    pub pause_idle: bool,
 }
 
 /// One measurement.
@@ -149,6 +158,36 @@ fn cpu(c: &Cluster) -> f64 {
         .sum()
 }
 
+/// Sends `sig` ("STOP" or "CONT") to every server of `c`.
+async fn signal_all(c: &Cluster, sig: &str) -> Result<(), String> {
+    for pid in c.children.iter().filter_map(|p| p.id()) {
+        crate::local::signal(pid, sig).await?;
+    }
+    Ok(())
+}
+
+/// Before measuring `systems[k]`: pauses every other system and resumes
+/// this one, then warms it up (its Raft timers fired at the resume: the
+/// warm-up waits out any election they start). Nothing when only one
+/// system runs or pausing is off.
+async fn only_active(
+    systems: &[(System, Cluster)],
+    k: usize,
+    o: &CompareOptions,
+) -> Result<(), String> {
+    if !o.pause_idle || systems.len() < 2 {
+        return Ok(());
+    }
+    for (i, (_, c)) in systems.iter().enumerate() {
+        if i != k {
+            signal_all(c, "STOP").await?;
+        }
+    }
+    let (system, c) = &systems[k];
+    signal_all(c, "CONT").await?;
+    warm_up(*system, c, o.value_size).await
+}
+
 /// Kills a cluster's processes and waits for them.
 async fn stop(mut c: Cluster) {
     for p in &mut c.children {
@@ -238,7 +277,8 @@ pub async fn compare(o: &CompareOptions) -> Result<Report, String> {
         ));
     }
     let mut reports = Vec::new();
-    for (s, c) in &systems {
+    for (k, (s, c)) in systems.iter().enumerate() {
+        only_active(&systems, k, o).await?;
         warm_up(*s, c, o.value_size).await?;
         let load_s = match o.keys {
             0 => None,
@@ -264,6 +304,7 @@ pub async fn compare(o: &CompareOptions) -> Result<Report, String> {
         for &clients in &o.clients {
             let n = systems.len();
             for k in 0..n {
+                only_active(&systems, (k + round) % n, o).await?;
                 let (system, cluster) = &systems[(k + round) % n];
                 let (cpu0, fl0) = (cpu(cluster), flushes(stat.as_deref()));
                 let bar = bench_harness::progress_bar(false);
@@ -294,6 +335,7 @@ pub async fn compare(o: &CompareOptions) -> Result<Report, String> {
     for ((_, c), r) in systems.iter().zip(&mut reports) {
         r.peak_rss_mib = servers_mib(c, "VmHWM");
     }
+    only_active(&systems, 0, o).await?;
     let replaced = match (o.keys, systems.first_mut()) {
         (1.., Some((System::Raftkv, c))) => {
             let dir = tmp.path().join("raftkv");

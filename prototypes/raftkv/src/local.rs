@@ -197,6 +197,21 @@ impl Default for Restart {
     }
 }
 
+/// Sends `sig` (`"STOP"`, `"CONT"`, ...) to `pid` through `kill(1)`.
+pub async fn signal(pid: u32, sig: &str) -> Result<(), String> {
+    let ok = Command::new("kill")
+        .args([format!("-{sig}"), pid.to_string()])
+        .status()
+        .await
+        .map_err(|e| format!("kill -{sig} {pid}: {e}"))?
+        .success();
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("kill -{sig} {pid} failed"))
+    }
+}
+
 /// Sends `SIGTERM` to `child` (through `kill(1)`: no system call of its
 /// own outside journal-vfs), then waits up to 10 s for it before `SIGKILL`.
 async fn terminate(child: &mut Child) {

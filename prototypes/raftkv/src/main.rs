@@ -213,6 +213,11 @@ enum Cmd {
         /// `--node-arg=--watch-history --node-arg=0`).
         #[arg(long, allow_hyphen_values = true)]
         node_arg: Vec<String>,
+        /// Keep the system not being measured running (by default it is
+        /// paused with SIGSTOP, so its background disk work does not land
+        /// in the other's measurement).
+        #[arg(long)]
+        idle_running: bool,
     },
 }
 
@@ -586,6 +591,7 @@ fn main() -> ExitCode {
                 base_port,
                 json,
                 node_arg,
+                idle_running,
             } => {
                 let o = raftkv::compare::CompareOptions {
                     rounds,
@@ -597,6 +603,7 @@ fn main() -> ExitCode {
                     etcd,
                     base_port,
                     node_args: node_arg,
+                    pause_idle: !idle_running,
                 };
                 compare(o, json).await
             }

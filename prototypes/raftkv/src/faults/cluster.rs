@@ -56,21 +56,6 @@ pub(super) fn free_ports(rng: &mut super::Rng, n: u16) -> Result<u16, String> {
     Err(format!("no {n} free ports in 20000..32000"))
 }
 
-/// Sends `sig` to `pid` through `kill(1)`.
-async fn signal(pid: u32, sig: &str) -> Result<(), String> {
-    let ok = tokio::process::Command::new("kill")
-        .args([format!("-{sig}"), pid.to_string()])
-        .status()
-        .await
-        .map_err(|e| format!("kill -{sig} {pid}: {e}"))?
-        .success();
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("kill -{sig} {pid} failed"))
-    }
-}
-
 impl ProcCluster {
     /// Starts `n` nodes of `exe` with directories under `dir`, `extra`
     /// arguments for each `raftkv serve`; node 1 initializes the cluster.
@@ -242,7 +227,7 @@ impl ProcCluster {
         let Some(pid) = self.nodes[i].child.as_ref().and_then(Child::id) else {
             return Err(format!("node {} is not running", i + 1));
         };
-        signal(pid, if paused { "STOP" } else { "CONT" }).await?;
+        crate::local::signal(pid, if paused { "STOP" } else { "CONT" }).await?;
         self.nodes[i].paused = paused;
         Ok(())
     }
