@@ -166,26 +166,25 @@ async fn signal_all(c: &Cluster, sig: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Before measuring `systems[k]`: pauses every other system and resumes
-/// this one, then warms it up (its Raft timers fired at the resume: the
-/// warm-up waits out any election they start). Nothing when only one
-/// system runs or pausing is off.
+/// Before `systems[k]`'s turn: pauses every other system and resumes this
+/// one. Returns whether it did (pausing on, more than one system): the
+/// resumed system's Raft timers fired at the resume, and the caller's
+/// warm-up waits out any election they start.
 async fn only_active(
     systems: &[(System, Cluster)],
     k: usize,
     o: &CompareOptions,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     if !o.pause_idle || systems.len() < 2 {
-        return Ok(());
+        return Ok(false);
     }
     for (i, (_, c)) in systems.iter().enumerate() {
         if i != k {
             signal_all(c, "STOP").await?;
         }
     }
-    let (system, c) = &systems[k];
-    signal_all(c, "CONT").await?;
-    warm_up(*system, c, o.value_size).await
+    signal_all(&systems[k].1, "CONT").await?;
+    Ok(true)
 }
 
 /// Kills a cluster's processes and waits for them.
@@ -304,8 +303,10 @@ pub async fn compare(o: &CompareOptions) -> Result<Report, String> {
         for &clients in &o.clients {
             let n = systems.len();
             for k in 0..n {
-                only_active(&systems, (k + round) % n, o).await?;
                 let (system, cluster) = &systems[(k + round) % n];
+                if only_active(&systems, (k + round) % n, o).await? {
+                    warm_up(*system, cluster, o.value_size).await?;
+                }
                 let (cpu0, fl0) = (cpu(cluster), flushes(stat.as_deref()));
                 let bar = bench_harness::progress_bar(false);
                 bar.set_message(format!("round {round}: {system:?}, {clients} clients"));
@@ -335,7 +336,9 @@ pub async fn compare(o: &CompareOptions) -> Result<Report, String> {
     for ((_, c), r) in systems.iter().zip(&mut reports) {
         r.peak_rss_mib = servers_mib(c, "VmHWM");
     }
-    only_active(&systems, 0, o).await?;
+    if only_active(&systems, 0, o).await? {
+        warm_up(systems[0].0, &systems[0].1, o.value_size).await?;
+    }
     let replaced = match (o.keys, systems.first_mut()) {
         (1.., Some((System::Raftkv, c))) => {
             let dir = tmp.path().join("raftkv");
