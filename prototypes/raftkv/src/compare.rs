@@ -259,6 +259,41 @@ async fn warm_up(system: System, c: &Cluster, value_size: usize) -> Result<(), S
     }
 }
 
+/// One measurement of `system` at `clients`, with the CPU time of its
+/// servers and the disk's flushes around it.
+async fn measure(
+    system: System,
+    cluster: &Cluster,
+    round: usize,
+    clients: usize,
+    o: &CompareOptions,
+    stat: Option<&Path>,
+) -> Result<Sample, String> {
+    let (cpu0, fl0) = (cpu(cluster), flushes(stat));
+    let bar = bench_harness::progress_bar(false);
+    bar.set_message(format!("round {round}: {system:?}, {clients} clients"));
+    let level = run_level(
+        system,
+        &cluster.endpoints,
+        clients,
+        o.value_size,
+        o.keys,
+        Duration::from_secs_f64(o.seconds),
+        Some(bar.clone()),
+    )
+    .await?;
+    bar.finish_and_clear();
+    let puts = level.puts.max(1) as f64;
+    Ok(Sample {
+        system: name(system),
+        rss_mib: servers_mib(cluster, "VmRSS"),
+        round,
+        cpu_us_per_put: (cpu(cluster) - cpu0) * 1e6 / puts,
+        flushes_per_put: (flushes(stat) - fl0) / puts,
+        level,
+    })
+}
+
 /// Runs the comparison.
 pub async fn compare(o: &CompareOptions) -> Result<Report, String> {
     let tmp = tempfile::Builder::new()
@@ -307,29 +342,7 @@ pub async fn compare(o: &CompareOptions) -> Result<Report, String> {
                 if only_active(&systems, (k + round) % n, o).await? {
                     warm_up(*system, cluster, o.value_size).await?;
                 }
-                let (cpu0, fl0) = (cpu(cluster), flushes(stat.as_deref()));
-                let bar = bench_harness::progress_bar(false);
-                bar.set_message(format!("round {round}: {system:?}, {clients} clients"));
-                let level = run_level(
-                    *system,
-                    &cluster.endpoints,
-                    clients,
-                    o.value_size,
-                    o.keys,
-                    Duration::from_secs_f64(o.seconds),
-                    Some(bar.clone()),
-                )
-                .await?;
-                bar.finish_and_clear();
-                let puts = level.puts.max(1) as f64;
-                samples.push(Sample {
-                    system: name(*system),
-                    rss_mib: servers_mib(cluster, "VmRSS"),
-                    round,
-                    cpu_us_per_put: (cpu(cluster) - cpu0) * 1e6 / puts,
-                    flushes_per_put: (flushes(stat.as_deref()) - fl0) / puts,
-                    level,
-                });
+                samples.push(measure(*system, cluster, round, clients, o, stat.as_deref()).await?);
             }
         }
     }
