@@ -530,7 +530,14 @@ where
         };
         if mode == FlushMode::Inline {
             let r = match flush_fault() {
-                Some(e) => Err(e),
+                Some(FlushFault::Fail(e)) => Err(e),
+                Some(FlushFault::Delay(d)) => {
+                    std::thread::sleep(d);
+                    self.shared
+                        .journal
+                        .commit(lsn)
+                        .map_err(std::io::Error::other)
+                }
                 None => self
                     .shared
                     .journal
@@ -547,7 +554,11 @@ where
         let j = self.shared.journal.clone();
         let flush = async move {
             let r = match flush_fault() {
-                Some(e) => Err(e),
+                Some(FlushFault::Fail(e)) => Err(e),
+                Some(FlushFault::Delay(d)) => {
+                    delay(d).await;
+                    j.commit_async(lsn).await.map_err(std::io::Error::other)
+                }
                 None => j.commit_async(lsn).await.map_err(std::io::Error::other),
             };
             observe();
@@ -620,14 +631,39 @@ fn crash_point(name: &str) {
     fail::fail_point!(name, |_| std::process::abort());
 }
 
+/// What the `openraft-log::flush` failpoint asks of one flush.
+enum FlushFault {
+    /// Fail it with this error, the journal untouched.
+    Fail(std::io::Error),
+    /// Flush after this long, as a slow disk would, without holding the
+    /// thread that waits for it.
+    Delay(std::time::Duration),
+}
+
 /// Failpoint `openraft-log::flush` (feature `failpoints`), before a flush:
-/// `return(eio)` and `return(enospc)` fail it with that error, a bare
-/// `return` aborts the process, `sleep(ms)` slows it.
-fn flush_fault() -> Option<std::io::Error> {
+/// `return(eio)` and `return(enospc)` fail it with that error,
+/// `return(<ms>)` delays it by that many milliseconds (the runtime's other
+/// tasks go on), `sleep(ms)` holds the flushing thread that long, and a
+/// bare `return` aborts the process.
+fn flush_fault() -> Option<FlushFault> {
     fail::fail_point!("openraft-log::flush", |arg| match arg.as_deref() {
-        Some("eio") => Some(std::io::Error::from_raw_os_error(5)),
-        Some("enospc") => Some(std::io::Error::from_raw_os_error(28)),
-        _ => std::process::abort(),
+        Some("eio") => Some(FlushFault::Fail(std::io::Error::from_raw_os_error(5))),
+        Some("enospc") => Some(FlushFault::Fail(std::io::Error::from_raw_os_error(28))),
+        Some(ms) => match ms.parse::<u64>() {
+            Ok(ms) => Some(FlushFault::Delay(std::time::Duration::from_millis(ms))),
+            Err(_) => std::process::abort(),
+        },
+        None => std::process::abort(),
     });
     None
+}
+
+/// Waits `d`: on a tokio timer inside a runtime, else by sleeping this
+/// thread (the flush thread spawned outside any runtime).
+async fn delay(d: std::time::Duration) {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        tokio::time::sleep(d).await;
+    } else {
+        std::thread::sleep(d);
+    }
 }
