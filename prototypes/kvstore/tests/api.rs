@@ -74,6 +74,21 @@ fn reads_see_writes_and_a_reopen_keeps_them() {
 }
 
 #[test]
+fn the_default_store_repairs_torn_pages_from_full_page_images() {
+    // The documented default (docs/PERFORMANCE.md, "The default goes back
+    // to full-page images"): no double-write area, pages imaged in the log.
+    assert_eq!(Options::default().torn_pages, TornPages::FullPageImages);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let s = Store::open(&dir, Options::default()).unwrap();
+    s.put(b"k", b"v").unwrap();
+    s.checkpoint().unwrap();
+    s.put(b"k", b"w").unwrap();
+    s.close().unwrap();
+    assert!(!dir.join(kvstore::DOUBLEWRITE_FILE).exists());
+}
+
+#[test]
 fn a_crash_before_the_checkpoint_is_redone_from_the_log() {
     // Full-page images: the first put after the checkpoint logged its
     // leaf's image, the other 99 are leaf operations. Double-write: all

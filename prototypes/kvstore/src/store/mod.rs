@@ -107,7 +107,7 @@ impl Default for Options {
             },
             checkpoint_interval: Some(Duration::from_secs(10)),
             checkpoint_log_bytes: 256 << 20,
-            torn_pages: TornPages::DoubleWrite,
+            torn_pages: TornPages::default(),
         }
     }
 }
