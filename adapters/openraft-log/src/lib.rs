@@ -631,7 +631,9 @@ fn crash_point(name: &str) {
     fail::fail_point!(name, |_| std::process::abort());
 }
 
-/// What the `openraft-log::flush` failpoint asks of one flush.
+/// What the `openraft-log::flush` failpoint asks of one flush (without the
+/// `failpoints` feature, never anything).
+#[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
 enum FlushFault {
     /// Fail it with this error, the journal untouched.
     Fail(std::io::Error),
