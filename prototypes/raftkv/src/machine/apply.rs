@@ -20,9 +20,9 @@ use std::collections::HashMap;
 pub(super) struct Writer<'s> {
     store: &'s Store,
     txn: Transaction<'s>,
-    /// Stored keys this transaction wrote: their header and value, or
-    /// `None` if it removed them.
-    written: HashMap<Vec<u8>, Option<(KeyMeta, Vec<u8>)>>,
+    /// Stored keys this transaction wrote: their stored bytes (header and
+    /// value, as put), or `None` if it removed them.
+    written: HashMap<Vec<u8>, Option<Vec<u8>>>,
     /// The position of the next event (`events.rs`).
     next_event: Position,
     /// Events written since [`Writer::take_events`].
@@ -86,19 +86,28 @@ impl<'s> Writer<'s> {
         Ok(())
     }
 
-    /// A client key's header and value, as this transaction leaves it.
-    fn entry(&self, stored: &[u8]) -> Result<Option<(KeyMeta, Vec<u8>)>, Error> {
-        if let Some(w) = self.written.get(stored) {
-            return Ok(w.clone());
+    /// A client key's stored bytes (header and value), as this
+    /// transaction leaves it, handed to `f`.
+    fn stored<T>(
+        &self,
+        stored: &[u8],
+        f: impl FnOnce(KeyMeta, &[u8]) -> T,
+    ) -> Result<Option<T>, Error> {
+        let decoded = |v: &[u8]| {
+            record::decode(v)
+                .map(|(meta, value)| f(meta, value))
+                .ok_or_else(|| corrupt("a client value without its revision header"))
+        };
+        match self.written.get(stored) {
+            Some(w) => w.as_deref().map(decoded).transpose(),
+            None => self.store.get(stored)?.as_deref().map(decoded).transpose(),
         }
-        match self.store.get(stored)? {
-            None => Ok(None),
-            Some(v) => {
-                let (meta, value) = record::decode(&v)
-                    .ok_or_else(|| corrupt("a client value without its revision header"))?;
-                Ok(Some((meta, value.to_vec())))
-            }
-        }
+    }
+
+    /// A client key's header, as this transaction leaves it (its value not
+    /// copied: a put needs only the create revision and the lease).
+    fn meta(&self, stored: &[u8]) -> Result<Option<KeyMeta>, Error> {
+        self.stored(stored, |meta, _| meta)
     }
 
     /// Sets `key` to `value` at `rev`, attached to `lease`; the lease it
@@ -111,14 +120,15 @@ impl<'s> Writer<'s> {
         lease: Option<u64>,
     ) -> Result<Option<u64>, Error> {
         let stored = layout::user(key);
-        let old = self.entry(&stored)?.map(|(m, _)| m);
+        let old = self.meta(&stored)?;
         let meta = KeyMeta {
             create: old.map_or(rev, |m| m.create),
             modified: rev,
             lease,
         };
-        self.txn.put(&stored, &record::encode(meta, value));
-        self.written.insert(stored, Some((meta, value.to_vec())));
+        let bytes = record::encode(meta, value);
+        self.txn.put(&stored, &bytes);
+        self.written.insert(stored, Some(bytes));
         self.event(rev, key, Some(value));
         Ok(old.and_then(|m| m.lease))
     }
@@ -127,7 +137,7 @@ impl<'s> Writer<'s> {
     /// attached to.
     fn delete(&mut self, key: &[u8], rev: Revision) -> Result<Option<u64>, Error> {
         let stored = layout::user(key);
-        let old = self.entry(&stored)?.map(|(m, _)| m);
+        let old = self.meta(&stored)?;
         if old.is_some() {
             self.event(rev, key, None);
         }
@@ -138,7 +148,7 @@ impl<'s> Writer<'s> {
 
     /// The lease `key` is attached to, as this transaction leaves it.
     fn lease_of(&self, key: &[u8]) -> Result<Option<u64>, Error> {
-        Ok(self.entry(&layout::user(key))?.and_then(|(m, _)| m.lease))
+        Ok(self.meta(&layout::user(key))?.and_then(|m| m.lease))
     }
 
     /// The client keys attached to `lease`, as this transaction leaves
@@ -149,9 +159,10 @@ impl<'s> Writer<'s> {
         for pair in self.store.prefix(&leases::attached_prefix(lease))? {
             let (k, _) = pair?;
             let key = k.get(9..).unwrap_or_default();
-            let moved = self.written.get(&layout::user(key)).map(|w| match w {
-                Some((m, _)) => m.lease != Some(lease),
-                None => true,
+            let moved = self.written.get(&layout::user(key)).map(|w| {
+                w.as_deref()
+                    .and_then(record::decode)
+                    .is_none_or(|(m, _)| m.lease != Some(lease))
             });
             if moved != Some(true) {
                 keys.push(key.to_vec());
@@ -159,7 +170,7 @@ impl<'s> Writer<'s> {
         }
         let committed = keys.len();
         for (stored, w) in &self.written {
-            if let Some((m, _)) = w {
+            if let Some((m, _)) = w.as_deref().and_then(record::decode) {
                 let key = stored.get(1..).unwrap_or_default();
                 if m.lease == Some(lease)
                     && keys[..committed]
@@ -175,13 +186,14 @@ impl<'s> Writer<'s> {
 
     /// Whether `c` holds.
     fn holds(&self, c: &Compare) -> Result<bool, Error> {
-        let e = self.entry(&layout::user(&c.key))?;
-        Ok(match (&c.expect, e) {
-            (Expect::Absent, e) => e.is_none(),
-            (Expect::Present, e) => e.is_some(),
-            (Expect::ModRevision(r), Some((m, _))) => m.modified == *r,
-            (Expect::Value(v), Some((_, value))) => *v == value,
-            (Expect::ModRevision(_) | Expect::Value(_), None) => false,
+        let stored = layout::user(&c.key);
+        Ok(match &c.expect {
+            Expect::Absent => self.meta(&stored)?.is_none(),
+            Expect::Present => self.meta(&stored)?.is_some(),
+            Expect::ModRevision(r) => self.meta(&stored)?.is_some_and(|m| m.modified == *r),
+            Expect::Value(v) => self
+                .stored(&stored, |_, value| value == v.as_slice())?
+                .unwrap_or(false),
         })
     }
 }
