@@ -9,6 +9,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+/// mimalloc, not glibc's malloc: docs/PERFORMANCE.md ("mimalloc for the
+/// raftkv binary") has the interleaved runs that decided it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     version,
