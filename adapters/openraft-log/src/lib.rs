@@ -529,21 +529,15 @@ where
             }
         };
         if mode == FlushMode::Inline {
-            let r = match flush_fault() {
-                Some(FlushFault::Fail(e)) => Err(e),
-                Some(FlushFault::Delay(d)) => {
+            let r = flush_fault().and_then(|delay| {
+                if let Some(d) = delay {
                     std::thread::sleep(d);
-                    self.shared
-                        .journal
-                        .commit(lsn)
-                        .map_err(std::io::Error::other)
                 }
-                None => self
-                    .shared
+                self.shared
                     .journal
                     .commit(lsn)
-                    .map_err(std::io::Error::other),
-            };
+                    .map_err(std::io::Error::other)
+            });
             observe();
             crash_point("openraft-log::flushed");
             callback.io_completed(r);
@@ -554,12 +548,13 @@ where
         let j = self.shared.journal.clone();
         let flush = async move {
             let r = match flush_fault() {
-                Some(FlushFault::Fail(e)) => Err(e),
-                Some(FlushFault::Delay(d)) => {
-                    delay(d).await;
+                Err(e) => Err(e),
+                Ok(delay_by) => {
+                    if let Some(d) = delay_by {
+                        delay(d).await;
+                    }
                     j.commit_async(lsn).await.map_err(std::io::Error::other)
                 }
-                None => j.commit_async(lsn).await.map_err(std::io::Error::other),
             };
             observe();
             crash_point("openraft-log::flushed");
@@ -631,33 +626,24 @@ fn crash_point(name: &str) {
     fail::fail_point!(name, |_| std::process::abort());
 }
 
-/// What the `openraft-log::flush` failpoint asks of one flush (without the
-/// `failpoints` feature, never anything).
-#[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
-enum FlushFault {
-    /// Fail it with this error, the journal untouched.
-    Fail(std::io::Error),
-    /// Flush after this long, as a slow disk would, without holding the
-    /// thread that waits for it.
-    Delay(std::time::Duration),
-}
-
 /// Failpoint `openraft-log::flush` (feature `failpoints`), before a flush:
 /// `return(eio)` and `return(enospc)` fail it with that error,
 /// `return(<ms>)` delays it by that many milliseconds (the runtime's other
 /// tasks go on), `sleep(ms)` holds the flushing thread that long, and a
-/// bare `return` aborts the process.
-fn flush_fault() -> Option<FlushFault> {
+/// bare `return` aborts the process. `Err`: fail the flush with it, the
+/// journal untouched; `Ok(Some(d))`: flush after `d`, as a slow disk
+/// would.
+fn flush_fault() -> std::io::Result<Option<std::time::Duration>> {
     fail::fail_point!("openraft-log::flush", |arg| match arg.as_deref() {
-        Some("eio") => Some(FlushFault::Fail(std::io::Error::from_raw_os_error(5))),
-        Some("enospc") => Some(FlushFault::Fail(std::io::Error::from_raw_os_error(28))),
+        Some("eio") => Err(std::io::Error::from_raw_os_error(5)),
+        Some("enospc") => Err(std::io::Error::from_raw_os_error(28)),
         Some(ms) => match ms.parse::<u64>() {
-            Ok(ms) => Some(FlushFault::Delay(std::time::Duration::from_millis(ms))),
+            Ok(ms) => Ok(Some(std::time::Duration::from_millis(ms))),
             Err(_) => std::process::abort(),
         },
         None => std::process::abort(),
     });
-    None
+    Ok(None)
 }
 
 /// Waits `d`: on a tokio timer inside a runtime, else by sleeping this

@@ -70,28 +70,20 @@ impl Putter {
     }
 }
 
-/// The endpoint of etcd's leader among `endpoints`, asked again every
-/// 100 ms for up to 10 s while there is none: a cluster `compare` has just
-/// resumed (SIGCONT) may be electing one.
+/// The endpoint of etcd's leader among `endpoints`.
 #[cfg(feature = "etcd")]
 async fn etcd_leader(endpoints: &[String]) -> Result<String, String> {
-    let start = Instant::now();
-    loop {
-        for e in endpoints {
-            let Ok(mut c) = etcd_client::Client::connect([e.as_str()], None).await else {
-                continue;
-            };
-            if let Ok(s) = c.status().await {
-                if s.header().map(|h| h.member_id()) == Some(s.leader()) {
-                    return Ok(e.clone());
-                }
+    for e in endpoints {
+        let Ok(mut c) = etcd_client::Client::connect([e.as_str()], None).await else {
+            continue;
+        };
+        if let Ok(s) = c.status().await {
+            if s.header().map(|h| h.member_id()) == Some(s.leader()) {
+                return Ok(e.clone());
             }
         }
-        if start.elapsed() > Duration::from_secs(10) {
-            return Err(format!("no etcd leader among {endpoints:?} for 10 s"));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    Err(format!("no etcd leader among {endpoints:?}"))
 }
 
 async fn connect(system: System, endpoints: &[String], id: u64) -> Result<Putter, String> {

@@ -88,7 +88,7 @@ impl<'s> Writer<'s> {
 
     /// A client key's stored bytes (header and value), as this
     /// transaction leaves it, handed to `f`.
-    fn stored<T>(
+    fn with_stored<T>(
         &self,
         stored: &[u8],
         f: impl FnOnce(KeyMeta, &[u8]) -> T,
@@ -107,7 +107,7 @@ impl<'s> Writer<'s> {
     /// A client key's header, as this transaction leaves it (its value not
     /// copied: a put needs only the create revision and the lease).
     fn meta(&self, stored: &[u8]) -> Result<Option<KeyMeta>, Error> {
-        self.stored(stored, |meta, _| meta)
+        self.with_stored(stored, |meta, _| meta)
     }
 
     /// Sets `key` to `value` at `rev`, attached to `lease`; the lease it
@@ -192,7 +192,7 @@ impl<'s> Writer<'s> {
             Expect::Present => self.meta(&stored)?.is_some(),
             Expect::ModRevision(r) => self.meta(&stored)?.is_some_and(|m| m.modified == *r),
             Expect::Value(v) => self
-                .stored(&stored, |_, value| value == v.as_slice())?
+                .with_stored(&stored, |_, value| value == v.as_slice())?
                 .unwrap_or(false),
         })
     }
