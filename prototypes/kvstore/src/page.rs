@@ -124,7 +124,13 @@ pub enum Value<'a> {
 
 /// Builds a leaf cell.
 pub fn leaf_cell(key: &[u8], value: Value<'_>) -> Vec<u8> {
-    let mut c = Vec::with_capacity(7 + key.len() + 8);
+    // Sized exactly: an inline value's cell grown from the overflow
+    // pointer's size was reallocated under the tree lock at every put.
+    let tail = match value {
+        Value::Inline(v) => v.len(),
+        Value::Overflow { .. } => 4,
+    };
+    let mut c = Vec::with_capacity(7 + key.len() + tail);
     c.extend_from_slice(&(key.len() as u16).to_le_bytes());
     match value {
         Value::Inline(v) => {
