@@ -127,18 +127,15 @@
 //! round sent after the read arrived: openraft's `ReadPolicy::ReadIndex`),
 //! then waits until its state machine applied the read index: openraft's
 //! `max(the leader's first entry of its term, its commit index)`. **After
-//! a restart** a node whose stored vote made it leader comes back as
-//! leader in the same term without an election (openraft's leader
-//! restore, on by default), and the commit index it read back from its log
-//! may lag what it had acknowledged before it stopped (the committed id is
-//! made durable by the log's next force, not at once). For that resumed
-//! leadership the read index is at least the last entry its log held at
-//! the start ([`node::ResumedLeadership`]): a read waits until every entry
-//! the leader could have acknowledged is committed again by a majority
-//! and applied — one replication round trip — or answers `503` if the
-//! leadership ends first. A leader elected in a new term needs nothing
-//! more: its first entry is that term's blank entry, after every entry
-//! committed before it.
+//! a restart** a node that was leader does not lead again in its old term:
+//! openraft's leader restore (on by default in 0.10) is turned off, so it
+//! stands for election in a new term like any other node. Restored in its
+//! old term it could serve stale reads: openraft 0.10 replicates while the
+//! leader's own flush runs, so the followers may have committed entries
+//! (which the leader acknowledged) that the leader's disk lost in a power
+//! cut (`tests/disk_crash.rs`). A leader of a new term needs nothing more:
+//! its first entry is that term's blank entry, after every entry committed
+//! before it.
 //!
 //! # Batching
 //!

@@ -12,9 +12,7 @@ use crate::machine::{self, StateMachine};
 use crate::network::Network;
 use crate::types::{NodeId, Raft};
 use journal_core::vfs::{OsVfs, Vfs};
-use openraft::alias::CommittedLeaderIdOf;
 use openraft::async_runtime::WatchReceiver;
-use openraft::storage::{RaftLogReader, RaftLogStorage};
 use openraft::BasicNode;
 use openraft_log::JournalLogStore;
 use std::collections::BTreeMap;
@@ -322,57 +320,18 @@ fn raft_config(o: &NodeOptions, cluster: u64) -> Result<openraft::Config, Error>
             None => openraft::SnapshotPolicy::Never,
         },
         max_in_snapshot_log_to_keep: 1_000,
+        // A restarted leader stands for election in a new term; it does
+        // not lead again in its old one. openraft 0.10 replicates while
+        // the leader's own flush runs, so followers can commit (and the
+        // leader acknowledge) entries the leader's disk then loses in a
+        // power cut: restored in its old term, it would serve reads below
+        // them and write other entries under their log ids
+        // (`tests/disk_crash.rs`).
+        enable_leader_restore: Some(false),
         ..Default::default()
     }
     .validate()
     .map_err(|e| Error::Options(e.to_string()))
-}
-
-/// A leadership this node held when it stopped, which openraft restores
-/// at its next start without an election.
-///
-/// openraft (0.9, and 0.10 with `enable_leader_restore`, its default)
-/// brings a node whose stored vote is committed and names itself back as
-/// leader at once, in its old term (`Engine::startup`), and
-/// takes the first entry of that term in its log as its no-op
-/// (`Leader::new`, "restarted without losing leadership"). Its read index
-/// is `max(no-op, committed)`, and `committed` is what the log read back:
-/// the adapter makes it durable only with the next force, so it may lag
-/// entries this leader committed — and acknowledged — before it stopped.
-/// A read at that index is stale. Every entry this leader committed in its
-/// term is in its log (it was the only leader of that term), so the log's
-/// last index at the start bounds them all: a linearizable read served by
-/// this leadership waits until the state machine applied that index
-/// ([`crate::api`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ResumedLeadership {
-    /// The leadership (term and node) that was resumed.
-    pub leader: CommittedLeaderIdOf<crate::TypeConfig>,
-    /// The index of the last entry in the log when the node started.
-    pub last_index: u64,
-}
-
-/// The leadership a node resumes at its start, from the stored vote and
-/// log state: `Some` if the vote is committed and names this node.
-async fn resumed_leadership(
-    log: &JournalLogStore<crate::TypeConfig>,
-    id: NodeId,
-) -> Result<Option<ResumedLeadership>, Error> {
-    let mut log = log.clone();
-    let storage = |e: std::io::Error| Error::Raft(e.to_string());
-    let vote = log.read_vote().await.map_err(storage)?;
-    let last = log.get_log_state().await.map_err(storage)?.last_log_id;
-    Ok(match (vote, last) {
-        (Some(v), Some(last)) if v.is_committed() && v.leader_id().node_id == id => {
-            // openraft's default leader ids are (term, node): a committed
-            // vote's leader id is the id its entries carry.
-            Some(ResumedLeadership {
-                leader: *v.leader_id(),
-                last_index: last.index,
-            })
-        }
-        _ => None,
-    })
 }
 
 /// A running node.
@@ -390,9 +349,6 @@ pub struct Node {
     pub log: JournalLogStore<crate::TypeConfig>,
     /// Gathers clients' writes into entries.
     pub proposer: crate::propose::Proposer,
-    /// The leadership this node resumed at its start, if any: reads served
-    /// by it wait for its whole log ([`ResumedLeadership`]).
-    pub resumed: Option<ResumedLeadership>,
     /// Permits for client requests in progress.
     pub client_slots: Arc<tokio::sync::Semaphore>,
     /// What `GET /metrics` serves.
@@ -480,7 +436,6 @@ impl Node {
             .with_flush_observer(Arc::new(move |d| {
                 flushes.log_flush.observe(d.as_secs_f64())
             }));
-        let resumed = resumed_leadership(&log, o.id).await?;
         let config = raft_config(&o, cluster)?;
         let network =
             Network::new(cluster, o.dial.clone()).map_err(|e| Error::Raft(e.to_string()))?;
@@ -517,7 +472,6 @@ impl Node {
             machine,
             log,
             proposer,
-            resumed,
             client_slots: Arc::new(tokio::sync::Semaphore::new(o.max_client_requests.max(1))),
             metrics,
             watch_slots: Arc::new(tokio::sync::Semaphore::new(crate::api::MAX_WATCHERS)),

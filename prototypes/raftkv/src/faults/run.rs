@@ -301,8 +301,8 @@ pub(super) async fn final_reads(
 }
 
 /// Holds a fault in force: half the time 50–400 ms (under an election
-/// timeout: a node back before anyone stood for election, a resumed
-/// leadership; a partition that flaps), else for a time in `p.hold`; a
+/// timeout: a node back before anyone stood for election; a partition
+/// that flaps), else for a time in `p.hold`; a
 /// fault armed to end its node is held until the node exited (a loaded
 /// machine may not reach the k-th hit within a short hold), 10 s at most.
 /// Returns what happened.

@@ -156,7 +156,7 @@ async fn cas(
 /// alone, each retrying its connection every 2 ms until the node listens
 /// (started just before the node is): the node binds its port before it
 /// starts Raft, so these reads wait in its backlog and are the first it
-/// serves — when a resumed leadership's state machine has not caught up
+/// serves — when a restarted node's state machine has not caught up
 /// yet. An answer other than a value (a redirect, `503`) is recorded as a
 /// failed read.
 pub async fn probe(endpoint: String, keys: u32, base: Instant, deadline: Duration) -> Vec<Rec> {
