@@ -53,8 +53,8 @@
 //!
 //! openraft 0.10 replicates entries while the leader's own append and
 //! flush run (with [`FlushMode::Task`], the default, the flush is not even
-//! on the append's path), so the followers can commit an entry that the leader's disk then loses in a
-//! power cut. openraft's leader restore (`Config::enable_leader_restore`,
+//! on the append's path), so the followers can commit an entry that the
+//! leader's disk then loses in a power cut. openraft's leader restore (`Config::enable_leader_restore`,
 //! on by default) brings a restarted leader back in its old term, with a
 //! log that lacks that entry. It serves reads below the entry and writes
 //! other entries under the same log ids. Set it to `Some(false)`, as raftkv
