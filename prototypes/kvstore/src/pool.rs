@@ -185,6 +185,11 @@ impl Pool {
         }
     }
 
+    /// Takes back the buffer of a private copy that was not used.
+    pub(crate) fn discard(&self, page: Page) {
+        self.give_back(page.into_buffer());
+    }
+
     fn give_back(&self, b: Box<[u8; PAGE_SIZE]>) {
         let mut spare = self.spare.lock();
         if spare.len() < SPARE_BUFFERS {
@@ -251,6 +256,18 @@ impl Pool {
         f(&mut look)
     }
 
+    /// Whether each of `pages` is the version the pool holds of its page
+    /// now (the same allocation, not only the same bytes).
+    pub(crate) fn is_current<'p>(
+        &self,
+        mut pages: impl Iterator<Item = (PageNo, &'p Arc<Page>)>,
+    ) -> bool {
+        let st = self.state.lock();
+        pages.all(|(no, page)| {
+            matches!(st.frames.get(&no), Some(Slot::Ready(f)) if Arc::ptr_eq(&f.page, page))
+        })
+    }
+
     /// Reads page `no` from disk, checked.
     pub(crate) fn read_disk(&self, no: PageNo) -> Result<Page> {
         let mut buf = self.buffer();
@@ -269,8 +286,11 @@ impl Pool {
         Page::from_disk(buf, no).map_err(|e| invalid(no, e))
     }
 
-    /// Page `no` as it stands (the caller holds the tree lock, so no
-    /// transaction is half applied from its point of view).
+    /// Page `no` as it stands. Under the tree lock no transaction is half
+    /// applied from the caller's point of view; without it (a writer
+    /// preparing a put, a transaction fetching the page it missed) the
+    /// page may be one a transaction in progress is replacing, and the
+    /// caller must check what it read before it relies on it.
     pub(crate) fn fetch(&self, no: PageNo, journal: &Journal) -> Result<Arc<Page>> {
         match self.fetch_inner(no, None, journal)? {
             Picked::Page(p) => Ok(p),

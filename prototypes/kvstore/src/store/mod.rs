@@ -181,6 +181,10 @@ pub(crate) struct Inner {
     /// ascending keys splits at the insert (`tree/split.rs`). Locked
     /// under the tree's write lock only: never contended.
     hints: Mutex<tree::InsertHints>,
+    /// The tree's root (high half) and end (low half) as the last
+    /// transaction left them, for writers preparing a put without the
+    /// tree lock (`write.rs`).
+    tree_hint: AtomicU64,
     /// The LSN of the last transaction applied: a new snapshot reads as of
     /// it.
     applied: AtomicU64,

@@ -203,6 +203,7 @@ pub(super) fn open(vfs: Arc<dyn Vfs>, dir: &Path, options: Options) -> Result<In
         journal_id: meta.journal_id,
         journal,
         pool,
+        tree_hint: AtomicU64::new((u64::from(tree.root) << 32) | u64::from(tree.end)),
         tree: RwLock::new(tree),
         queue: Mutex::new(Vec::new()),
         combiner: Mutex::new(()),

@@ -4,7 +4,7 @@
 use super::*;
 use crate::meta::{encode_meta, Meta};
 use crate::record;
-use crate::tree::Txn;
+use crate::tree::{self, PreparedPut, Txn};
 use crate::{MAX_KEY, MAX_VALUE};
 use journal_core::sync::Deadline;
 
@@ -22,6 +22,9 @@ pub(super) enum Applied {
 pub(super) struct Pending {
     /// Its operations (taken back if it must go again).
     ops: Mutex<Vec<Op>>,
+    /// A single put's leaf change, prepared by its committer (taken by
+    /// the combiner).
+    prepared: Mutex<Option<PreparedPut>>,
     /// Durable before its outcome is given (`Transaction::commit`).
     wait: bool,
     /// Whether it may read from disk under the tree lock.
@@ -34,9 +37,10 @@ pub(super) struct Pending {
 }
 
 impl Pending {
-    fn new(ops: Vec<Op>, wait: bool, allow_io: bool) -> Self {
+    fn new(ops: Vec<Op>, prepared: Option<PreparedPut>, wait: bool, allow_io: bool) -> Self {
         Pending {
             ops: Mutex::new(ops),
+            prepared: Mutex::new(prepared),
             wait,
             allow_io,
             outcome: Mutex::new(None),
@@ -92,7 +96,18 @@ impl Inner {
         // a miss hands the transaction back, which fetches the page without
         // the lock and goes again (after a few misses, reads happen under
         // the lock).
-        let mut pending = Arc::new(Pending::new(ops, wait, false));
+        let prepared = self.prepare(&ops);
+        self.apply_prepared(ops, prepared, wait)
+    }
+
+    /// [`Inner::apply`], with `ops`' put prepared as `prepared`.
+    fn apply_prepared(
+        &self,
+        ops: Vec<Op>,
+        prepared: Option<PreparedPut>,
+        wait: bool,
+    ) -> Result<Lsn> {
+        let mut pending = Arc::new(Pending::new(ops, prepared, wait, false));
         let mut tries = 0;
         let (lsn, end) = loop {
             match self.submit(&pending)? {
@@ -102,7 +117,8 @@ impl Inner {
                     self.pool.fetch(no, &self.journal)?;
                     tries += 1;
                     let ops = std::mem::take(&mut *pending.ops.lock());
-                    pending = Arc::new(Pending::new(ops, wait, tries >= MAX_MISSES));
+                    let prepared = self.prepare(&ops);
+                    pending = Arc::new(Pending::new(ops, prepared, wait, tries >= MAX_MISSES));
                 }
             }
         };
@@ -117,6 +133,29 @@ impl Inner {
         }
         self.after_write(lsn, end);
         Ok(lsn)
+    }
+
+    /// A single put's leaf change, made before the combiner (see
+    /// [`PreparedPut`]) on the tree as last published.
+    fn prepare(&self, ops: &[Op]) -> Option<PreparedPut> {
+        let [Op::Put(key, value)] = ops else {
+            return None;
+        };
+        let (root, end) = self.tree_hint();
+        tree::prepare_put(&self.pool, &self.journal, root, end, key, value)
+    }
+
+    /// The tree's root and end as the last transaction left them (read
+    /// without the tree lock: possibly stale).
+    fn tree_hint(&self) -> (PageNo, PageNo) {
+        let v = self.tree_hint.load(Ordering::Acquire);
+        ((v >> 32) as PageNo, v as PageNo)
+    }
+
+    /// Publishes the tree's root and end for [`Inner::prepare`].
+    pub(super) fn publish_tree(&self, tree: &TreeMeta) {
+        let v = (u64::from(tree.root) << 32) | u64::from(tree.end);
+        self.tree_hint.store(v, Ordering::Release);
     }
 
     /// Queues a transaction, applies the queue if no one else is, and
@@ -154,7 +193,8 @@ impl Inner {
                         for p in batch {
                             let r = self.check().and_then(|()| {
                                 let ops = p.ops.lock();
-                                self.apply_locked(&mut tree, &ops, p.allow_io)
+                                let prepared = p.prepared.lock().take();
+                                self.apply_locked(&mut tree, &ops, prepared, p.allow_io)
                             });
                             match r {
                                 Ok(Applied::Done(lsn, end)) if p.wait => {
@@ -193,9 +233,21 @@ impl Inner {
     /// Applies one transaction to the tree and appends its record (the
     /// caller holds the tree lock exclusively). Anything short of the
     /// append is rolled back.
-    fn apply_locked(&self, tree: &mut TreeMeta, ops: &[Op], allow_io: bool) -> Result<Applied> {
+    fn apply_locked(
+        &self,
+        tree: &mut TreeMeta,
+        ops: &[Op],
+        prepared: Option<PreparedPut>,
+        allow_io: bool,
+    ) -> Result<Applied> {
         let mut hints = self.hints.lock();
         let mut txn = Txn::new(&self.pool, &self.journal, *tree, allow_io, &mut hints);
+        // A single put its committer prepared goes in as prepared, if the
+        // tree has not moved since; else it goes the usual way.
+        let ops = match prepared.map(|p| txn.put_prepared(p)) {
+            Some(true) => &[],
+            _ => ops,
+        };
         for op in ops {
             let r = match op {
                 Op::Put(k, v) => txn.put(k, v),
@@ -262,7 +314,10 @@ impl Inner {
             }
         };
         self.pool.stamp(&stamp, lsn, epoch);
-        *tree = txn.meta;
+        if *tree != txn.meta {
+            *tree = txn.meta;
+            self.publish_tree(tree);
+        }
         self.applied.store(lsn.0, Ordering::Release);
         txn.release();
         Ok(Some(lsn))
@@ -417,6 +472,91 @@ impl Inner {
                 self.poison_with(e);
                 return;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use journal_core::vfs::SimVfs;
+
+    fn store() -> Store {
+        let o = Options {
+            checkpoint_interval: None,
+            ..Options::default()
+        };
+        Store::open_with(Arc::new(SimVfs::new()), "/db", o).unwrap()
+    }
+
+    fn put(k: &[u8], v: &[u8]) -> Vec<Op> {
+        vec![Op::Put(k.to_vec(), v.to_vec())]
+    }
+
+    /// Whether the combiner would take `prep` as prepared (the store's
+    /// state is left as it was).
+    fn taken(inner: &Inner, prep: PreparedPut) -> bool {
+        let tree = inner.write_tree();
+        let mut hints = inner.hints.lock();
+        let mut txn = Txn::new(&inner.pool, &inner.journal, *tree, false, &mut hints);
+        let taken = txn.put_prepared(prep);
+        txn.rollback();
+        taken
+    }
+
+    #[test]
+    fn a_put_prepared_on_the_tree_as_it_stands_is_taken_as_prepared() {
+        let s = store();
+        for i in 0..100u32 {
+            s.put(format!("k{i:03}").as_bytes(), b"v").unwrap();
+        }
+        let prep = s.inner.prepare(&put(b"k050", b"new")).expect("prepared");
+        assert!(taken(&s.inner, prep), "a current path was refused");
+        let prep = s.inner.prepare(&put(b"k050", b"new")).expect("prepared");
+        s.inner
+            .apply_prepared(put(b"k050", b"new"), Some(prep), true)
+            .unwrap();
+        assert_eq!(s.get(b"k050").unwrap().as_deref(), Some(&b"new"[..]));
+    }
+
+    #[test]
+    fn a_put_prepared_on_a_leaf_changed_since_is_put_again_and_loses_nothing() {
+        let s = store();
+        for i in 0..100u32 {
+            s.put(format!("k{i:03}").as_bytes(), b"v").unwrap();
+        }
+        // Prepared on the leaf as it was; then another put changes that
+        // leaf. Taken as prepared, the copy would undo that put.
+        let prep = s.inner.prepare(&put(b"k050", b"new")).expect("prepared");
+        s.put(b"k051", b"changed").unwrap();
+        s.inner
+            .apply_prepared(put(b"k050", b"new"), Some(prep), true)
+            .unwrap();
+        assert_eq!(s.get(b"k050").unwrap().as_deref(), Some(&b"new"[..]));
+        assert_eq!(s.get(b"k051").unwrap().as_deref(), Some(&b"changed"[..]));
+        let prep = s.inner.prepare(&put(b"k052", b"new")).expect("prepared");
+        s.delete(b"k053").unwrap();
+        assert!(!taken(&s.inner, prep), "a stale leaf was taken");
+    }
+
+    #[test]
+    fn a_put_prepared_before_its_path_split_is_put_again() {
+        let s = store();
+        s.put(b"a", b"v").unwrap();
+        let root = s.inner.read_tree().root;
+        // The root is the only leaf; then enough puts to split it.
+        let prep = s.inner.prepare(&put(b"a", b"new")).expect("prepared");
+        for i in 0..200u32 {
+            s.put(format!("k{i:03}").as_bytes(), &[7u8; 40]).unwrap();
+        }
+        assert_ne!(s.inner.read_tree().root, root, "the root did not split");
+        assert_eq!(s.inner.tree_hint().0, s.inner.read_tree().root);
+        s.inner
+            .apply_prepared(put(b"a", b"new"), Some(prep), true)
+            .unwrap();
+        assert_eq!(s.get(b"a").unwrap().as_deref(), Some(&b"new"[..]));
+        for i in 0..200u32 {
+            assert!(s.get(format!("k{i:03}").as_bytes()).unwrap().is_some());
         }
     }
 }
