@@ -499,14 +499,7 @@ impl<'a> Txn<'a> {
             self.free_value(&page, pos)?;
         }
         if page.put_cell(pos, &cell, replace) {
-            if !replace {
-                self.hints.note(leaf_no, pos);
-            }
-            let op = LogOp::Put {
-                page: leaf_no,
-                cell,
-            };
-            self.write(leaf_no, page, Some(op));
+            self.write_leaf_put(leaf_no, page, cell, pos, replace);
             return Ok(());
         }
         if replace {
@@ -555,6 +548,20 @@ impl<'a> Txn<'a> {
         };
         drop(path);
         self.read.insert(leaf_no, leaf);
+        self.write_leaf_put(leaf_no, page, cell, pos, replace);
+        true
+    }
+
+    /// Writes leaf `leaf_no` as `page`, which took `cell` at `pos` in
+    /// place (no split), logged as the cell's put.
+    fn write_leaf_put(
+        &mut self,
+        leaf_no: PageNo,
+        page: Page,
+        cell: Vec<u8>,
+        pos: usize,
+        replace: bool,
+    ) {
         if !replace {
             self.hints.note(leaf_no, pos);
         }
@@ -563,7 +570,6 @@ impl<'a> Txn<'a> {
             cell,
         };
         self.write(leaf_no, page, Some(op));
-        true
     }
 
     /// Removes `key`; `false` if it was absent (nothing changes).
