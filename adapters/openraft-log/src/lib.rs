@@ -559,15 +559,13 @@ where
         // on meanwhile, and concurrent flushes share group commits.
         let j = self.shared.journal.clone();
         let flush = async move {
-            let r = match flush_fault() {
-                Err(e) => Err(e),
-                Ok(delay_by) => {
-                    if let Some(d) = delay_by {
-                        delay(d).await;
-                    }
-                    j.commit_async(lsn).await.map_err(std::io::Error::other)
+            let r = async {
+                if let Some(d) = flush_fault()? {
+                    delay(d).await;
                 }
-            };
+                j.commit_async(lsn).await.map_err(std::io::Error::other)
+            }
+            .await;
             observe();
             crash_point("openraft-log::flushed");
             callback.io_completed(r);
