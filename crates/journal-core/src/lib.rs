@@ -134,8 +134,8 @@ pub use segment_recycler::{
 };
 
 /// The synchronisation primitives the journal is built on (from
-/// `journal-sync`): poison-free `Mutex` and `Condvar` with deadlines,
-/// atomics, threads, a small `block_on`. They are std's in a normal build
+/// `journal-sync`): poison-free `Mutex` and `Condvar` with deadlines, a
+/// poison-free `RwLock`, atomics, threads, a small `block_on`. They are std's in a normal build
 /// and loom's or shuttle's under `--cfg loom` / `--cfg shuttle`, so a
 /// program that uses them for its own locks is model-checked together
 /// with the journal (`model` runs a loom model; `shuttle` is the shuttle
@@ -144,8 +144,8 @@ pub mod sync {
     #[cfg(shuttle)]
     pub use journal_sync::shuttle;
     pub use journal_sync::{
-        atomic, future, model, thread, Arc, Condvar, Deadline, Mutex, MutexGuard, OnceLock,
-        StatCounter, Stopwatch,
+        atomic, future, model, thread, Arc, Condvar, Deadline, Mutex, MutexGuard, OnceLock, RwLock,
+        RwLockReadGuard, RwLockWriteGuard, StatCounter, Stopwatch,
     };
 }
 

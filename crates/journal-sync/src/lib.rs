@@ -9,7 +9,7 @@
 //!
 //! # Poisoning: what a panic while holding a lock means
 //!
-//! [`Mutex`] does not poison. A panic inside a critical section of the journal
+//! [`Mutex`] does not poison, nor does [`RwLock`]. A panic inside a critical section of the journal
 //! is a bug in the journal (critical sections never call user code and never
 //! do I/O that could fail by panicking), and turning it into a `PoisonError` on
 //! every later `lock()` would only convert one panic into a cascade of panics
@@ -53,10 +53,12 @@
 
 mod gate;
 mod mutex;
+mod rwlock;
 mod time;
 
 pub use gate::Gate;
 pub use mutex::{Condvar, Mutex, MutexGuard};
+pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use time::{Deadline, Stopwatch};
 
 /// A write-once cell, std's under every build: neither loom nor shuttle

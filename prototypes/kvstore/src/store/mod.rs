@@ -7,12 +7,12 @@ use crate::record::Op;
 use crate::tree::{self, TreeMeta};
 use crate::{Error, Result};
 use journal_core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use journal_core::sync::{thread, Condvar, Mutex};
+use journal_core::sync::{thread, Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use journal_core::vfs::{OsVfs, Vfs};
 use journal_core::{Journal, Lsn, RecoveryReport};
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 mod check;
@@ -168,8 +168,7 @@ pub(crate) struct Inner {
     pool: Pool,
     /// The tree's shape. Writers hold it exclusively while they change
     /// pages and append their record; readers and a snapshot's opening
-    /// hold it shared, so none sees half a transaction. (A std `RwLock`:
-    /// journal-sync has none; this prototype is not model-checked.)
+    /// hold it shared, so none sees half a transaction.
     tree: RwLock<TreeMeta>,
     /// Transactions waiting for the combiner (see `write.rs`).
     queue: Mutex<Vec<Arc<write::Pending>>>,
@@ -269,11 +268,11 @@ impl Transaction<'_> {
 
 impl Inner {
     fn read_tree(&self) -> RwLockReadGuard<'_, TreeMeta> {
-        self.tree.read().unwrap_or_else(|e| e.into_inner())
+        self.tree.read()
     }
 
     fn write_tree(&self) -> RwLockWriteGuard<'_, TreeMeta> {
-        self.tree.write().unwrap_or_else(|e| e.into_inner())
+        self.tree.write()
     }
 
     pub(super) fn check(&self) -> Result<()> {
