@@ -298,6 +298,64 @@ fn users_of_the_journal_depend_on_journal_core_alone() {
     }
 }
 
+/// The synchronisation primitives `text` takes from `std::sync` itself
+/// rather than through journal-sync (`std::sync::Mutex`, or a `Mutex` in
+/// a `use std::sync::{..}` group, which may span lines).
+fn std_primitives(text: &str) -> Vec<String> {
+    const KINDS: [&str; 5] = ["Mutex", "RwLock", "Condvar", "Barrier", "atomic"];
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let needle = ["std", "::sync::"].concat();
+    let mut found = Vec::new();
+    for (i, _) in text.match_indices(&needle) {
+        if text[..i].chars().next_back().is_some_and(ident) {
+            continue;
+        }
+        let rest = &text[i + needle.len()..];
+        let names: Vec<&str> = match rest.strip_prefix('{') {
+            Some(group) => group[..group.find('}').unwrap_or(group.len())]
+                .split(|c: char| !ident(c))
+                .collect(),
+            None => vec![rest.split(|c: char| !ident(c)).next().unwrap_or("")],
+        };
+        found.extend(
+            names
+                .into_iter()
+                .filter(|n| KINDS.contains(n))
+                .map(|n| format!("{needle}{n}")),
+        );
+    }
+    found
+}
+
+#[test]
+fn every_lock_condvar_and_atomic_comes_from_journal_sync() {
+    let mut bad = Vec::new();
+    for (member, files) in product_sources() {
+        if member == "crates/journal-sync" {
+            continue;
+        }
+        for f in files {
+            let text: Vec<String> = code_lines(&f).into_iter().map(|(_, l)| l).collect();
+            for p in std_primitives(&text.join("\n")) {
+                bad.push(format!("{}: {p}", f.display()));
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "std's locks or atomics used directly (take them from journal_core::sync, \
+         so that loom and shuttle see them):\n{}",
+        bad.join("\n")
+    );
+    // The matcher itself: a group over lines, a path, and neither.
+    let group = ["use ", "std", "::sync::{\n    Arc,\n    RwLock,\n};"].concat();
+    assert_eq!(std_primitives(&group).len(), 1);
+    let path = ["let m = ", "std", "::sync::Mutex::new(0);"].concat();
+    assert_eq!(std_primitives(&path).len(), 1);
+    let fine = ["", "std", "::sync::Arc<journal_core::sync::Mutex<u8>>"].concat();
+    assert!(std_primitives(&fine).is_empty());
+}
+
 #[test]
 fn no_protocol_crate_sleeps() {
     let mut bad = Vec::new();

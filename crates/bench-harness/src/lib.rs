@@ -23,10 +23,10 @@
 
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use journal_core::sync::atomic::{AtomicBool, Ordering};
 use journal_core::vfs::{OpenOptions, OsVfs, Vfs};
 use std::fmt::Display;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -325,7 +325,7 @@ pub fn write_json(path: &Path, doc: &serde_json::Value) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicU64;
+    use journal_core::sync::atomic::AtomicU64;
 
     #[test]
     fn a_campaign_counts_its_cases_and_what_they_accepted() {

@@ -304,11 +304,11 @@ fn print_commits(args: &BenchArgs, seconds: f64) -> Result<(), String> {
     let size = args.value_size;
     let store = Arc::new(open(&args.dir, true).map_err(err)?);
     let s = store.clone();
-    let out = Arc::new(std::sync::Mutex::new(std::io::stdout()));
+    let out = Arc::new(journal_core::sync::Mutex::new(std::io::stdout()));
     let op: ClientOp = Arc::new(move |c, n| {
         let k = key(c, n);
         s.put(&k, &bench_value(&k, size)).map_err(err)?;
-        let mut o = out.lock().map_err(|_| "stdout lock poisoned".to_string())?;
+        let mut o = out.lock();
         writeln!(o, "{c} {n}")
             .and_then(|_| o.flush())
             .map_err(|e| e.to_string())

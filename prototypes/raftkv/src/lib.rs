@@ -249,7 +249,7 @@ pub async fn serve(
             }
         }
     });
-    let fatal = Arc::new(std::sync::Mutex::new(None::<String>));
+    let fatal = Arc::new(journal_core::sync::Mutex::new(None::<String>));
     let seen = fatal.clone();
     let stopping = node.clone();
     let until = async move {
@@ -257,9 +257,7 @@ pub async fn serve(
             _ = stop => {}
             r = &mut fatal_rx => {
                 if let Ok(e) = r {
-                    if let Ok(mut slot) = seen.lock() {
-                        *slot = Some(e);
-                    }
+                    *seen.lock() = Some(e);
                 }
             }
         }
@@ -271,7 +269,7 @@ pub async fn serve(
         .await
         .map_err(|e| e.to_string());
     let stopped = node.shutdown().await;
-    if let Some(e) = fatal.lock().ok().and_then(|mut s| s.take()) {
+    if let Some(e) = fatal.lock().take() {
         return Err(format!("node {}: the Raft core stopped: {e}", node.id));
     }
     stopped?;

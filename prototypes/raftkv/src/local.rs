@@ -50,7 +50,7 @@ pub struct NodeCommand {
 /// [`LogTail::LINES`]), prefixed with a tag; shared by the restarts of one
 /// node.
 #[derive(Debug, Clone, Default)]
-pub struct LogTail(std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>);
+pub struct LogTail(std::sync::Arc<journal_core::sync::Mutex<std::collections::VecDeque<String>>>);
 
 impl LogTail {
     /// How many lines it keeps.
@@ -58,20 +58,16 @@ impl LogTail {
 
     /// Adds a line, dropping the oldest beyond [`LogTail::LINES`].
     pub fn push(&self, line: String) {
-        if let Ok(mut q) = self.0.lock() {
-            if q.len() == Self::LINES {
-                q.pop_front();
-            }
-            q.push_back(line);
+        let mut q = self.0.lock();
+        if q.len() == Self::LINES {
+            q.pop_front();
         }
+        q.push_back(line);
     }
 
     /// The lines kept, oldest first.
     pub fn lines(&self) -> Vec<String> {
-        self.0
-            .lock()
-            .map(|q| q.iter().cloned().collect())
-            .unwrap_or_default()
+        self.0.lock().iter().cloned().collect()
     }
 }
 

@@ -298,9 +298,9 @@ impl RaftNetworkV2<TypeConfig> for Peer {
 mod tests {
     use super::*;
     use crate::types::{Batch, Command};
+    use journal_core::sync::atomic::{AtomicUsize, Ordering};
     use openraft::impls::leader_id_adv::LeaderId;
     use openraft::{EntryPayload, LogId, Vote};
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[tokio::test]
     async fn an_append_over_the_body_limit_sends_a_part_and_reports_it() {

@@ -30,11 +30,11 @@ pub fn spread(xs: &[f64]) -> String {
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
+use journal_core::sync::atomic::{AtomicU64, Ordering};
 use journal_core::vfs::{OsVfs, Vfs};
 use journal_core::{BatchPolicy, Journal, Options};
 use serde_json::{json, Value as Json};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 

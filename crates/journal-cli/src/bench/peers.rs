@@ -170,10 +170,10 @@ fn measure(
                 .collect::<Result<_, _>>()?;
             let files = Arc::new(files);
             let block = Arc::new(vec![0x5Au8; 4096]);
-            let counters: Arc<Vec<std::sync::atomic::AtomicU64>> =
+            let counters: Arc<Vec<journal_core::sync::atomic::AtomicU64>> =
                 Arc::new((0..n).map(|_| Default::default()).collect());
             let op: Op = Arc::new(move |c| {
-                let k = counters[c].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let k = counters[c].fetch_add(1, journal_core::sync::atomic::Ordering::Relaxed);
                 let f = &files[c];
                 f.write_at(&block, (k % 1024) * 4096).map_err(err)?;
                 f.sync_data().map_err(err)

@@ -6,12 +6,12 @@ use super::{
     warmup_seconds, Env,
 };
 use hdrhistogram::Histogram;
+use journal_core::sync::atomic::{AtomicBool, Ordering};
 use journal_core::vfs::{SimVfs, Vfs};
 use journal_core::{
     BatchPolicy, FlushPolicy, ForceMode, Geometry, Journal, Lsn, Options, RecyclePolicy, SyncMethod,
 };
 use serde_json::{json, Value as Json};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

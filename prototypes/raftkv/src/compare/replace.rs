@@ -8,9 +8,10 @@
 
 use super::{status_mib, Cluster};
 use crate::local::NodeCommand;
+use journal_core::sync::Mutex;
 use serde::Serialize;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What replacing a member measured.
@@ -71,8 +72,9 @@ fn sampler(
         while !*done.borrow() {
             let now: Vec<f64> = pids
                 .lock()
-                .map(|p| p.iter().map(|&pid| status_mib(pid, "VmRSS")).collect())
-                .unwrap_or_default();
+                .iter()
+                .map(|&pid| status_mib(pid, "VmRSS"))
+                .collect();
             peak.resize(now.len(), 0.0);
             for (p, n) in peak.iter_mut().zip(now) {
                 *p = p.max(n);
@@ -137,9 +139,7 @@ pub(super) async fn replace(
     let vfs = journal_core::vfs::OsVfs::new();
     remove_tree(&vfs, &cmd.dir)?;
     cluster.children[i] = cmd.spawn().await?;
-    if let Ok(mut p) = pids.lock() {
-        p[i] = cluster.children[i].id();
-    }
+    pids.lock()[i] = cluster.children[i].id();
     let t = Instant::now();
     change(serde_json::json!({"op": "add", "id": node, "addr": cmd.addr})).await?;
     let catch_up_s = t.elapsed().as_secs_f64();
