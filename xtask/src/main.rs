@@ -54,6 +54,8 @@
 //!   `target/shuttle`), N schedules in all (default 20,000; `ci` runs the
 //!   default). A failure saves its schedule and prints the command that
 //!   replays it: `JOURNAL_SHUTTLE_REPLAY=<run>:<file> cargo xtask shuttle`.
+//!   Then kvstore's writers (`prototypes/kvstore/tests/shuttle.rs`), N / 20
+//!   schedules per scheduler.
 #![forbid(unsafe_code)]
 
 mod fs_suite;
@@ -227,7 +229,8 @@ fn loom(crates: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// The shuttle schedules of the composed journal.
+/// The shuttle schedules of the composed journal, then of kvstore's
+/// writers.
 fn shuttle(args: &[String]) -> Result<(), String> {
     let iterations: u64 = match args {
         [] => 20_000,
@@ -244,11 +247,32 @@ fn shuttle(args: &[String]) -> Result<(), String> {
         "shuttle",
         "shuttle_journal",
         &[
-            ("RUSTFLAGS", rustflags),
+            ("RUSTFLAGS", rustflags.clone()),
             ("CARGO_TARGET_DIR", "target/shuttle".into()),
             ("JOURNAL_SHUTTLE_ITERATIONS", iterations.to_string()),
         ],
-    )
+    )?;
+    // kvstore's writers (prepared puts against the combiner): a twentieth
+    // of the journal's schedules, each run being a store's open, puts,
+    // power cut and recovery.
+    let mut cmd = cargo();
+    cmd.args([
+        "test",
+        "--release",
+        "--package",
+        "kvstore",
+        "--test",
+        "shuttle",
+        "--",
+        "--nocapture",
+    ]);
+    cmd.env("RUSTFLAGS", rustflags)
+        .env("CARGO_TARGET_DIR", "target/shuttle")
+        .env(
+            "KVSTORE_SHUTTLE_ITERATIONS",
+            (iterations / 20).max(10).to_string(),
+        );
+    run_tests("shuttle (kvstore)", &mut cmd)
 }
 
 /// `--minutes N` (default 1).
