@@ -4,7 +4,8 @@
 //! lost — neither in the store as it runs nor after a power cut.
 //!
 //! Three threads: a writer, the main thread (writing, then reading), and
-//! the store's background worker. The tree lock, the pool, the combiner
+//! the store's background worker, checkpointing after every few puts. The
+//! tree lock, the pool, the combiner
 //! and the journal beneath are all journal-sync's, so every interleaving
 //! point is under the scheduler.
 //!
@@ -18,6 +19,7 @@ use journal_core::sync::shuttle::{Config, Runner};
 use journal_core::sync::thread;
 use journal_core::vfs::{CrashPolicy, SimVfs};
 use kvstore::{Options, Store};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 fn options() -> Options {
@@ -32,6 +34,9 @@ fn options() -> Options {
             ..journal_core::Options::default()
         },
         checkpoint_interval: None,
+        // The worker checkpoints after every few puts: pages go home (and
+        // the log's tail moves) while the writers prepare and apply.
+        checkpoint_log_bytes: 2 << 10,
         ..Options::default()
     }
 }
@@ -52,7 +57,7 @@ fn value(w: u8, k: u32, n: u32) -> Vec<u8> {
 /// put changes the leaf the other's prepared put was made on), while the
 /// other's puts land; then every key holds its writer's last value, in
 /// the store and after a power cut.
-fn scenario() {
+fn scenario(checkpointed: &AtomicUsize) {
     let vfs = SimVfs::new();
     let store = Arc::new(
         Store::open_with(Arc::new(vfs.clone()), "/db", options()).expect("the store opens"),
@@ -98,6 +103,10 @@ fn scenario() {
     store.close().unwrap();
     let reopened = Store::open_with(Arc::new(image), "/db", options()).expect("recovery");
     check(&reopened, "after a power cut");
+    // 32 puts in all: fewer records replayed means a checkpoint ran.
+    if reopened.recovery_info().records < 32 {
+        checkpointed.fetch_add(1, Ordering::Relaxed);
+    }
     reopened.close().unwrap();
 }
 
@@ -111,16 +120,36 @@ fn iterations() -> usize {
 /// The seed of both explorations: every run explores the same schedules.
 const SEED: u64 = 0x6b76_5eed;
 
+/// Runs `scheduler`'s exploration; some of its schedules must have
+/// checkpointed before the power cut, or the model does not cover what it
+/// says. (`checkpointed` is a tally of the exploration, outside the model.)
+fn explore(
+    scheduler: impl journal_core::sync::shuttle::scheduler::Scheduler + 'static,
+    checkpointed: &'static AtomicUsize,
+) {
+    Runner::new(scheduler, Config::new()).run(|| scenario(checkpointed));
+    assert!(
+        checkpointed.load(Ordering::Relaxed) > 0,
+        "no schedule checkpointed before its power cut"
+    );
+}
+
 #[test]
 fn prepared_puts_under_random_schedules() {
-    let scheduler = RandomScheduler::new_from_seed(SEED, iterations());
-    Runner::new(scheduler, Config::new()).run(scenario);
+    static CHECKPOINTED: AtomicUsize = AtomicUsize::new(0);
+    explore(
+        RandomScheduler::new_from_seed(SEED, iterations()),
+        &CHECKPOINTED,
+    );
 }
 
 #[test]
 fn prepared_puts_under_pct_schedules() {
+    static CHECKPOINTED: AtomicUsize = AtomicUsize::new(0);
     // Depth 3: two priority changes a run, the preemption bound the
     // workspace keeps in CI.
-    let scheduler = PctScheduler::new_from_seed(SEED, 3, iterations());
-    Runner::new(scheduler, Config::new()).run(scenario);
+    explore(
+        PctScheduler::new_from_seed(SEED, 3, iterations()),
+        &CHECKPOINTED,
+    );
 }
