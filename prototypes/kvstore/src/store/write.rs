@@ -92,10 +92,8 @@ impl Inner {
         if ops.is_empty() {
             return Ok(self.journal.appended_lsn());
         }
-        // Optimistic: under the tree lock, only pages in the pool are read;
-        // a miss hands the transaction back, which fetches the page without
-        // the lock and goes again (after a few misses, reads happen under
-        // the lock).
+        // A single put is prepared here, beside the combiner (it fetches
+        // the pages it misses).
         let prepared = self.prepare(&ops);
         self.apply_prepared(ops, prepared, wait)
     }
@@ -107,6 +105,10 @@ impl Inner {
         prepared: Option<PreparedPut>,
         wait: bool,
     ) -> Result<Lsn> {
+        // Optimistic: under the tree lock, only pages in the pool are read;
+        // a miss hands the transaction back, which fetches the page without
+        // the lock and goes again (after a few misses, reads happen under
+        // the lock).
         let mut pending = Arc::new(Pending::new(ops, prepared, wait, false));
         let mut tries = 0;
         let (lsn, end) = loop {
@@ -153,7 +155,7 @@ impl Inner {
     }
 
     /// Publishes the tree's root and end for [`Inner::prepare`].
-    pub(super) fn publish_tree(&self, tree: &TreeMeta) {
+    fn publish_tree(&self, tree: &TreeMeta) {
         let v = (u64::from(tree.root) << 32) | u64::from(tree.end);
         self.tree_hint.store(v, Ordering::Release);
     }
