@@ -20,11 +20,10 @@ pub(super) enum Applied {
 
 /// A transaction handed to the combiner.
 pub(super) struct Pending {
-    /// Its operations (taken back if it must go again).
-    ops: Mutex<Vec<Op>>,
-    /// A single put's leaf change, prepared by its committer (taken by
-    /// the combiner).
-    prepared: Mutex<Option<PreparedPut>>,
+    /// Its operations (taken back if it must go again), and a single
+    /// put's leaf change prepared by its committer (taken by the
+    /// combiner).
+    work: Mutex<(Vec<Op>, Option<PreparedPut>)>,
     /// Durable before its outcome is given (`Transaction::commit`).
     wait: bool,
     /// Whether it may read from disk under the tree lock.
@@ -39,8 +38,7 @@ pub(super) struct Pending {
 impl Pending {
     fn new(ops: Vec<Op>, prepared: Option<PreparedPut>, wait: bool, allow_io: bool) -> Self {
         Pending {
-            ops: Mutex::new(ops),
-            prepared: Mutex::new(prepared),
+            work: Mutex::new((ops, prepared)),
             wait,
             allow_io,
             outcome: Mutex::new(None),
@@ -118,7 +116,7 @@ impl Inner {
                 Applied::Missing(no) => {
                     self.pool.fetch(no, &self.journal)?;
                     tries += 1;
-                    let ops = std::mem::take(&mut *pending.ops.lock());
+                    let ops = std::mem::take(&mut pending.work.lock().0);
                     let prepared = self.prepare(&ops);
                     pending = Arc::new(Pending::new(ops, prepared, wait, tries >= MAX_MISSES));
                 }
@@ -194,9 +192,9 @@ impl Inner {
                         }
                         for p in batch {
                             let r = self.check().and_then(|()| {
-                                let ops = p.ops.lock();
-                                let prepared = p.prepared.lock().take();
-                                self.apply_locked(&mut tree, &ops, prepared, p.allow_io)
+                                let mut work = p.work.lock();
+                                let prepared = work.1.take();
+                                self.apply_locked(&mut tree, &work.0, prepared, p.allow_io)
                             });
                             match r {
                                 Ok(Applied::Done(lsn, end)) if p.wait => {
@@ -491,6 +489,15 @@ mod tests {
         Store::open_with(Arc::new(SimVfs::new()), "/db", o).unwrap()
     }
 
+    /// A store holding keys k000..k099, all in one leaf.
+    fn store_of_100_keys() -> Store {
+        let s = store();
+        for i in 0..100u32 {
+            s.put(format!("k{i:03}").as_bytes(), b"v").unwrap();
+        }
+        s
+    }
+
     fn put(k: &[u8], v: &[u8]) -> Vec<Op> {
         vec![Op::Put(k.to_vec(), v.to_vec())]
     }
@@ -508,10 +515,7 @@ mod tests {
 
     #[test]
     fn a_put_prepared_on_the_tree_as_it_stands_is_taken_as_prepared() {
-        let s = store();
-        for i in 0..100u32 {
-            s.put(format!("k{i:03}").as_bytes(), b"v").unwrap();
-        }
+        let s = store_of_100_keys();
         let prep = s.inner.prepare(&put(b"k050", b"new")).expect("prepared");
         assert!(taken(&s.inner, prep), "a current path was refused");
         let prep = s.inner.prepare(&put(b"k050", b"new")).expect("prepared");
@@ -523,10 +527,7 @@ mod tests {
 
     #[test]
     fn a_put_prepared_on_a_leaf_changed_since_is_put_again_and_loses_nothing() {
-        let s = store();
-        for i in 0..100u32 {
-            s.put(format!("k{i:03}").as_bytes(), b"v").unwrap();
-        }
+        let s = store_of_100_keys();
         // Prepared on the leaf as it was; then another put changes that
         // leaf. Taken as prepared, the copy would undo that put.
         let prep = s.inner.prepare(&put(b"k050", b"new")).expect("prepared");

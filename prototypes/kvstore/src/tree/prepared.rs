@@ -108,20 +108,17 @@ impl Txn<'_> {
             pos,
             replace,
         } = prep;
-        if root != self.meta.root || !self.touched.is_empty() {
-            return false;
-        }
-        if !self
-            .pool
-            .is_current(path.iter().map(|(no, page, _)| (*no, page)))
-        {
+        let current = root == self.meta.root
+            && self.touched.is_empty()
+            && self
+                .pool
+                .is_current(path.iter().map(|(no, page, _)| (*no, page)));
+        let leaf = path.pop().filter(|_| current);
+        drop(path);
+        let Some((leaf_no, leaf, _)) = leaf else {
             self.pool.discard(page);
             return false;
-        }
-        let Some((leaf_no, leaf, _)) = path.pop() else {
-            return false;
         };
-        drop(path);
         self.read.insert(leaf_no, leaf);
         self.write_leaf_put(leaf_no, page, cell, pos, replace);
         true
