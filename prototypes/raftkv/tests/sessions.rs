@@ -15,15 +15,26 @@ async fn sessions_refuse_unknown_and_stale_ids_and_clients_renew_them() {
     let leader = cluster.leader(None).await;
     let addr = cluster.nodes[leader].addr.clone();
     let http = reqwest::Client::new();
+    // A `503` (no leader for a moment, say) is sent again, as a client
+    // would: each answer asserted below is the same on a second copy of
+    // the request (a retried first write is a duplicate, answered `200`).
     let put = |q: &str| {
         let (http, url) = (http.clone(), format!("http://{addr}/kv/x?{q}"));
         async move {
-            let r = http.put(url).body("v").send().await.unwrap();
-            let err = r
-                .headers()
-                .get(raftkv::api::ERROR_HEADER)
-                .map(|v| v.to_str().unwrap().to_owned());
-            (r.status().as_u16(), err)
+            for _ in 0..100 {
+                let r = http.put(&url).body("v").send().await.unwrap();
+                let code = r.status().as_u16();
+                let err = r
+                    .headers()
+                    .get(raftkv::api::ERROR_HEADER)
+                    .map(|v| v.to_str().unwrap().to_owned());
+                if code != 503 {
+                    return (code, err);
+                }
+                eprintln!("{url}: 503 {}", r.text().await.unwrap_or_default());
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            panic!("{url}: 503 for 10 s");
         }
     };
     let unknown = Some(raftkv::api::SESSION_UNKNOWN.to_owned());

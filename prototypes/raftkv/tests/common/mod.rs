@@ -145,20 +145,42 @@ impl Cluster {
         self.nodes.iter().map(|p| p.addr.clone()).collect()
     }
 
-    /// The index of the node that is leader by its own account and by
-    /// another live node's, waiting up to 30 s.
+    /// The index of the node that is leader by its own account and, in the
+    /// same term, by another live node's, waiting up to 30 s. A node that
+    /// only calls itself leader may be deposed at once by a member that
+    /// never heard from it (at start, node 1 campaigns before the others
+    /// listen); one a follower acknowledges has reset that follower's
+    /// election timer.
     pub async fn leader(&self, not: Option<usize>) -> usize {
         let probe = Client::new(&self.endpoints(), 0).unwrap();
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(30) {
+            let mut seen = Vec::new();
             for (i, p) in self.nodes.iter().enumerate() {
                 if p.child.is_none() || Some(i) == not {
                     continue;
                 }
                 if let Ok(s) = probe.status(&p.addr).await {
-                    if s.state == "Leader" && s.leader == Some(p.id) {
-                        return i;
-                    }
+                    seen.push((i, s));
+                }
+            }
+            let live = self
+                .nodes
+                .iter()
+                .enumerate()
+                .filter(|(i, p)| p.child.is_some() && Some(*i) != not)
+                .count();
+            for (i, s) in &seen {
+                let id = self.nodes[*i].id;
+                if s.state != "Leader" || s.leader != Some(id) {
+                    continue;
+                }
+                let followers = seen
+                    .iter()
+                    .filter(|(j, f)| j != i && f.leader == Some(id) && f.term == s.term)
+                    .count();
+                if followers > 0 || live == 1 {
+                    return *i;
                 }
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
