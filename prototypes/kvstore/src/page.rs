@@ -9,6 +9,10 @@
 //! the page, so a hostile page is a typed error and never a panic.
 
 use journal_core::Lsn;
+use std::sync::Arc;
+
+mod spare;
+pub(crate) use spare::Spare;
 
 /// Bytes per page.
 pub const PAGE_SIZE: usize = 4096;
@@ -60,9 +64,10 @@ impl Kind {
     }
 }
 
-/// One page's bytes.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Page(Box<[u8; PAGE_SIZE]>);
+/// One page's bytes (always [`PAGE_SIZE`] of them), and the pool whose
+/// spare buffers it goes back to when dropped, if it is a pool's
+/// (`spare.rs`).
+pub struct Page(Box<[u8]>, Option<Arc<Spare>>);
 
 impl std::fmt::Debug for Page {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -190,19 +195,18 @@ pub enum Invalid {
 impl Page {
     /// An empty page of `kind`.
     pub fn new(number: PageNo, kind: Kind) -> Page {
-        let mut p = Page(Box::new([0u8; PAGE_SIZE]));
+        Page::new_in(Box::new([0u8; PAGE_SIZE]), number, kind)
+    }
+
+    /// [`Page::new`] in `buf` (any contents: it is cleared).
+    pub(crate) fn new_in(mut buf: Box<[u8; PAGE_SIZE]>, number: PageNo, kind: Kind) -> Page {
+        buf.fill(0);
+        let mut p = Page(buf, None);
         p.0[..4].copy_from_slice(PAGE_MAGIC);
         p.0[16..20].copy_from_slice(&number.to_le_bytes());
         p.0[20] = kind as u8;
         p.set_lower(HEADER);
         p.set_upper(PAGE_SIZE);
-        p
-    }
-
-    /// A free-list trunk listing no page yet, before trunk `next`.
-    pub fn free_trunk(number: PageNo, next: PageNo) -> Page {
-        let mut p = Page::new(number, Kind::Free);
-        p.set_link(next);
         p
     }
 
@@ -246,7 +250,7 @@ impl Page {
         next: PageNo,
     ) -> Page {
         buf.fill(0);
-        let mut p = Page(buf);
+        let mut p = Page(buf, None);
         p.0[..4].copy_from_slice(PAGE_MAGIC);
         p.0[16..20].copy_from_slice(&number.to_le_bytes());
         p.0[20] = Kind::Overflow as u8;
@@ -258,8 +262,8 @@ impl Page {
         p
     }
 
-    /// The raw bytes.
-    pub fn bytes(&self) -> &[u8; PAGE_SIZE] {
+    /// The raw bytes ([`PAGE_SIZE`] of them).
+    pub fn bytes(&self) -> &[u8] {
         &self.0
     }
 
@@ -503,7 +507,18 @@ impl Page {
         link: PageNo,
         cells: &[C],
     ) -> Page {
-        let mut p = Page::new(number, kind);
+        Page::from_cells_in(Box::new([0u8; PAGE_SIZE]), number, kind, link, cells)
+    }
+
+    /// [`Page::from_cells`] in `buf` (any contents: it is cleared).
+    pub(crate) fn from_cells_in<C: AsRef<[u8]>>(
+        buf: Box<[u8; PAGE_SIZE]>,
+        number: PageNo,
+        kind: Kind,
+        link: PageNo,
+        cells: &[C],
+    ) -> Page {
+        let mut p = Page::new_in(buf, number, kind);
         p.set_link(link);
         for (i, c) in cells.iter().enumerate() {
             let fit = p.put_cell(i, c.as_ref(), false);
@@ -541,19 +556,9 @@ impl Page {
 
     /// The page as written home: its CRC filled in.
     pub fn sealed(&self) -> Page {
-        let mut p = Page(Box::new([0u8; PAGE_SIZE]));
-        self.seal_into(&mut p.0);
-        p
-    }
-
-    /// A page over a buffer (its bytes are this page's copy).
-    pub(crate) fn from_buffer(b: Box<[u8; PAGE_SIZE]>) -> Page {
-        Page(b)
-    }
-
-    /// The page's buffer, for reuse.
-    pub(crate) fn into_buffer(self) -> Box<[u8; PAGE_SIZE]> {
-        self.0
+        let mut b = Box::new([0u8; PAGE_SIZE]);
+        self.seal_into(&mut b);
+        Page(b, None)
     }
 
     /// Checks an overflow page read from disk, in place (magic, CRC,
@@ -581,7 +586,7 @@ impl Page {
 
     /// Checks a page read from disk: magic, CRC, then [`Page::validate`].
     pub fn from_disk(bytes: Box<[u8; PAGE_SIZE]>, number: PageNo) -> Result<Page, Invalid> {
-        let p = Page(bytes);
+        let p = Page(bytes, None);
         if &p.0[..4] != PAGE_MAGIC || u32_at(&p.0[..], 4) != p.crc() {
             return Err(Invalid::Checksum);
         }
@@ -650,7 +655,7 @@ impl Page {
         if head.len() < HEADER || head.len() + tail.len() > PAGE_SIZE {
             return Err(Invalid::Structure("an image of the wrong size"));
         }
-        let mut p = Page(Box::new([0u8; PAGE_SIZE]));
+        let mut p = Page(Box::new([0u8; PAGE_SIZE]), None);
         p.0[..head.len()].copy_from_slice(head);
         p.0[PAGE_SIZE - tail.len()..].copy_from_slice(tail);
         if &p.0[..4] != PAGE_MAGIC || p.lower() != head.len() || p.upper() != PAGE_SIZE - tail.len()

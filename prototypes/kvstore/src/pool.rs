@@ -16,7 +16,7 @@
 //!   others wait on, and a page being written stays in its frame, so no
 //!   one ever reads a stale copy from disk.
 
-use crate::page::{Invalid, Page, PageNo, PAGE_SIZE};
+use crate::page::{Invalid, Kind, Page, PageNo, Spare, PAGE_SIZE};
 use crate::{Error, Result};
 use journal_core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use journal_core::sync::{Condvar, Mutex, MutexGuard};
@@ -37,7 +37,8 @@ pub(crate) use versions::{SnapshotHandle, Spill, SPILL_FILE};
 /// appended: above every snapshot, so none reads it.
 pub(crate) const PENDING: Lsn = Lsn(u64::MAX);
 
-/// Page buffers kept for reuse at most (4 MiB).
+/// Page buffers kept for reuse at least (4 MiB), whatever the room in
+/// the frames.
 const SPARE_BUFFERS: usize = 1024;
 
 /// Bytes a frame costs: the page and its bookkeeping.
@@ -87,11 +88,10 @@ pub(crate) struct Pool {
     /// in, a write finished, a page unpinned); whoever changes it notifies
     /// (no system call when nobody waits: `journal_sync::Condvar`).
     cond: Condvar,
-    /// Page buffers let go (evicted, replaced), reused for the next copy
-    /// or read: the pool's pages come from a stable set of buffers instead
-    /// of churning the allocator (whose per-thread arenas otherwise end up
-    /// holding the cache several times over).
-    spare: Mutex<Vec<Box<[u8; PAGE_SIZE]>>>,
+    /// Page buffers let go, reused for the next copy or read: every page
+    /// the pool holds gives its buffer back here when its last reference
+    /// goes (`page/spare.rs` says why).
+    spare: Arc<Spare>,
     /// Frames, dirty frames and version bytes, as of the last change
     /// (read without the mutex).
     frames_n: AtomicUsize,
@@ -140,7 +140,7 @@ impl Pool {
                 versions: Versions::default(),
             }),
             cond: Condvar::new(),
-            spare: Mutex::new(Vec::new()),
+            spare: Arc::new(Spare::new(SPARE_BUFFERS)),
             frames_n: AtomicUsize::new(0),
             dirty_n: AtomicUsize::new(0),
             versions_n: AtomicUsize::new(0),
@@ -164,37 +164,38 @@ impl Pool {
 
     /// A page buffer: a spare one if any (its contents stale), else new.
     pub(crate) fn buffer(&self) -> Box<[u8; PAGE_SIZE]> {
-        self.spare
-            .lock()
-            .pop()
-            .unwrap_or_else(|| Box::new([0u8; PAGE_SIZE]))
+        self.spare.take()
     }
 
     /// A private copy of `page` (a transaction's, to change), in a reused
-    /// buffer.
+    /// buffer, which goes back to the pool when the copy is dropped.
     pub(crate) fn copy(&self, page: &Page) -> Page {
         let mut b = self.buffer();
-        b.copy_from_slice(&page.bytes()[..]);
-        Page::from_buffer(b)
+        b.copy_from_slice(page.bytes());
+        self.adopt(Page::from_buffer(b))
     }
 
-    /// Takes back the buffer of a page no one else holds.
-    pub(crate) fn recycle(&self, page: Arc<Page>) {
-        if let Ok(p) = Arc::try_unwrap(page) {
-            self.give_back(p.into_buffer());
-        }
+    /// [`Page::from_cells`] in a reused buffer (`cells` empty: an empty
+    /// page), which goes back to the pool when the page is dropped.
+    pub(crate) fn new_page<C: AsRef<[u8]>>(
+        &self,
+        no: PageNo,
+        kind: Kind,
+        link: PageNo,
+        cells: &[C],
+    ) -> Page {
+        self.adopt(Page::from_cells_in(self.buffer(), no, kind, link, cells))
     }
 
-    /// Takes back the buffer of a private copy that was not used.
-    pub(crate) fn discard(&self, page: Page) {
-        self.give_back(page.into_buffer());
+    /// `page`, whose buffer goes back to the pool when it is dropped.
+    pub(crate) fn adopt(&self, mut page: Page) -> Page {
+        page.give_back_to(&self.spare);
+        page
     }
 
+    /// Keeps a buffer for reuse.
     fn give_back(&self, b: Box<[u8; PAGE_SIZE]>) {
-        let mut spare = self.spare.lock();
-        if spare.len() < SPARE_BUFFERS {
-            spare.push(b);
-        }
+        self.spare.give(b);
     }
 
     /// Publishes the counters after a change under the mutex.
@@ -204,6 +205,11 @@ impl Pool {
         self.versions_n.store(st.versions.bytes, Ordering::Relaxed);
         let spilled = usize::try_from(st.versions.spilled).unwrap_or(usize::MAX);
         self.spilled_n.store(spilled, Ordering::Relaxed);
+        // Spare buffers: as many as the frames there is room for (after
+        // a long snapshot's versions go, its room comes back as buffers
+        // the frames then refill from), and a few more.
+        let room = self.capacity().saturating_sub(st.frames.len());
+        self.spare.set_limit(room.max(SPARE_BUFFERS));
     }
 
     /// Whether pages are never written home.
@@ -283,7 +289,9 @@ impl Pool {
             }
             got += r;
         }
-        Page::from_disk(buf, no).map_err(|e| invalid(no, e))
+        Page::from_disk(buf, no)
+            .map(|p| self.adopt(p))
+            .map_err(|e| invalid(no, e))
     }
 
     /// Page `no` as it stands. Under the tree lock no transaction is half
@@ -406,9 +414,9 @@ impl Pool {
                 st.clock.push_back(no);
                 continue;
             }
-            if let Some(Slot::Ready(f)) = st.frames.remove(&no) {
-                self.recycle(f.page);
-            }
+            // (Its buffer goes back to the spare list once no reader
+            // holds the page.)
+            st.frames.remove(&no);
         }
         self.publish(st);
         if st.frames.len() > target {
@@ -459,7 +467,7 @@ impl Pool {
         read: Option<&Arc<Page>>,
     ) -> (Before, u64, Arc<Page>) {
         page.set_lsn(PENDING);
-        let page = Arc::new(page);
+        let page = Arc::new(self.adopt(page));
         let mut guard = self.state.lock();
         let st = &mut *guard;
         let r = match st.frames.get_mut(&no) {

@@ -518,7 +518,7 @@ impl<'a> Txn<'a> {
         cells.extend(right.cells());
         self.write(
             left_no,
-            Page::from_cells(left_no, Kind::Leaf, 0, &cells),
+            self.pool.new_page(left_no, Kind::Leaf, 0, &cells),
             None,
         );
         self.free(right_no)?;
@@ -539,7 +539,8 @@ impl<'a> Txn<'a> {
             if page.count() == 0 {
                 if level == 0 {
                     // The last child of the root: the tree is empty.
-                    self.write(bno, Page::new(bno, Kind::Leaf), None);
+                    let empty = self.pool.new_page::<&[u8]>(bno, Kind::Leaf, 0, &[]);
+                    self.write(bno, empty, None);
                     return Ok(());
                 }
                 self.free(bno)?;
@@ -606,19 +607,6 @@ impl<'a> Txn<'a> {
     pub(crate) fn rollback(self) {
         for (no, before) in self.before.into_iter().rev() {
             self.pool.restore(no, before);
-        }
-    }
-
-    /// Ends an appended transaction: the versions it replaced go back to
-    /// the pool's buffers if no one else holds them.
-    pub(crate) fn release(mut self) {
-        // (The pages read are the same versions: let go of them first, or
-        // none would come back to the pool's buffers.)
-        self.read.clear();
-        for (_, before) in self.before {
-            if let Some((page, _, _)) = before {
-                self.pool.recycle(page);
-            }
         }
     }
 }

@@ -50,17 +50,17 @@ fn pages_round_trip_through_disk_and_images_and_every_bit_flip_is_caught() {
     p.set_link(3);
     assert!(p.put_cell(0, &branch_cell(b"m", 9), false));
     p.set_lsn(Lsn(99));
-    let disk = Page::from_disk(p.sealed().0, 7).unwrap();
+    let disk = Page::from_disk(p.sealed().into_buffer(), 7).unwrap();
     assert_eq!(disk.child(0), 9);
     assert_eq!(disk.nth_child(0), 3);
     assert_eq!(
-        Page::from_disk(p.sealed().0, 8).unwrap_err(),
+        Page::from_disk(p.sealed().into_buffer(), 8).unwrap_err(),
         Invalid::Structure("the page's number is another page's")
     );
     for bit in [0usize, 37, 64, 130, 8 * 200, 8 * 4095 + 7] {
         let mut q = p.sealed();
         q.0[bit / 8] ^= 1 << (bit % 8);
-        assert!(Page::from_disk(q.0, 7).is_err(), "bit {bit}");
+        assert!(Page::from_disk(q.into_buffer(), 7).is_err(), "bit {bit}");
     }
     let (head, tail) = p.image();
     assert_eq!(head.len() + tail.len(), HEADER + 2 + 7);

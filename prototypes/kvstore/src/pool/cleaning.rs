@@ -97,4 +97,32 @@ mod tests {
         assert_eq!(pool.dirty_in_clock_order(4, &mut 0), vec![10, 11, 12, 13]);
         assert_eq!(pool.dirty_pages(), (10..74).collect::<Vec<_>>());
     }
+
+    #[test]
+    fn every_page_the_pool_hands_out_gives_its_buffer_back_when_its_last_holder_lets_go() {
+        let pool = dirty_pool();
+        let spare = || pool.spare.len();
+        let at_start = spare();
+        let held = pool.with_cached(|look| look(10)).unwrap();
+        drop(pool.copy(&held));
+        assert_eq!(spare(), at_start + 1, "a transaction's copy");
+        // (Each takes the spare buffer, and gives it back.)
+        drop(pool.new_page::<&[u8]>(80, Kind::Leaf, 0, &[]));
+        assert_eq!(spare(), at_start + 1, "a new page");
+        // Page 10 replaced, its old version still read by `held` (a
+        // scan's, say): its buffer comes back when `held` goes, not
+        // before.
+        let copy = pool.copy(&held);
+        assert_eq!(spare(), at_start);
+        let (before, _, _) = pool.put(10, copy, None);
+        pool.stamp(&[(10, false)], Lsn(2), 0);
+        drop(before);
+        assert_eq!(spare(), at_start);
+        drop(held);
+        assert_eq!(
+            spare(),
+            at_start + 1,
+            "the old version, once no one read it"
+        );
+    }
 }

@@ -326,7 +326,7 @@ impl Pool {
             reason: "a spilled page version failed its check",
         };
         match Page::from_disk(buf, no) {
-            Ok(p) if p.lsn() == lsn => Ok(Arc::new(p)),
+            Ok(p) if p.lsn() == lsn => Ok(Arc::new(self.adopt(p))),
             _ => Err(bad),
         }
     }
@@ -396,9 +396,8 @@ impl Pool {
             v.free_slots.clear();
         }
         drop(st);
-        for page in freed {
-            self.recycle(page);
-        }
+        // (Their buffers go back to the spare list, outside the lock.)
+        drop(freed);
         if cut_back {
             if let Some(f) = self.spill.file.lock().as_ref() {
                 // Scratch space: a failure only leaves the file longer.
@@ -429,9 +428,7 @@ impl Pool {
             }
             self.publish(&st);
             drop(st);
-            for page in freed {
-                self.recycle(page);
-            }
+            drop(freed);
             return expired;
         }
         let truncate = v.spilled == 0 && v.next_slot > 0;
@@ -472,12 +469,8 @@ impl Pool {
         }
         self.publish(&st);
         drop(st);
-        for page in freed
-            .into_iter()
-            .chain(batch.into_iter().map(|(_, p, _)| p))
-        {
-            self.recycle(page);
-        }
+        drop(freed);
+        drop(batch);
         expired
     }
 

@@ -69,7 +69,7 @@ fn create_data_file(
     };
     bytes.extend_from_slice(&encode_meta(&meta)[..]);
     bytes.extend_from_slice(&[0u8; PAGE_SIZE]);
-    bytes.extend_from_slice(&Page::new(FIRST_PAGE, Kind::Leaf).sealed().bytes()[..]);
+    bytes.extend_from_slice(Page::new(FIRST_PAGE, Kind::Leaf).sealed().bytes());
     f.write_at(&bytes, 0)?;
     f.sync_all()?;
     vfs.sync_dir(dir)?;

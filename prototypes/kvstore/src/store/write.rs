@@ -319,7 +319,9 @@ impl Inner {
             self.publish_tree(tree);
         }
         self.applied.store(lsn.0, Ordering::Release);
-        txn.release();
+        // (The versions it replaced go back to the pool's buffers once no
+        // one else holds them.)
+        drop(txn);
         Ok(Some(lsn))
     }
 

@@ -6,7 +6,7 @@
 //! still read what a freed page held when it is written again.
 
 use super::{corrupt, Txn};
-use crate::page::{Kind, Page, PageNo, FIRST_PAGE, FREE_PER_TRUNK};
+use crate::page::{Kind, PageNo, FIRST_PAGE, FREE_PER_TRUNK};
 use crate::Result;
 
 impl Txn<'_> {
@@ -67,7 +67,8 @@ impl Txn<'_> {
         if !self.touched.contains_key(&no) {
             self.pool.keep_for_snapshots(no);
         }
-        self.write(no, Page::free_trunk(no, head), None);
+        let trunk = self.pool.new_page::<&[u8]>(no, Kind::Free, head, &[]);
+        self.write(no, trunk, None);
         self.meta.free_head = no;
         Ok(())
     }

@@ -77,7 +77,6 @@ pub(crate) fn prepare_put(
     let cell = leaf_cell(key, Value::Inline(value));
     let mut page = pool.copy(leaf);
     if !page.put_cell(pos, &cell, replace) {
-        pool.discard(page);
         return None;
     }
     Some(PreparedPut {
@@ -116,7 +115,6 @@ impl Txn<'_> {
         let leaf = path.pop().filter(|_| current);
         drop(path);
         let Some((leaf_no, leaf, _)) = leaf else {
-            self.pool.discard(page);
             return false;
         };
         self.read.insert(leaf_no, leaf);

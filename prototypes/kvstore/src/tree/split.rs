@@ -36,7 +36,7 @@ impl Txn<'_> {
             // Past the last cell: the new cell alone starts the right page
             // and its key is the separator; the left page stays as it is.
             let right_no = self.alloc()?;
-            let right = Page::from_cells(right_no, Kind::Leaf, 0, &[&cell[..]]);
+            let right = self.pool.new_page(right_no, Kind::Leaf, 0, &[&cell[..]]);
             let sep = right.key(0).to_vec();
             self.hints.note(right_no, 0);
             self.write(right_no, right, None);
@@ -55,7 +55,7 @@ impl Txn<'_> {
                 false => split_point(&cells),
             };
             let right_no = self.alloc()?;
-            let right = Page::from_cells(right_no, Kind::Leaf, 0, &cells[mid..]);
+            let right = self.pool.new_page(right_no, Kind::Leaf, 0, &cells[mid..]);
             let sep = right.key(0).to_vec();
             (right_no, right, sep, mid)
         };
@@ -96,7 +96,7 @@ impl Txn<'_> {
             let left = path[0].0;
             self.write(
                 root,
-                Page::from_cells(root, Kind::Branch, left, &[cell]),
+                self.pool.new_page(root, Kind::Branch, left, &[cell]),
                 None,
             );
             self.meta.root = root;
@@ -114,10 +114,14 @@ impl Txn<'_> {
             let mut cells = page.cells();
             cells.insert(j, &cell);
             let mid = split_point(&cells);
-            let up = Page::from_cells(0, Kind::Branch, 0, &cells[mid..=mid]);
+            let up = self.pool.new_page(0, Kind::Branch, 0, &cells[mid..=mid]);
             let (up_key, up_child) = (up.key(0).to_vec(), up.child(0));
-            let left = Page::from_cells(pno, Kind::Branch, page.link(), &cells[..mid]);
-            let right_page = Page::from_cells(right_no, Kind::Branch, up_child, &cells[mid + 1..]);
+            let left = self
+                .pool
+                .new_page(pno, Kind::Branch, page.link(), &cells[..mid]);
+            let right_page =
+                self.pool
+                    .new_page(right_no, Kind::Branch, up_child, &cells[mid + 1..]);
             (left, right_page, up_key)
         };
         self.write(pno, left, None);
