@@ -146,11 +146,12 @@ impl Cluster {
     }
 
     /// The index of the node that is leader by its own account and, in the
-    /// same term, by another live node's, waiting up to 30 s. A node that
-    /// only calls itself leader may be deposed at once by a member that
-    /// never heard from it (at start, node 1 campaigns before the others
-    /// listen); one a follower acknowledges has reset that follower's
-    /// election timer.
+    /// same term, by every other node that answers (at least one), waiting
+    /// up to 30 s. A node that only calls itself leader may be deposed at
+    /// once by a member that never heard from it (at start, node 1
+    /// campaigns before the others listen, and its first messages to them
+    /// fail): once every member that answers acknowledges it, each has
+    /// reset its election timer.
     pub async fn leader(&self, not: Option<usize>) -> usize {
         let probe = Client::new(&self.endpoints(), 0).unwrap();
         let start = Instant::now();
@@ -175,11 +176,11 @@ impl Cluster {
                 if s.state != "Leader" || s.leader != Some(id) {
                     continue;
                 }
-                let followers = seen
+                let others: Vec<_> = seen.iter().filter(|(j, _)| j != i).collect();
+                let all_follow = others
                     .iter()
-                    .filter(|(j, f)| j != i && f.leader == Some(id) && f.term == s.term)
-                    .count();
-                if followers > 0 || live == 1 {
+                    .all(|(_, f)| f.leader == Some(id) && f.term == s.term);
+                if all_follow && (!others.is_empty() || live == 1) {
                     return *i;
                 }
             }
