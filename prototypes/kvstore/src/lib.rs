@@ -36,7 +36,8 @@
 //! and the pool keeps as many spare buffers as its frames have room for
 //! (at least 4 MiB), so the pool's pages cycle through one set of buffers
 //! instead of spreading over the allocator's per-thread arenas: peak RSS
-//! at 10 M keys with the default cache is 90–97 MiB (docs/PERFORMANCE.md).
+//! at 10 M bulk-loaded keys with the default cache measured 90–93 MiB
+//! (docs/PERFORMANCE.md).
 //!
 //! # Logging
 //!

@@ -193,11 +193,6 @@ impl Pool {
         page
     }
 
-    /// Keeps a buffer for reuse.
-    fn give_back(&self, b: Box<[u8; PAGE_SIZE]>) {
-        self.spare.give(b);
-    }
-
     /// Publishes the counters after a change under the mutex.
     fn publish(&self, st: &State) {
         self.frames_n.store(st.frames.len(), Ordering::Relaxed);
@@ -656,7 +651,7 @@ impl Pool {
                 break;
             }
         }
-        self.give_back(sealed);
+        self.spare.give(sealed);
         Ok(r?)
     }
 }

@@ -318,7 +318,7 @@ impl Pool {
             f.read_exact_at(&mut buf[..], slot * PAGE_SIZE as u64)?;
         }
         if snap.expired.load(Ordering::Acquire) {
-            self.give_back(buf);
+            self.spare.give(buf);
             return Err(Error::SnapshotTooOld);
         }
         let bad = Error::Corrupt {
@@ -454,7 +454,7 @@ impl Pool {
         drop(st);
         let mut buf = self.buffer();
         let wrote = self.spill.write(&batch, truncate, &mut buf);
-        self.give_back(buf);
+        self.spare.give(buf);
         let mut st = self.state.lock();
         let v = &mut st.versions;
         v.spilling = false;
