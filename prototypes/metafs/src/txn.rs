@@ -39,6 +39,12 @@ pub struct Txn {
     pub revoked: Vec<u32>,
 }
 
+/// The length of the record of `blocks` block images and `revoked`
+/// revokes.
+pub fn encoded_len(blocks: usize, revoked: usize) -> usize {
+    24 + blocks * (4 + BLOCK) + revoked * 4
+}
+
 /// Encodes a transaction from its block images and revokes.
 pub fn encode<'a>(
     tid: u64,
@@ -46,7 +52,7 @@ pub fn encode<'a>(
     revoked: &[u32],
 ) -> Vec<u8> {
     let n = blocks.len();
-    let mut out = Vec::with_capacity(24 + n * (4 + BLOCK) + revoked.len() * 4);
+    let mut out = Vec::with_capacity(encoded_len(n, revoked.len()));
     out.extend_from_slice(&TXN_MAGIC.to_le_bytes());
     out.extend_from_slice(&1u16.to_le_bytes());
     out.extend_from_slice(&[0, 0]);

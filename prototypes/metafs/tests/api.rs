@@ -351,3 +351,102 @@ fn a_full_disk_under_the_journal_fails_with_enospc_and_loses_nothing_acknowledge
     assert!(fsck(&fs).unwrap().is_empty(), "{:?}", fsck(&fs).unwrap());
     fs.mkdir_path("/e").unwrap();
 }
+
+#[test]
+fn a_running_transaction_is_committed_before_it_outgrows_a_record() {
+    // Many creates and no sync: the running transaction gathers every
+    // inode-table, directory and bitmap block they change. Its record may
+    // not pass the journal's largest (here 256 KiB, about 60 blocks);
+    // jbd2 commits a transaction that fills a quarter of its journal, and
+    // so must this one, or the sync at the end could never commit.
+    let vfs = SimVfs::new();
+    vfs.create_dir_all(Path::new("/")).unwrap();
+    let v: Arc<dyn Vfs> = Arc::new(vfs.clone());
+    let journal = journal_core::Options {
+        max_record_size: 256 << 10,
+        ..small_journal()
+    };
+    Fs::mkfs_with(
+        v.clone(),
+        IMG,
+        MkfsOptions {
+            journal,
+            ..mkfs_opts(32 << 20)
+        },
+    )
+    .unwrap();
+    let opts = MountOptions {
+        journal,
+        ..MountOptions::default()
+    };
+    let fs = Fs::mount_with(v.clone(), IMG, opts).unwrap();
+    fs.mkdir_path("/d").unwrap();
+    for i in 0..2_000 {
+        let f = fs.create_path(&format!("/d/file-{i:05}")).unwrap();
+        if i % 3 == 0 {
+            fs.write(f, 0, format!("{i}").as_bytes()).unwrap();
+        }
+    }
+    fs.sync().unwrap();
+    // Crash: nothing is written home; the journal alone must hold it all.
+    let image: Arc<dyn Vfs> = Arc::new(vfs.crash(journal_core::CrashPolicy::DropUnsynced));
+    drop(fs);
+    let fs = Fs::mount_with(image, IMG, opts).unwrap();
+    assert!(
+        fs.mount_report().transactions > 1,
+        "{:?}",
+        fs.mount_report()
+    );
+    assert_eq!(names(&fs, "/d").len(), 2_000);
+    assert_eq!(fs.read_path("/d/file-01998").unwrap(), b"1998");
+    assert!(fsck(&fs).unwrap().is_empty(), "{:?}", fsck(&fs).unwrap());
+}
+
+#[test]
+fn a_cache_of_a_few_blocks_evicts_only_what_is_home_and_loses_nothing() {
+    // Four blocks of cache under thirty directories of files: nearly every
+    // metadata block is evicted and read back many times, between
+    // commits and checkpoints. A block changed since the last checkpoint
+    // must stay (its home copy is old); a clean one must come back as the
+    // checkpoint left it.
+    let vfs = SimVfs::new();
+    vfs.create_dir_all(Path::new("/")).unwrap();
+    let v: Arc<dyn Vfs> = Arc::new(vfs.clone());
+    Fs::mkfs_with(v.clone(), IMG, mkfs_opts(32 << 20)).unwrap();
+    let opts = MountOptions {
+        cache_bytes: 4 * 4096,
+        checkpoint_log_bytes: 256 << 10,
+        ..mount_opts()
+    };
+    let fs = Fs::mount_with(v.clone(), IMG, opts).unwrap();
+    for d in 0..30 {
+        fs.mkdir_path(&format!("/d{d}")).unwrap();
+        for i in 0..60 {
+            let f = fs.create_path(&format!("/d{d}/f{i}")).unwrap();
+            fs.write(f, 0, format!("{d}/{i}").as_bytes()).unwrap();
+            if i % 25 == 0 {
+                fs.fsync(f).unwrap();
+            }
+        }
+        if d % 7 == 0 {
+            fs.rename_path(&format!("/d{d}/f0"), &format!("/moved-{d}"))
+                .unwrap();
+            fs.unlink_path(&format!("/d{d}/f1")).unwrap();
+        }
+    }
+    fs.sync().unwrap();
+    assert!(fsck(&fs).unwrap().is_empty(), "{:?}", fsck(&fs).unwrap());
+    let image: Arc<dyn Vfs> = Arc::new(vfs.crash(journal_core::CrashPolicy::DropUnsynced));
+    drop(fs);
+    let fs = Fs::mount_with(image, IMG, opts).unwrap();
+    for d in 0..30 {
+        let want = if d % 7 == 0 { 58 } else { 60 };
+        assert_eq!(names(&fs, &format!("/d{d}")).len(), want, "/d{d}");
+        assert_eq!(
+            fs.read_path(&format!("/d{d}/f59")).unwrap(),
+            format!("{d}/59").as_bytes()
+        );
+    }
+    assert_eq!(fs.read_path("/moved-28").unwrap(), b"28/0");
+    assert!(fsck(&fs).unwrap().is_empty(), "{:?}", fsck(&fs).unwrap());
+}

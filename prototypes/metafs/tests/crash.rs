@@ -381,6 +381,9 @@ fn run_seed(seed: u64) -> u64 {
     let opts = MountOptions {
         journal: jopts,
         checkpoint_log_bytes: rng.range(64 << 10, 512 << 10),
+        // From the least the cache keeps (4 blocks) up: eviction and
+        // read-back under every operation and crash.
+        cache_bytes: rng.range(4, 64) as usize * 4096,
     };
     let threads = rng.range(2, 4) as usize;
     let mut vfs = SimVfs::new();
@@ -464,7 +467,9 @@ fn run_seed(seed: u64) -> u64 {
         let target = rng.range(5, 120) as usize;
         loop {
             let done: usize = logs.iter().map(|l| l.lock().unwrap().states.len()).sum();
-            if done >= target {
+            // (A thread ends before the stop only by panicking: then the
+            // join below reports it, instead of this loop waiting forever.)
+            if done >= target || handles.iter().any(|h| h.is_finished()) {
                 break;
             }
             std::thread::yield_now();

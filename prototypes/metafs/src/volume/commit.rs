@@ -57,7 +57,7 @@ impl Fs {
     /// first (ordered mode), then the record, then the journal's commit.
     /// Returns the change count it made durable and the log bytes written.
     pub(super) fn commit_running(&self, tid: u64) -> Result<(u64, u64)> {
-        let snap = self.state.lock().take(tid);
+        let snap = self.state.lock().take(tid).map_err(|e| self.poison(e))?;
         let bytes = snap.record.as_ref().map_or(0, |r| r.len() as u64);
         if let Some(lsn) = self.make_durable(&snap)? {
             self.state.lock().awaiting.push((lsn, snap.frees));
@@ -116,7 +116,7 @@ impl Fs {
         }
         // Holding the committer lock: no commit starts until we are done.
         let mut st = self.state.lock();
-        let snap = st.take(c.next_tid);
+        let snap = st.take(c.next_tid).map_err(|e| self.poison(e))?;
         c.next_tid += 1;
         self.make_durable(&snap)?;
         c.durable = c.durable.max(snap.ops);
@@ -130,7 +130,12 @@ impl Fs {
             st.unavailable.remove(&b);
         }
         for b in std::mem::take(&mut st.checkpoint_set) {
-            let img = &st.cache[&b];
+            // (The checkpoint set's blocks never leave the cache.)
+            let img = st.cache.peek(b).ok_or_else(|| {
+                self.poison(Error::Corrupt(format!(
+                    "metadata block {b} missing from the cache"
+                )))
+            })?;
             self.image
                 .write_at(img, b as u64 * BLOCK as u64)
                 .map_err(|e| self.poison(e.into()))?;

@@ -4,12 +4,17 @@
 //! # Journaling: ext4's ordered mode, jbd2's compound transactions
 //!
 //! Every operation changes metadata blocks (inode table, bitmap,
-//! directory and indirect blocks) in an in-memory block cache, inside the
+//! directory and indirect blocks) in a bounded in-memory block cache
+//! (`cache.rs`: blocks whose home copy is current are evicted and read
+//! back), inside the
 //! *running transaction* — one transaction shared by every operation since
 //! the last commit, as jbd2 compounds them. File data goes to its home
 //! blocks in the image at once (through the page cache, no sync).
 //!
-//! A commit (`fsync`, `sync`, a checkpoint) takes the running transaction:
+//! A commit (`fsync`, `sync`, a checkpoint, or an operation that fills the
+//! running transaction to a quarter of the journal's largest record, as
+//! jbd2 commits a transaction that fills a quarter of its journal) takes
+//! the running transaction:
 //! under the state lock, the images of its dirty metadata blocks are
 //! copied into one journal record; then the image file is fdatasynced if
 //! data was written (**data before the metadata that points to it**: the
@@ -64,6 +69,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod bmap;
+mod cache;
 mod commit;
 mod data;
 mod dirs;
@@ -106,6 +112,12 @@ pub struct MountOptions {
     /// Checkpoint when this much log was written since the last one
     /// (default 64 MiB).
     pub checkpoint_log_bytes: u64,
+    /// Bytes of metadata blocks kept in memory (default 64 MiB; at least
+    /// 4 blocks). Blocks changed since the last checkpoint stay beyond
+    /// it, so the cache holds at most this plus about
+    /// `checkpoint_log_bytes`; the others are read back from the image
+    /// when needed again.
+    pub cache_bytes: usize,
 }
 
 impl Default for MountOptions {
@@ -113,6 +125,7 @@ impl Default for MountOptions {
         Self {
             journal: journal_core::Options::default(),
             checkpoint_log_bytes: 64 << 20,
+            cache_bytes: 64 << 20,
         }
     }
 }
@@ -177,8 +190,9 @@ pub fn journal_dir(image: &Path) -> PathBuf {
 struct State {
     sb: Super,
     /// Metadata blocks read or changed: inode table, bitmap, directory and
-    /// indirect blocks. File data is never cached.
-    cache: HashMap<u32, Box<[u8]>>,
+    /// indirect blocks, bounded by [`MountOptions::cache_bytes`]
+    /// (`cache.rs`). File data is never cached.
+    cache: cache::BlockCache,
     /// Blocks the running transaction changed.
     running: BTreeSet<u32>,
     /// Metadata blocks the running transaction freed.
@@ -214,6 +228,47 @@ struct State {
     ops: u64,
 }
 
+impl State {
+    /// The state of a mounted image (after replay): an empty cache of
+    /// `cache_bytes`, the free counts from the bitmaps, the root checked.
+    fn load(image: &dyn VfsFile, sb: Super, cache_bytes: usize) -> Result<State> {
+        let mut state = State {
+            sb,
+            cache: cache::BlockCache::new(cache_bytes),
+            running: BTreeSet::new(),
+            revoked: Vec::new(),
+            pending_free: Vec::new(),
+            unavailable: HashSet::new(),
+            awaiting: Vec::new(),
+            checkpoint_set: BTreeSet::new(),
+            data_dirty: false,
+            free_blocks: 0,
+            free_inodes: 0,
+            group_free: Vec::new(),
+            igroup_free: Vec::new(),
+            dirs: HashMap::new(),
+            open: HashMap::new(),
+            block_hint: sb.data_start,
+            inode_hint: ROOT + 1,
+            ops: 0,
+        };
+        // Free counts from the bitmaps (popcounts; no inode is read).
+        state.group_free = state.count_clear(image, sb.bitmap_start, sb.blocks)?;
+        state.igroup_free = state.count_clear(image, sb.ibitmap_start, sb.inodes)?;
+        state.free_blocks = state.group_free.iter().map(|&n| n as u64).sum();
+        state.free_inodes = state.igroup_free.iter().map(|&n| n as u64).sum();
+        if !state.bit(image, 0)? || !state.ibit(image, ROOT)? {
+            return Err(Error::Corrupt(
+                "the bitmaps do not mark the fixed blocks and the root".into(),
+            ));
+        }
+        if state.live(image, ROOT)?.kind != Kind::Dir {
+            return Err(Error::Corrupt("the root is not a directory".into()));
+        }
+        Ok(state)
+    }
+}
+
 /// A transaction taken from the state for commit.
 struct Snapshot {
     record: Option<Vec<u8>>,
@@ -245,6 +300,9 @@ pub struct Fs {
     /// Signalled when a commit ends (durable, or failed).
     commit_done: Condvar,
     options: MountOptions,
+    /// The running transaction is committed once its record reaches this
+    /// length: a quarter of the journal's largest record.
+    commit_at: usize,
     failed: Mutex<Option<String>>,
     report: MountReport,
 }
@@ -381,39 +439,7 @@ impl Fs {
         }
         journal.register_data_file(image_path)?;
         let (report, next_tid) = replay(&journal, &*image, &sb)?;
-        let mut state = State {
-            sb,
-            cache: HashMap::new(),
-            running: BTreeSet::new(),
-            revoked: Vec::new(),
-            pending_free: Vec::new(),
-            unavailable: HashSet::new(),
-            awaiting: Vec::new(),
-            checkpoint_set: BTreeSet::new(),
-            data_dirty: false,
-            free_blocks: 0,
-            free_inodes: 0,
-            group_free: Vec::new(),
-            igroup_free: Vec::new(),
-            dirs: HashMap::new(),
-            open: HashMap::new(),
-            block_hint: sb.data_start,
-            inode_hint: ROOT + 1,
-            ops: 0,
-        };
-        // Free counts from the bitmaps (popcounts; no inode is read).
-        state.group_free = state.count_clear(&*image, sb.bitmap_start, sb.blocks)?;
-        state.igroup_free = state.count_clear(&*image, sb.ibitmap_start, sb.inodes)?;
-        state.free_blocks = state.group_free.iter().map(|&n| n as u64).sum();
-        state.free_inodes = state.igroup_free.iter().map(|&n| n as u64).sum();
-        if !state.bit(&*image, 0)? || !state.ibit(&*image, ROOT)? {
-            return Err(Error::Corrupt(
-                "the bitmaps do not mark the fixed blocks and the root".into(),
-            ));
-        }
-        if state.live(&*image, ROOT)?.kind != Kind::Dir {
-            return Err(Error::Corrupt("the root is not a directory".into()));
-        }
+        let state = State::load(&*image, sb, options.cache_bytes)?;
         let fs = Fs {
             image,
             journal,
@@ -426,6 +452,7 @@ impl Fs {
                 since_checkpoint: 0,
             }),
             commit_done: Condvar::new(),
+            commit_at: options.journal.max_record() / 4,
             options,
             failed: Mutex::new(None),
             report,
@@ -478,13 +505,25 @@ impl Fs {
     /// I/O error of the image poisons the filesystem: the operation may
     /// have changed the running transaction part-way, and no commit may
     /// ever make that durable (remount to recover from the journal).
+    ///
+    /// A running transaction whose record has grown to a quarter of the
+    /// journal's largest is committed before the call returns, as jbd2
+    /// commits a transaction that fills a quarter of its journal: left to
+    /// grow until the next sync, it could outgrow any record, and that
+    /// sync could never commit it.
     fn with<T>(&self, op: impl FnOnce(&mut State, &dyn VfsFile) -> Result<T>) -> Result<T> {
         self.check()?;
         let mut st = self.state.lock();
-        op(&mut st, &*self.image).map_err(|e| match e {
+        let r = op(&mut st, &*self.image).map_err(|e| match e {
             Error::Io(_) => self.poison(e),
             e => e,
-        })
+        });
+        let full = st.record_len() >= self.commit_at;
+        drop(st);
+        if full {
+            self.sync()?;
+        }
+        r
     }
 
     // ---- paths -----------------------------------------------------------

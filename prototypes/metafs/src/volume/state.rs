@@ -4,7 +4,6 @@
 
 use super::*;
 use crate::layout::BITS_PER_BLOCK;
-use std::collections::hash_map::Entry;
 
 impl State {
     /// The cached block `b`, read from the image on first use.
@@ -12,14 +11,13 @@ impl State {
         if b >= self.sb.blocks {
             return Err(Error::Corrupt(format!("block {b} beyond the image")));
         }
-        match self.cache.entry(b) {
-            Entry::Occupied(e) => Ok(e.into_mut()),
-            Entry::Vacant(e) => {
-                let mut buf = vec![0u8; BLOCK].into_boxed_slice();
-                img.read_exact_at(&mut buf, b as u64 * BLOCK as u64)?;
-                Ok(e.insert(buf))
-            }
+        if self.cache.get_mut(b).is_none() {
+            let mut buf = vec![0u8; BLOCK].into_boxed_slice();
+            img.read_exact_at(&mut buf, b as u64 * BLOCK as u64)?;
+            let dirty = &self.checkpoint_set;
+            return Ok(self.cache.insert(b, buf, |x| dirty.contains(&x)));
         }
+        self.cache.get_mut(b).ok_or_else(|| lost(b))
     }
 
     pub(super) fn get(&mut self, img: &dyn VfsFile, b: u32) -> Result<&[u8]> {
@@ -40,9 +38,11 @@ impl State {
         self.ops += 1;
         self.running.insert(b);
         self.checkpoint_set.insert(b);
-        let block = self.cache.entry(b).or_default();
-        *block = vec![0u8; BLOCK].into_boxed_slice();
-        block
+        let dirty = &self.checkpoint_set;
+        self.cache
+            .insert(b, vec![0u8; BLOCK].into_boxed_slice(), |x| {
+                dirty.contains(&x)
+            })
     }
 
     pub(super) fn inode(&mut self, img: &dyn VfsFile, ino: Ino) -> Result<Inode> {
@@ -230,7 +230,7 @@ impl State {
         self.pending_free.push(b);
         self.unavailable.insert(b);
         if meta {
-            self.cache.remove(&b);
+            self.cache.remove(b);
             self.running.remove(&b);
             self.checkpoint_set.remove(&b);
             self.revoked.push(b);
@@ -303,30 +303,46 @@ impl State {
 
     // ---- transactions --------------------------------------------------
 
+    /// The length the running transaction's record would have now.
+    pub(super) fn record_len(&self) -> usize {
+        txn::encoded_len(self.running.len(), self.revoked.len())
+    }
+
     /// Takes the running transaction: its record (if it changed metadata),
     /// the blocks it freed, and whether data was written since the last
     /// image sync.
-    pub(super) fn take(&mut self, tid: u64) -> Snapshot {
+    pub(super) fn take(&mut self, tid: u64) -> Result<Snapshot> {
         let data_dirty = std::mem::take(&mut self.data_dirty);
         let ops = self.ops;
         let frees = std::mem::take(&mut self.pending_free);
         if self.running.is_empty() && self.revoked.is_empty() {
-            return Snapshot {
+            return Ok(Snapshot {
                 record: None,
                 frees,
                 data_dirty,
                 ops,
-            };
+            });
         }
         let running = std::mem::take(&mut self.running);
         let revoked = std::mem::take(&mut self.revoked);
         let cache = &self.cache;
-        let blocks: Vec<(u32, &[u8])> = running.iter().map(|b| (*b, &cache[b][..])).collect();
-        Snapshot {
+        // (A block of the running transaction is in the checkpoint set, so
+        // it never left the cache.)
+        let blocks = running
+            .iter()
+            .map(|b| Ok((*b, cache.peek(*b).ok_or_else(|| lost(*b))?)))
+            .collect::<Result<Vec<(u32, &[u8])>>>()?;
+        Ok(Snapshot {
             record: Some(txn::encode(tid, blocks.into_iter(), &revoked)),
             frees,
             data_dirty,
             ops,
-        }
+        })
     }
+}
+
+/// A block missing from the cache where it may not be: a broken
+/// invariant, answered with an error rather than a guess.
+fn lost(b: u32) -> Error {
+    Error::Corrupt(format!("metadata block {b} missing from the cache"))
 }
