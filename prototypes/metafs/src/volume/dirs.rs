@@ -3,22 +3,26 @@
 //! cost the same in a directory of a hundred thousand entries as in one
 //! of ten.
 //!
-//! The index of a directory (name → block and offset, and the largest
-//! free space of each block) is built from its blocks the first time an
-//! operation touches the directory after mount, and kept in step with
-//! every change after; it is only ever derived from the cached blocks,
-//! so dropping it (an error, a freed directory) loses nothing. Entries
+//! The index of a directory (each name's block, by the name's hash; the
+//! largest free space of each block) is built from its blocks the first
+//! time an operation touches the directory after mount, and kept in step
+//! with every change after; it is only ever derived from the directory's
+//! blocks, so dropping it (an error, a freed directory) loses nothing. A
+//! lookup hashes the name and scans the one block the index names for
+//! it (two, rarely, when hashes collide). Entries
 //! never move while they live, so `(block, offset)` is also the position
 //! `readdir` resumes from.
 
 use super::*;
 use crate::layout::dir::{self as dirblk, MAX_ENTRY};
+use std::collections::BTreeMap;
 
 /// One directory's index.
 #[derive(Debug, Default)]
 pub(super) struct DirIndex {
-    /// name → (block index in the directory, byte offset, inode).
-    names: HashMap<Box<[u8]>, (u32, u16, Ino)>,
+    /// Where each name is: its block (found by the name's hash; the
+    /// entry itself is found in the block by name).
+    names: NameIndex,
     /// The directory's blocks, by index.
     blocks: Vec<u32>,
     /// The largest free space in each block.
@@ -47,13 +51,135 @@ impl DirIndex {
     }
 }
 
+/// The block index of each name in a directory, keyed by the name's
+/// 64-bit hash (keyed per mount, so names cannot be chosen to collide):
+/// about 16 bytes an entry, not the name, as ext4's htree keeps hashes
+/// and finds the name itself in the leaf block. Names whose hashes
+/// collide share a key, each with its block.
+#[derive(Debug, Default)]
+struct NameIndex {
+    one: HashMap<u64, u32>,
+    more: HashMap<u64, Vec<u32>>,
+    len: usize,
+}
+
+impl NameIndex {
+    fn insert(&mut self, hash: u64, bi: u32) {
+        self.len += 1;
+        if let Some(v) = self.more.get_mut(&hash) {
+            v.push(bi);
+        } else if let Some(first) = self.one.remove(&hash) {
+            self.more.insert(hash, vec![first, bi]);
+        } else {
+            self.one.insert(hash, bi);
+        }
+    }
+
+    /// The blocks that may hold a name of this hash.
+    fn candidates(&self, hash: u64) -> &[u32] {
+        match self.one.get(&hash) {
+            Some(bi) => std::slice::from_ref(bi),
+            None => self.more.get(&hash).map_or(&[], |v| &v[..]),
+        }
+    }
+
+    /// Forgets one name of this hash in block `bi`.
+    fn remove(&mut self, hash: u64, bi: u32) {
+        if self.one.get(&hash) == Some(&bi) {
+            self.one.remove(&hash);
+            self.len -= 1;
+            return;
+        }
+        let Some(v) = self.more.get_mut(&hash) else {
+            return;
+        };
+        if let Some(i) = v.iter().position(|&b| b == bi) {
+            v.swap_remove(i);
+            self.len -= 1;
+        }
+        if v.len() == 1 {
+            self.one.insert(hash, v[0]);
+            self.more.remove(&hash);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// The directories' indexes, those of directories not in use dropped
+/// oldest first while they hold more than a budget of names in all. The
+/// indexes of the [`KEEP_RECENT`] directories used last are kept whatever
+/// their size: a path's lookups touch every directory on it, and dropping
+/// a large one among them would rebuild it at every operation.
+#[derive(Debug)]
+pub(super) struct DirIndexes {
+    map: HashMap<Ino, (DirIndex, u64)>,
+    /// Each kept index by its last use.
+    order: BTreeMap<u64, Ino>,
+    tick: u64,
+    /// Names in the kept indexes.
+    names: usize,
+    budget: usize,
+}
+
+/// Indexes kept whatever the budget: those of the directories used last.
+const KEEP_RECENT: usize = 8;
+
+impl DirIndexes {
+    /// No indexes; they may hold `budget` names in all.
+    pub(super) fn new(budget: usize) -> Self {
+        Self {
+            map: HashMap::new(),
+            order: BTreeMap::new(),
+            tick: 0,
+            names: 0,
+            budget,
+        }
+    }
+
+    /// Takes `dir`'s index out, if kept.
+    fn take(&mut self, dir: Ino) -> Option<DirIndex> {
+        let (ix, used) = self.map.remove(&dir)?;
+        self.order.remove(&used);
+        self.names -= ix.names.len;
+        Some(ix)
+    }
+
+    /// Keeps `dir`'s index as the one used last, then drops the oldest
+    /// while over the budget.
+    fn put(&mut self, dir: Ino, ix: DirIndex) {
+        self.tick += 1;
+        self.names += ix.names.len;
+        self.order.insert(self.tick, dir);
+        if let Some((old, used)) = self.map.insert(dir, (ix, self.tick)) {
+            self.order.remove(&used);
+            self.names -= old.names.len;
+        }
+        while self.names > self.budget && self.order.len() > KEEP_RECENT {
+            let Some((_, oldest)) = self.order.pop_first() else {
+                break;
+            };
+            if let Some((ix, _)) = self.map.remove(&oldest) {
+                self.names -= ix.names.len;
+            }
+        }
+    }
+
+    /// Drops `dir`'s index (the directory was freed).
+    pub(super) fn forget(&mut self, dir: Ino) {
+        self.take(dir);
+    }
+}
+
 /// Where an entry is: (block number, offset in it, inode).
 pub(super) type Place = (u32, usize, Ino);
 
 impl State {
     /// The index of directory `dir`, built on first use.
     fn index(&mut self, img: &dyn VfsFile, dir: Ino) -> Result<DirIndex> {
-        if let Some(ix) = self.dirs.remove(&dir) {
+        if let Some(ix) = self.dirs.take(dir) {
             return Ok(ix);
         }
         let d = self.dir(img, dir)?;
@@ -67,10 +193,14 @@ impl State {
                 )));
             }
             let blk = self.get(img, b)?;
-            for e in dirblk::entries(blk)? {
-                ix.names
-                    .insert(e.name.into(), (bi as u32, e.offset as u16, e.ino));
+            let hashes: Vec<u64> = dirblk::entries(blk)?
+                .iter()
+                .map(|e| self.dir_hasher.hash_one(&e.name[..]))
+                .collect();
+            for h in hashes {
+                ix.names.insert(h, bi as u32);
             }
+            let blk = self.get(img, b)?;
             let room = dirblk::largest_free(blk)?;
             ix.blocks.push(b);
             ix.room.push(0);
@@ -89,9 +219,29 @@ impl State {
         let mut ix = self.index(img, dir)?;
         let r = f(self, &mut ix);
         if r.is_ok() {
-            self.dirs.insert(dir, ix);
+            self.dirs.put(dir, ix);
         }
         r
+    }
+
+    /// Where `name` is in the directory of index `ix`: (block index,
+    /// offset, inode).
+    fn locate(
+        &mut self,
+        img: &dyn VfsFile,
+        ix: &DirIndex,
+        name: &[u8],
+    ) -> Result<Option<(u32, usize, Ino)>> {
+        let hash = self.dir_hasher.hash_one(name);
+        for &bi in ix.names.candidates(hash) {
+            let b = *ix.blocks.get(bi as usize).ok_or_else(|| {
+                Error::Corrupt(format!("directory index names block {bi}, past its end"))
+            })?;
+            if let Some((off, ino)) = dirblk::find(self.get(img, b)?, name)? {
+                return Ok(Some((bi, off, ino)));
+            }
+        }
+        Ok(None)
     }
 
     /// Where `name` is in directory `dir`.
@@ -101,11 +251,10 @@ impl State {
         dir: Ino,
         name: &[u8],
     ) -> Result<Option<Place>> {
-        self.with_index(img, dir, |_, ix| {
-            Ok(ix
-                .names
-                .get(name)
-                .map(|&(bi, off, ino)| (ix.blocks[bi as usize], off as usize, ino)))
+        self.with_index(img, dir, |st, ix| {
+            Ok(st
+                .locate(img, ix, name)?
+                .map(|(bi, off, ino)| (ix.blocks[bi as usize], off, ino)))
         })
     }
 
@@ -152,14 +301,14 @@ impl State {
                 }
             };
             let blk = st.get_mut(img, ix.blocks[bi as usize])?;
-            let off = dirblk::insert(blk, ino, kind, name)?.ok_or_else(|| {
+            dirblk::insert(blk, ino, kind, name)?.ok_or_else(|| {
                 Error::Corrupt(format!(
                     "directory {dir} block {bi} has less room than indexed"
                 ))
             })?;
             let room = dirblk::largest_free(blk)?;
             ix.set_room(bi, room);
-            ix.names.insert(name.into(), (bi, off as u16, ino));
+            ix.names.insert(st.dir_hasher.hash_one(name), bi);
             Ok(())
         })
     }
@@ -167,9 +316,10 @@ impl State {
     /// Removes `name` from `dir`; returns the inode it named.
     pub(super) fn remove_entry(&mut self, img: &dyn VfsFile, dir: Ino, name: &[u8]) -> Result<Ino> {
         self.with_index(img, dir, |st, ix| {
-            let (bi, off, ino) = ix.names.remove(name).ok_or(Error::NotFound)?;
+            let (bi, off, ino) = st.locate(img, ix, name)?.ok_or(Error::NotFound)?;
+            ix.names.remove(st.dir_hasher.hash_one(name), bi);
             let blk = st.get_mut(img, ix.blocks[bi as usize])?;
-            dirblk::remove(blk, off as usize)?;
+            dirblk::remove(blk, off)?;
             let room = dirblk::largest_free(blk)?;
             ix.set_room(bi, room);
             Ok(ino)
@@ -186,15 +336,8 @@ impl State {
         kind: Kind,
     ) -> Result<()> {
         self.with_index(img, dir, |st, ix| {
-            let e = ix.names.get_mut(name).ok_or(Error::NotFound)?;
-            e.2 = ino;
-            let (bi, off) = (e.0, e.1);
-            dirblk::retarget(
-                st.get_mut(img, ix.blocks[bi as usize])?,
-                off as usize,
-                ino,
-                kind,
-            );
+            let (bi, off, _) = st.locate(img, ix, name)?.ok_or(Error::NotFound)?;
+            dirblk::retarget(st.get_mut(img, ix.blocks[bi as usize])?, off, ino, kind);
             Ok(())
         })
     }
@@ -242,5 +385,81 @@ impl State {
             .into_iter()
             .map(|(_, n, i, k)| (n, i, k))
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DirIndex, DirIndexes, NameIndex, KEEP_RECENT};
+
+    fn index(names: usize) -> DirIndex {
+        let mut ix = DirIndex::default();
+        for h in 0..names as u64 {
+            ix.names.insert(h, 0);
+        }
+        ix
+    }
+
+    #[test]
+    fn indexes_past_the_budget_go_oldest_first_but_never_the_last_used() {
+        let mut d = DirIndexes::new(100);
+        // A directory far over the budget alone, used with a few small
+        // ones: it stays among the last used.
+        d.put(1, index(1_000));
+        for dir in 2..2 + KEEP_RECENT as u32 - 1 {
+            d.put(dir, index(1));
+        }
+        assert!(
+            d.map.contains_key(&1),
+            "a directory among the last used was dropped"
+        );
+        // Then others come: the big one is the oldest, and goes.
+        d.put(50, index(1));
+        assert!(!d.map.contains_key(&1));
+        assert_eq!(d.names, KEEP_RECENT);
+        // Many small ones: the budget holds once more than the recent few
+        // are kept.
+        for dir in 100..400 {
+            d.put(dir, index(5));
+        }
+        assert!(d.names <= 100, "{} names kept", d.names);
+        assert_eq!(
+            d.names,
+            d.map.values().map(|(ix, _)| ix.names.len).sum::<usize>()
+        );
+        // Taken out and put back: counted once.
+        let ix = d.take(399).unwrap();
+        d.put(399, ix);
+        assert_eq!(
+            d.names,
+            d.map.values().map(|(ix, _)| ix.names.len).sum::<usize>()
+        );
+        assert_eq!(d.order.len(), d.map.len());
+        d.forget(399);
+        assert!(!d.map.contains_key(&399));
+    }
+
+    #[test]
+    fn names_whose_hashes_collide_keep_each_its_block() {
+        let mut ix = NameIndex::default();
+        ix.insert(7, 0);
+        ix.insert(9, 1);
+        ix.insert(7, 2);
+        ix.insert(7, 2);
+        assert_eq!(ix.candidates(7), &[0, 2, 2]);
+        assert_eq!(ix.candidates(9), &[1]);
+        assert_eq!(ix.candidates(8), &[] as &[u32]);
+        ix.remove(7, 2);
+        assert_eq!(ix.candidates(7), &[0, 2]);
+        ix.remove(7, 0);
+        assert_eq!(ix.candidates(7), &[2]);
+        // A name not where the index says: nothing changes.
+        ix.remove(7, 5);
+        ix.remove(3, 0);
+        assert_eq!(ix.candidates(7), &[2]);
+        ix.remove(7, 2);
+        ix.remove(9, 1);
+        assert!(ix.is_empty());
+        assert!(ix.one.is_empty() && ix.more.is_empty());
     }
 }

@@ -65,6 +65,7 @@ use journal_core::sync::{Condvar, Mutex};
 use journal_core::vfs::{OpenOptions, OsVfs, Vfs, VfsFile};
 use journal_core::{Journal, Lsn};
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::hash::BuildHasher;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -103,6 +104,10 @@ impl Default for MkfsOptions {
     }
 }
 
+/// Directory index names allowed per byte of [`MountOptions::cache_bytes`]:
+/// one per 64.
+const DIR_NAME_BYTES: usize = 64;
+
 /// Options of [`Fs::mount`].
 #[derive(Debug, Clone, Copy)]
 pub struct MountOptions {
@@ -116,7 +121,10 @@ pub struct MountOptions {
     /// 4 blocks). Blocks changed since the last checkpoint stay beyond
     /// it, so the cache holds at most this plus about
     /// `checkpoint_log_bytes`; the others are read back from the image
-    /// when needed again.
+    /// when needed again. The directories' in-memory indexes (about 40
+    /// bytes a name) are dropped, oldest first, once they hold more than
+    /// `cache_bytes / 64` names, except those of the eight directories
+    /// used last.
     pub cache_bytes: usize,
 }
 
@@ -216,8 +224,10 @@ struct State {
     group_free: Vec<u32>,
     /// Clear bits in each inode-bitmap block.
     igroup_free: Vec<u32>,
+    /// The key of the directory indexes' name hashes, drawn at mount.
+    dir_hasher: std::collections::hash_map::RandomState,
     /// The directories' indexes (`dirs.rs`).
-    dirs: HashMap<Ino, dirs::DirIndex>,
+    dirs: dirs::DirIndexes,
     /// Open handles per inode ([`Fs::open`]): an inode unlinked while
     /// open lives on as an orphan until its count drops to 0.
     open: HashMap<Ino, u32>,
@@ -246,7 +256,8 @@ impl State {
             free_inodes: 0,
             group_free: Vec::new(),
             igroup_free: Vec::new(),
-            dirs: HashMap::new(),
+            dir_hasher: Default::default(),
+            dirs: dirs::DirIndexes::new(cache_bytes / DIR_NAME_BYTES),
             open: HashMap::new(),
             block_hint: sb.data_start,
             inode_hint: ROOT + 1,

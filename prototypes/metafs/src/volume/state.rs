@@ -275,7 +275,7 @@ impl State {
         self.set_bit_in(img, place, false)?;
         self.igroup_free[(ino / BITS_PER_BLOCK) as usize] += 1;
         self.free_inodes += 1;
-        self.dirs.remove(&ino);
+        self.dirs.forget(ino);
         Ok(())
     }
 
