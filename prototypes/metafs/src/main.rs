@@ -66,6 +66,11 @@ enum Command {
         /// mode and owner.
         #[arg(long)]
         allow_other: bool,
+        /// Memory for metadata blocks, MiB (the directory indexes may
+        /// hold a name per 64 bytes of it besides; see
+        /// `MountOptions::cache_bytes`).
+        #[arg(long, default_value_t = 64)]
+        cache_mib: usize,
     },
     /// fs_mark-like creates/s: threads creating 0-4 KiB files in their own
     /// directories, with an fsync per file or one sync at the end.
@@ -127,10 +132,14 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             dir,
             commit_ms,
             allow_other,
+            cache_mib,
         } => {
+            let options = MountOptions {
+                cache_bytes: cache_mib.saturating_mul(1 << 20),
+                ..MountOptions::default()
+            };
             let fs = Arc::new(
-                Fs::mount(&image, MountOptions::default())
-                    .map_err(|e| format!("{}: {e}", image.display()))?,
+                Fs::mount(&image, options).map_err(|e| format!("{}: {e}", image.display()))?,
             );
             let opts = metafs::fuse::MountConfig {
                 commit_every: Duration::from_millis(commit_ms.max(1)),
