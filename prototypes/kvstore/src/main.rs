@@ -276,7 +276,9 @@ fn bench(args: &BenchArgs) -> Result<(), String> {
             "commits/s",
             "p50 µs",
             "p99 µs",
+            "CPU µs",
             "journal c/s",
+            "journal CPU µs",
             "overhead",
         ],
         &rows,
@@ -338,17 +340,25 @@ fn bench_point(
 ) -> Result<Point, String> {
     let size = args.value_size;
     let (mut jr, mut sr, mut s50, mut s99, mut j50) = (vec![], vec![], vec![], vec![], vec![]);
-    let (mut groups, mut jgroups) = (vec![], vec![]);
-    let mut last = None;
+    let (mut groups, mut jgroups, mut scpu, mut jcpu) = (vec![], vec![], vec![], vec![]);
+    let mut last: Option<(Arc<Store>, Vec<u64>)> = None;
     for round in 0..rounds {
+        // The last round's store closes first: its background work is not
+        // this round's.
+        if let Some((old, _)) = last.take() {
+            old.close().map_err(err)?;
+        }
         bar.set_message(format!("journal, {clients} clients, round {}", round + 1));
         let journal_seconds = if args.store_only { 0.05 } else { seconds };
         let jdir = root.join(format!("journal-{i}-{round}"));
+        let u0 = usage()?;
         let (jp, jg) = journal_round(&jdir, clients, journal_seconds, size)?;
+        jcpu.push(cpu_us_per(&u0, jp.ops)?);
         bar.inc(1);
         bar.set_message(format!("store, {clients} clients, round {}", round + 1));
         let store = Arc::new(open(&root.join(format!("store-{i}-{round}")), true).map_err(err)?);
         let s = store.clone();
+        let u0 = usage()?;
         let sp = closed_loop(
             clients,
             seconds,
@@ -357,6 +367,7 @@ fn bench_point(
                 s.put(&k, &bench_value(&k, size)).map(|_| ()).map_err(err)
             }) as ClientOp,
         )?;
+        scpu.push(cpu_us_per(&u0, sp.ops)?);
         bar.inc(1);
         groups.push(store.journal().metrics().avg_group_size);
         jgroups.push(jg);
@@ -365,32 +376,46 @@ fn bench_point(
         j50.push(jp.q(0.5) as f64);
         s50.push(sp.q(0.5) as f64);
         s99.push(sp.q(0.99) as f64);
-        if let Some((old, _)) = last.replace((store, sp.per_client)) {
-            old.close().map_err(err)?;
-        }
+        last = Some((store, sp.per_client));
     }
     let last_store = last.ok_or("no round ran")?;
     let (jrate, srate) = (median(jr), median(sr));
     let overhead = 1.0 - srate / jrate;
     let (p50, p99) = (median(s50), median(s99));
+    let (scpu, jcpu) = (median(scpu), median(jcpu));
     Ok(Point {
         row: vec![
             clients.to_string(),
             format!("{srate:.0}"),
             format!("{p50:.0}"),
             format!("{p99:.0}"),
+            format!("{scpu:.1}"),
             format!("{jrate:.0}"),
+            format!("{jcpu:.1}"),
             format!("{:.1}%", overhead * 100.0),
         ],
         json: json!({
             "clients": clients, "value_size": size, "rounds": rounds,
             "commits_per_s": srate, "p50_us": p50, "p99_us": p99,
+            "cpu_us_per_commit": scpu,
             "journal_commits_per_s": jrate, "journal_p50_us": median(j50),
+            "journal_cpu_us_per_commit": jcpu,
             "overhead": overhead, "avg_group_size": median(groups),
             "journal_avg_group_size": median(jgroups),
         }),
         last_store,
     })
+}
+
+/// This process's CPU and switches so far.
+fn usage() -> Result<journal_core::vfs::ProcessUsage, String> {
+    journal_core::vfs::process_usage().map_err(|e| format!("getrusage: {e}"))
+}
+
+/// CPU µs of the whole process since `u0`, per one of `ops`.
+fn cpu_us_per(u0: &journal_core::vfs::ProcessUsage, ops: u64) -> Result<f64, String> {
+    let cpu = usage()?.since(u0).cpu;
+    Ok(cpu.as_secs_f64() * 1e6 / ops.max(1) as f64)
 }
 
 /// The bare journal: one `append_durable` per commit of a record of the
