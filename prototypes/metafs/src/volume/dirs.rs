@@ -53,8 +53,8 @@ impl DirIndex {
 
 /// The block index of each name in a directory, keyed by the name's
 /// 64-bit hash (keyed per mount, so names cannot be chosen to collide):
-/// about 16 bytes an entry, not the name, as ext4's htree keeps hashes
-/// and finds the name itself in the leaf block. Names whose hashes
+/// a hash and a block index in the table, not the name, as ext4's htree
+/// keeps hashes and finds the name itself in the leaf block. Names whose hashes
 /// collide share a key, each with its block.
 #[derive(Debug, Default)]
 struct NameIndex {

@@ -121,8 +121,9 @@ pub struct MountOptions {
     /// 4 blocks). Blocks changed since the last checkpoint stay beyond
     /// it, so the cache holds at most this plus about
     /// `checkpoint_log_bytes`; the others are read back from the image
-    /// when needed again. The directories' in-memory indexes (about 40
-    /// bytes a name) are dropped, oldest first, once they hold more than
+    /// when needed again. The directories' in-memory indexes (about 54
+    /// bytes a name, measured in a directory of two million) are
+    /// dropped, oldest first, once they hold more than
     /// `cache_bytes / 64` names, except those of the eight directories
     /// used last.
     pub cache_bytes: usize,
