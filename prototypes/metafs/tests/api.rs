@@ -37,11 +37,16 @@ fn mount_opts() -> MountOptions {
 const IMG: &str = "/fs.img";
 
 fn sim_fs(size: u64) -> (SimVfs, Fs) {
+    sim_fs_with(mkfs_opts(size), mount_opts())
+}
+
+/// [`sim_fs`] made and mounted with these options.
+fn sim_fs_with(mkfs: MkfsOptions, mount: MountOptions) -> (SimVfs, Fs) {
     let vfs = SimVfs::new();
     vfs.create_dir_all(Path::new("/")).unwrap();
     let v: Arc<dyn Vfs> = Arc::new(vfs.clone());
-    Fs::mkfs_with(v.clone(), IMG, mkfs_opts(size)).unwrap();
-    let fs = Fs::mount_with(v, IMG, mount_opts()).unwrap();
+    Fs::mkfs_with(v.clone(), IMG, mkfs).unwrap();
+    let fs = Fs::mount_with(v, IMG, mount).unwrap();
     (vfs, fs)
 }
 
@@ -359,27 +364,19 @@ fn a_running_transaction_is_committed_before_it_outgrows_a_record() {
     // not pass the journal's largest (here 256 KiB, about 60 blocks);
     // jbd2 commits a transaction that fills a quarter of its journal, and
     // so must this one, or the sync at the end could never commit.
-    let vfs = SimVfs::new();
-    vfs.create_dir_all(Path::new("/")).unwrap();
-    let v: Arc<dyn Vfs> = Arc::new(vfs.clone());
     let journal = journal_core::Options {
         max_record_size: 256 << 10,
         ..small_journal()
     };
-    Fs::mkfs_with(
-        v.clone(),
-        IMG,
-        MkfsOptions {
-            journal,
-            ..mkfs_opts(32 << 20)
-        },
-    )
-    .unwrap();
+    let mkfs = MkfsOptions {
+        journal,
+        ..mkfs_opts(32 << 20)
+    };
     let opts = MountOptions {
         journal,
         ..MountOptions::default()
     };
-    let fs = Fs::mount_with(v.clone(), IMG, opts).unwrap();
+    let (vfs, fs) = sim_fs_with(mkfs, opts);
     fs.mkdir_path("/d").unwrap();
     for i in 0..2_000 {
         let f = fs.create_path(&format!("/d/file-{i:05}")).unwrap();
@@ -409,16 +406,12 @@ fn a_cache_of_a_few_blocks_evicts_only_what_is_home_and_loses_nothing() {
     // commits and checkpoints. A block changed since the last checkpoint
     // must stay (its home copy is old); a clean one must come back as the
     // checkpoint left it.
-    let vfs = SimVfs::new();
-    vfs.create_dir_all(Path::new("/")).unwrap();
-    let v: Arc<dyn Vfs> = Arc::new(vfs.clone());
-    Fs::mkfs_with(v.clone(), IMG, mkfs_opts(32 << 20)).unwrap();
     let opts = MountOptions {
         cache_bytes: 4 * 4096,
         checkpoint_log_bytes: 256 << 10,
         ..mount_opts()
     };
-    let fs = Fs::mount_with(v.clone(), IMG, opts).unwrap();
+    let (vfs, fs) = sim_fs_with(mkfs_opts(32 << 20), opts);
     for d in 0..30 {
         fs.mkdir_path(&format!("/d{d}")).unwrap();
         for i in 0..60 {

@@ -7,7 +7,9 @@
 //! a block is read back from the image on its next use. Blocks the
 //! checkpoint set holds stay whatever the bound, so the cache may pass it
 //! by them: at most the log written since the last checkpoint
-//! ([`MountOptions::checkpoint_log_bytes`]) divided among 4 KiB images.
+//! ([`MountOptions::checkpoint_log_bytes`]) divided among 4 KiB images,
+//! and the running transaction's blocks (committed once its record
+//! reaches a quarter of the journal's largest).
 //!
 //! Eviction is the clock (second chance): a block used since the hand
 //! last passed it is passed over once.

@@ -131,11 +131,10 @@ impl Fs {
         }
         for b in std::mem::take(&mut st.checkpoint_set) {
             // (The checkpoint set's blocks never leave the cache.)
-            let img = st.cache.peek(b).ok_or_else(|| {
-                self.poison(Error::Corrupt(format!(
-                    "metadata block {b} missing from the cache"
-                )))
-            })?;
+            let img = st
+                .cache
+                .peek(b)
+                .ok_or_else(|| self.poison(super::state::lost(b)))?;
             self.image
                 .write_at(img, b as u64 * BLOCK as u64)
                 .map_err(|e| self.poison(e.into()))?;

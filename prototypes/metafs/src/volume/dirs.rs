@@ -193,15 +193,11 @@ impl State {
                 )));
             }
             let blk = self.get(img, b)?;
-            let hashes: Vec<u64> = dirblk::entries(blk)?
-                .iter()
-                .map(|e| self.dir_hasher.hash_one(&e.name[..]))
-                .collect();
-            for h in hashes {
-                ix.names.insert(h, bi as u32);
+            let (entries, room) = (dirblk::entries(blk)?, dirblk::largest_free(blk)?);
+            for e in entries {
+                ix.names
+                    .insert(self.dir_hasher.hash_one(&e.name[..]), bi as u32);
             }
-            let blk = self.get(img, b)?;
-            let room = dirblk::largest_free(blk)?;
             ix.blocks.push(b);
             ix.room.push(0);
             ix.set_room(bi as u32, room);

@@ -343,6 +343,6 @@ impl State {
 
 /// A block missing from the cache where it may not be: a broken
 /// invariant, answered with an error rather than a guess.
-fn lost(b: u32) -> Error {
+pub(super) fn lost(b: u32) -> Error {
     Error::Corrupt(format!("metadata block {b} missing from the cache"))
 }
