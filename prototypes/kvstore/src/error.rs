@@ -94,6 +94,13 @@ pub enum Error {
     /// A write, sync or checkpoint on a store opened with
     /// [`crate::Options::read_only`].
     ReadOnly,
+    /// A panic while a transaction was applied to the tree (a bug, or
+    /// damage no validation caught): the transaction was rolled back, the
+    /// store is poisoned, and every committer waiting on it was told.
+    Panicked {
+        /// The panic's message, if it carried one.
+        message: String,
+    },
 }
 
 impl From<journal_core::Error> for Error {
@@ -149,6 +156,9 @@ impl fmt::Display for Error {
             Error::NotEmpty => f.write_str("a bulk load needs an empty store"),
             Error::OutOfOrder => {
                 f.write_str("a bulk load's key does not sort after the one before")
+            }
+            Error::Panicked { message } => {
+                write!(f, "a panic while applying a transaction: {message}")
             }
         }
     }

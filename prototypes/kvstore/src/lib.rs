@@ -137,6 +137,7 @@
 mod error;
 mod meta;
 mod page;
+mod poison;
 mod pool;
 mod record;
 mod store;

@@ -626,6 +626,11 @@ impl Page {
         if lower != HEADER + 2 * n {
             return bad("the slot array's end disagrees with the cell count");
         }
+        // Every cell inside the cell area, and no two overlapping: the
+        // cells' bytes then add up to at most the area, so the free space
+        // (and the compaction that packs the cells) cannot underflow.
+        // (At most 2,032 cells: the slot array fits the page.)
+        let mut cells: Vec<(usize, usize)> = Vec::with_capacity(n);
         for i in 0..n {
             let off = self.slot(i);
             if off < upper || off >= PAGE_SIZE {
@@ -640,6 +645,16 @@ impl Page {
             {
                 return bad("a malformed overflow cell");
             }
+            cells.push((off, len));
+        }
+        cells.sort_unstable();
+        if cells.windows(2).any(|w| w[0].0 + w[0].1 > w[1].0) {
+            return bad("two cells overlap");
+        }
+        // Keys strictly ascending: a search over them finds each key at
+        // one place, as every split, merge and redo assumes.
+        if (1..n).any(|i| self.key(i - 1) >= self.key(i)) {
+            return bad("keys out of order");
         }
         Ok(())
     }

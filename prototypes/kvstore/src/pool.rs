@@ -14,9 +14,15 @@
 //!   was: in memory up to a bound, then in a scratch file (`versions.rs`).
 //! - **I/O in progress**: a page being read is a `Loading` slot that
 //!   others wait on, and a page being written stays in its frame, so no
-//!   one ever reads a stale copy from disk.
+//!   one ever reads a stale copy from disk. A load whose slot a writer
+//!   replaced meanwhile (and whose copy may since have gone home and been
+//!   evicted) reads again rather than install what it read.
+//! - **Failures are fatal**: a failed write or sync of the data file or
+//!   the double-write area poisons the store before the pool answers
+//!   (`poison.rs` says why), and no page goes home after that.
 
-use crate::page::{Invalid, Kind, Page, PageNo, Spare, PAGE_SIZE};
+use crate::page::{Kind, Page, PageNo, Spare, PAGE_SIZE};
+use crate::poison::Poison;
 use crate::{Error, Result};
 use journal_core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use journal_core::sync::{Condvar, Mutex, MutexGuard};
@@ -27,6 +33,7 @@ use std::sync::Arc;
 
 mod cleaning;
 mod doublewrite;
+mod io;
 mod versions;
 pub use doublewrite::DOUBLEWRITE_FILE;
 pub(crate) use doublewrite::{read_page, restore, DoubleWrite, Restored};
@@ -62,7 +69,8 @@ struct Frame {
 }
 
 enum Slot {
-    Loading,
+    /// Being read from disk by the load with this number.
+    Loading(u64),
     Ready(Frame),
 }
 
@@ -76,6 +84,8 @@ pub(crate) struct State {
     popped: u64,
     dirty: usize,
     versions: Versions,
+    /// The number of the next load (names its `Loading` slot).
+    loads: u64,
 }
 
 /// The buffer pool of one data file.
@@ -105,19 +115,20 @@ pub(crate) struct Pool {
     /// Pages go home through this double-write buffer, if set (taken
     /// away by [`Pool::retire_doublewrite`]).
     doublewrite: Mutex<Option<Arc<DoubleWrite>>>,
+    /// The store's poison: set by the pool itself on a failed write or
+    /// sync, checked before any page goes home.
+    poison: Arc<Poison>,
+    /// Held across each sync of the data file ([`Pool::sync_data`]), so
+    /// that a sync that fails has poisoned the store before any other
+    /// sync of the file can return: after a successful sync, a clean
+    /// poison means every write issued before it is durable.
+    sync_lock: Mutex<()>,
 }
 
 /// A frame as it was before a transaction changed it (for a rollback):
 /// its page, whether it was dirty, its image epoch; `None`: not in the
 /// pool.
 pub(crate) type Before = Option<(Arc<Page>, bool, u64)>;
-
-fn invalid(no: PageNo, e: Invalid) -> Error {
-    match e {
-        Invalid::Checksum => Error::TornPage { page: no },
-        Invalid::Structure(reason) => Error::Corrupt { page: no, reason },
-    }
-}
 
 impl Pool {
     /// A pool of `cache_bytes` over `data`.
@@ -127,6 +138,7 @@ impl Pool {
         spill: Spill,
         read_only: bool,
         doublewrite: Option<DoubleWrite>,
+        poison: Arc<Poison>,
     ) -> Pool {
         Pool {
             data,
@@ -138,6 +150,7 @@ impl Pool {
                 popped: 0,
                 dirty: 0,
                 versions: Versions::default(),
+                loads: 0,
             }),
             cond: Condvar::new(),
             spare: Arc::new(Spare::new(SPARE_BUFFERS)),
@@ -148,6 +161,8 @@ impl Pool {
             spill,
             read_only,
             doublewrite: Mutex::new(doublewrite.map(Arc::new)),
+            poison,
+            sync_lock: Mutex::new(()),
         }
     }
 
@@ -269,114 +284,9 @@ impl Pool {
         })
     }
 
-    /// Reads page `no` from disk, checked.
-    pub(crate) fn read_disk(&self, no: PageNo) -> Result<Page> {
-        let mut buf = self.buffer();
-        let off = u64::from(no) * PAGE_SIZE as u64;
-        let mut got = 0;
-        while got < PAGE_SIZE {
-            let r = self.data.read_at(&mut buf[got..], off + got as u64)?;
-            if r == 0 {
-                return Err(Error::Corrupt {
-                    page: no,
-                    reason: "a page past the data file's end",
-                });
-            }
-            got += r;
-        }
-        Page::from_disk(buf, no)
-            .map(|p| self.adopt(p))
-            .map_err(|e| invalid(no, e))
-    }
-
-    /// Page `no` as it stands. Under the tree lock no transaction is half
-    /// applied from the caller's point of view; without it (a writer
-    /// preparing a put, a transaction fetching the page it missed) the
-    /// page may be one a transaction in progress is replacing, and the
-    /// caller must check what it read before it relies on it.
-    pub(crate) fn fetch(&self, no: PageNo, journal: &Journal) -> Result<Arc<Page>> {
-        match self.fetch_inner(no, None, journal)? {
-            Picked::Page(p) => Ok(p),
-            // (Only a snapshot reads an older version.)
-            Picked::Spilled { .. } => Err(Error::SnapshotTooOld),
-        }
-    }
-
-    fn pick(st: &State, page: &Arc<Page>, no: PageNo, at: Option<Lsn>) -> Result<Picked> {
-        match at {
-            Some(s) => st.versions.pick(page, no, s),
-            None => Ok(Picked::Page(page.clone())),
-        }
-    }
-
-    fn fetch_inner(&self, no: PageNo, at: Option<Lsn>, journal: &Journal) -> Result<Picked> {
-        let mut st = self.state.lock();
-        loop {
-            match st.frames.get_mut(&no) {
-                Some(Slot::Ready(f)) => {
-                    f.referenced = true;
-                    let page = f.page.clone();
-                    return Self::pick(&st, &page, no, at);
-                }
-                Some(Slot::Loading) => st = self.cond.wait(st),
-                None => break,
-            }
-        }
-        st.frames.insert(no, Slot::Loading);
-        drop(st);
-        let read = self.read_disk(no);
-        let mut st = self.state.lock();
-        if let Some(Slot::Ready(f)) = st.frames.get(&no) {
-            // A writer installed a new copy while the page was read (it
-            // had been evicted after the writer read it): the writer's
-            // stands; the copy read is the version it replaced.
-            let page = f.page.clone();
-            if let Ok(old) = read {
-                st.versions.stash(no, &Arc::new(old));
-            }
-            self.publish(&st);
-            self.cond.notify_all();
-            return Self::pick(&st, &page, no, at);
-        }
-        let page = match read {
-            Ok(p) => Arc::new(p),
-            Err(e) => {
-                st.frames.remove(&no);
-                self.publish(&st);
-                self.cond.notify_all();
-                return Err(e);
-            }
-        };
-        st.frames.insert(
-            no,
-            Slot::Ready(Frame {
-                page: page.clone(),
-                dirty: false,
-                referenced: true,
-                pinned: false,
-                writing: false,
-                in_clock: true,
-                image_epoch: 0,
-            }),
-        );
-        st.clock.push_back(no);
-        self.publish(&st);
-        self.cond.notify_all();
-        let picked = Self::pick(&st, &page, no, at);
-        let victims = self.evict(&mut st);
-        drop(st);
-        if !victims.is_empty() {
-            // Nothing clean to evict: write some dirty pages home so the
-            // next eviction finds them clean.
-            self.write_back(&victims, journal)?;
-            self.evict(&mut self.state.lock());
-        }
-        picked
-    }
-
     /// Evicts clean frames while over capacity; returns dirty frames to
     /// write home if that was not enough.
-    fn evict(&self, st: &mut MutexGuard<'_, State>) -> Vec<PageNo> {
+    pub(super) fn evict(&self, st: &mut MutexGuard<'_, State>) -> Vec<PageNo> {
         self.evict_to(st, self.capacity())
     }
 
@@ -563,95 +473,7 @@ impl Pool {
         self.put(no, page, None);
         self.stamp(&[(no, false)], lsn, 0);
     }
-
-    /// Writes the dirty pages among `nos` home: the log forced over their
-    /// pageLSNs first; a page is marked clean only once its write succeeded
-    /// and only if no one changed it meanwhile. With `wait`, waits for a
-    /// pinned page to be unpinned (a checkpoint must write every page).
-    /// Returns the pages written.
-    pub(crate) fn write_back_opt(
-        &self,
-        nos: &[PageNo],
-        journal: &Journal,
-        wait: bool,
-    ) -> Result<usize> {
-        if self.read_only {
-            return Ok(0);
-        }
-        let mut batch: Vec<(PageNo, Arc<Page>)> = Vec::with_capacity(nos.len());
-        {
-            let mut st = self.state.lock();
-            for no in nos {
-                loop {
-                    match st.frames.get_mut(no) {
-                        Some(Slot::Ready(f)) if f.dirty && !f.writing => {
-                            if f.pinned {
-                                if wait {
-                                    st = self.cond.wait(st);
-                                    continue;
-                                }
-                                break;
-                            }
-                            f.writing = true;
-                            batch.push((*no, f.page.clone()));
-                        }
-                        Some(Slot::Ready(f)) if f.writing && wait => {
-                            // Another writer has it: wait for its outcome.
-                            st = self.cond.wait(st);
-                            continue;
-                        }
-                        _ => {}
-                    }
-                    break;
-                }
-            }
-        }
-        let result = self.write_batch(&batch, journal);
-        let mut st = self.state.lock();
-        let st = &mut *st;
-        for (no, written) in &batch {
-            if let Some(Slot::Ready(f)) = st.frames.get_mut(no) {
-                f.writing = false;
-                if result.is_ok() && Arc::ptr_eq(&f.page, written) && f.dirty {
-                    f.dirty = false;
-                    st.dirty -= 1;
-                }
-            }
-        }
-        self.publish(st);
-        self.cond.notify_all();
-        result.map(|()| batch.len())
-    }
-
-    /// [`Pool::write_back_opt`] without waiting for pinned pages.
-    pub(crate) fn write_back(&self, nos: &[PageNo], journal: &Journal) -> Result<usize> {
-        self.write_back_opt(nos, journal, false)
-    }
-
-    fn write_batch(&self, batch: &[(PageNo, Arc<Page>)], journal: &Journal) -> Result<()> {
-        let Some(max) = batch.iter().map(|(_, p)| p.lsn()).max() else {
-            return Ok(());
-        };
-        // Write-ahead: the log is durable over every page's LSN first. (The
-        // journal decides: the record *at* `durable_lsn` is not durable
-        // yet, and a chained record is durable only with its last part.)
-        journal.force(max, ForceMode::Durable)?;
-        let doublewrite = self.doublewrite.lock().clone();
-        if let Some(dw) = doublewrite {
-            return dw.write_home(batch, &*self.data);
-        }
-        let mut sealed = self.buffer();
-        let mut r = Ok(());
-        for (no, page) in batch {
-            page.seal_into(&mut sealed);
-            r = self
-                .data
-                .write_at(&sealed[..], u64::from(*no) * PAGE_SIZE as u64);
-            if r.is_err() {
-                break;
-            }
-        }
-        self.spare.give(sealed);
-        Ok(r?)
-    }
 }
+
+#[cfg(test)]
+mod tests;

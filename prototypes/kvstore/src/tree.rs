@@ -604,9 +604,29 @@ impl<'a> Txn<'a> {
     }
 
     /// Undoes every page change (the record was not appended).
-    pub(crate) fn rollback(self) {
-        for (no, before) in self.before.into_iter().rev() {
+    pub(crate) fn rollback(mut self) {
+        self.undo();
+    }
+
+    /// The record was appended and its pages stamped: the changes are the
+    /// tree's, nothing is undone when the transaction goes.
+    pub(crate) fn committed(mut self) {
+        self.before.clear();
+    }
+
+    fn undo(&mut self) {
+        for (no, before) in std::mem::take(&mut self.before).into_iter().rev() {
             self.pool.restore(no, before);
         }
+    }
+}
+
+/// A transaction dropped without [`Txn::committed`] — by an error path
+/// that forgot it, or by a panic unwinding through the combiner — is rolled
+/// back: its pages are unpinned and their frames restored, so a checkpoint
+/// waiting for pinned pages, and every later writer, goes on.
+impl Drop for Txn<'_> {
+    fn drop(&mut self) {
+        self.undo();
     }
 }

@@ -89,3 +89,51 @@ fn hostile_cells_are_refused_by_validate() {
     q.set_count(900);
     assert!(q.validate(4).is_err());
 }
+
+/// A leaf of `n` cells of 100-byte values, keys k00, k01, …
+fn leaf_of(n: u8) -> Page {
+    let mut p = Page::new(4, Kind::Leaf);
+    for i in 0..n {
+        let k = format!("k{i:02}").into_bytes();
+        assert!(p.put_cell(i as usize, &leaf_cell(&k, Value::Inline(&[i; 100])), false));
+    }
+    p
+}
+
+#[test]
+fn overlapping_cells_are_refused_by_validate() {
+    // Every slot at the largest cell: each cell is inside the cell area,
+    // but together they claim 30 × 110 bytes of a page that has 4 KiB —
+    // the free space would underflow and compaction overrun the page.
+    let p = leaf_of(30);
+    assert!(p.validate(4).is_ok());
+    let mut q = p.clone();
+    let last = q.slot(29);
+    for i in 0..30 {
+        q.set_slot(i, last);
+    }
+    assert_eq!(q.validate(4), Err(Invalid::Structure("two cells overlap")));
+    // Two cells overlapping by a byte.
+    let mut q = p.clone();
+    let (a, b) = (q.slot(0), q.slot(1));
+    q.set_slot(1, a.max(b) - 1);
+    assert!(q.validate(4).is_err());
+    // Through the disk path too, with the CRC re-sealed.
+    let mut q = p.clone();
+    q.set_slot(3, q.slot(2));
+    assert!(Page::from_disk(q.sealed().into_buffer(), 4).is_err());
+}
+
+#[test]
+fn keys_out_of_order_are_refused_by_validate() {
+    let mut q = leaf_of(5);
+    let (a, b) = (q.slot(1), q.slot(3));
+    q.set_slot(1, b);
+    q.set_slot(3, a);
+    assert_eq!(q.validate(4), Err(Invalid::Structure("keys out of order")));
+    // A key twice.
+    let mut q = leaf_of(2);
+    let c = leaf_cell(b"k00", Value::Inline(b"again"));
+    assert!(q.put_cell(2, &c, false));
+    assert!(q.validate(4).is_err());
+}

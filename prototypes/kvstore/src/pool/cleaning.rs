@@ -70,7 +70,14 @@ mod tests {
             .open("/db/data.kv".as_ref(), OpenOptions::create())
             .unwrap();
         let spill = Spill::new(vfs, "/db/spill".into(), 0);
-        let pool = Pool::new(data, 64 * super::super::FRAME_BYTES, spill, false, None);
+        let pool = Pool::new(
+            data,
+            64 * super::super::FRAME_BYTES,
+            spill,
+            false,
+            None,
+            Default::default(),
+        );
         for no in 10..74 {
             pool.put(no, Page::new(no, Kind::Leaf), None);
             pool.stamp(&[(no, false)], Lsn(1), 0);

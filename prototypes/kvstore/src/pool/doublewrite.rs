@@ -60,13 +60,17 @@ impl DoubleWrite {
         })
     }
 
-    /// Writes `batch` home through the area. The caller forced the log over
-    /// every page's LSN. On error the batch may be partly home; the caller
-    /// poisons the store.
+    /// Writes `batch` home through the area, syncing the data file with
+    /// `sync_data` (the pool's, serialized and poisoning). The caller
+    /// forced the log over every page's LSN. On error the batch may be
+    /// partly home — a page torn there has its intact copy in the area —
+    /// and the caller poisons the store, so no later batch overwrites the
+    /// area before recovery has read it.
     pub(crate) fn write_home(
         &self,
         batch: &[(PageNo, Arc<Page>)],
         data: &dyn VfsFile,
+        sync_data: &dyn Fn() -> Result<()>,
     ) -> Result<()> {
         let area = self.file.lock();
         let mut sealed = Vec::with_capacity(batch.len().min(SLOTS) * PAGE_SIZE);
@@ -82,7 +86,7 @@ impl DoubleWrite {
             }
             // Home before the area is overwritten: a torn home page always
             // has its copy.
-            data.sync_data()?;
+            sync_data()?;
         }
         Ok(())
     }

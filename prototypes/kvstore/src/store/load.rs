@@ -198,11 +198,7 @@ impl<'s> BulkLoad<'s> {
         self.write_batch()?;
         let inner = self.inner;
         // The pages are durable before a record can name them.
-        inner
-            .pool
-            .file()
-            .sync_data()
-            .map_err(|e| inner.poison_with(e.into()))?;
+        inner.pool.sync_data()?;
         let mut hints = tree::InsertHints::default();
         let mut txn = Txn::new(&inner.pool, &inner.journal, *self.tree, true, &mut hints);
         if let Err(e) = txn.adopt(root, self.next) {
@@ -262,9 +258,7 @@ impl<'s> BulkLoad<'s> {
         let inner = self.inner;
         inner
             .pool
-            .file()
-            .write_at(&self.batch, pages_bytes(u64::from(self.batch_first)))
-            .map_err(|e| inner.poison_with(e.into()))?;
+            .write_data(&self.batch, pages_bytes(u64::from(self.batch_first)))?;
         self.batch_first += (self.batch.len() / PAGE_SIZE) as PageNo;
         self.batch.clear();
         Ok(())

@@ -2,6 +2,7 @@
 //! iterators, checkpoints.
 
 use crate::page::{PageNo, PAGE_SIZE};
+use crate::poison::Poison;
 use crate::pool::{Pool, Spill, SPILL_FILE};
 use crate::record::Op;
 use crate::tree::{self, TreeMeta};
@@ -192,6 +193,10 @@ pub(crate) struct Inner {
     epoch: AtomicU64,
     /// The data file's length in pages, as last grown.
     file_pages: AtomicU64,
+    /// One grow at a time (`write.rs`): two racing grows each read the
+    /// length and set their own, and the later `set_len` of the smaller
+    /// one would cut off pages written past it in between.
+    grow_lock: Mutex<()>,
     /// The meta page's sequence number last written.
     meta_seq: AtomicU64,
     journal_id: journal_core::JournalId,
@@ -200,11 +205,10 @@ pub(crate) struct Inner {
     /// The log position the last checkpoint began at.
     last_redo: AtomicU64,
     closed: AtomicBool,
-    /// The first write error on the data file or the log: every later
-    /// call returns it.
-    poison: Mutex<Option<Error>>,
-    /// Set once `poison` holds an error.
-    poisoned: AtomicBool,
+    /// The first write or sync error on the data file, the double-write
+    /// area or the log (or a panic while applying): every later call
+    /// returns it. Shared with the pool, which poisons on the spot.
+    poison: Arc<Poison>,
     worker: Mutex<WorkerState>,
     wake: Condvar,
     recovery: RecoveryInfo,
@@ -279,14 +283,7 @@ impl Inner {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        // The flag first: every call, and every step of an iterator,
-        // comes here, and the mutex would be contended.
-        if self.poisoned.load(Ordering::Acquire) {
-            if let Some(e) = &*self.poison.lock() {
-                return Err(e.clone());
-            }
-        }
-        Ok(())
+        self.poison.check()
     }
 
     /// Records the first fatal error; returns it.
@@ -300,10 +297,7 @@ impl Inner {
     }
 
     pub(super) fn poison_with(&self, e: Error) -> Error {
-        let mut p = self.poison.lock();
-        let e = p.get_or_insert(e).clone();
-        self.poisoned.store(true, Ordering::Release);
-        e
+        self.poison.set(e)
     }
 }
 

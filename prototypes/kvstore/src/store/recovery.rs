@@ -178,12 +178,14 @@ pub(super) fn open(vfs: Arc<dyn Vfs>, dir: &Path, options: Options) -> Result<In
     // A crashed run's versions: scratch, no one reads them.
     spill.remove()?;
     let (doublewrite, restored) = open_doublewrite(&*vfs, dir, &*data, &options)?;
+    let poison = Arc::new(Poison::default());
     let pool = Pool::new(
         data,
         options.cache_bytes,
         spill,
         options.read_only,
         doublewrite,
+        poison.clone(),
     );
     for (no, page) in restored.pages {
         pool.install_recovered(no, page);
@@ -216,8 +218,8 @@ pub(super) fn open(vfs: Arc<dyn Vfs>, dir: &Path, options: Options) -> Result<In
         checkpointing: Mutex::new(()),
         last_redo: AtomicU64::new(redo_lsn.0),
         closed: AtomicBool::new(false),
-        poison: Mutex::new(None),
-        poisoned: AtomicBool::new(false),
+        poison,
+        grow_lock: Mutex::new(()),
         worker: Mutex::new(WorkerState::default()),
         wake: Condvar::new(),
         recovery,

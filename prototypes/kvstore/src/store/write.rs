@@ -112,6 +112,12 @@ impl Inner {
         let (lsn, end) = loop {
             match self.submit(&pending)? {
                 Applied::Done(lsn, end) => break (lsn, end),
+                // Nothing to log (deletes of absent keys) — but what this
+                // transaction saw may not be durable yet (a delete that
+                // made the key absent, committed without waiting, its
+                // record not yet forced): an acknowledged operation is
+                // durable with everything it observed.
+                Applied::Nothing if wait => return self.force_applied(),
                 Applied::Nothing => return Ok(self.journal.appended_lsn()),
                 Applied::Missing(no) => {
                     self.pool.fetch(no, &self.journal)?;
@@ -133,6 +139,20 @@ impl Inner {
         }
         self.after_write(lsn, end);
         Ok(lsn)
+    }
+
+    /// Makes every transaction applied so far durable (a poisoning error
+    /// if it cannot be); returns the log's end.
+    fn force_applied(&self) -> Result<Lsn> {
+        let seen = Lsn(self.applied.load(Ordering::Acquire));
+        // (Right after open, `applied` is the end of the recovered log,
+        // all of it durable.)
+        if seen < self.journal.appended_lsn() {
+            self.journal
+                .commit(seen)
+                .map_err(|e| self.poison_with(e.into()))?;
+        }
+        Ok(self.journal.appended_lsn())
     }
 
     /// A single put's leaf change, made before the combiner (see
@@ -191,11 +211,7 @@ impl Inner {
                             break;
                         }
                         for p in batch {
-                            let r = self.check().and_then(|()| {
-                                let mut work = p.work.lock();
-                                let prepared = work.1.take();
-                                self.apply_locked(&mut tree, &work.0, prepared, p.allow_io)
-                            });
+                            let r = self.apply_caught(&mut tree, &p);
                             match r {
                                 Ok(Applied::Done(lsn, end)) if p.wait => {
                                     durable.push((p, lsn, end))
@@ -230,6 +246,29 @@ impl Inner {
         }
     }
 
+    /// [`Inner::apply_locked`] for a queued transaction, with a panic
+    /// caught: the transaction was rolled back as the panic unwound
+    /// through it (`Txn`'s drop), and the store is poisoned with the panic's
+    /// message, so this transaction's committer, those after it in the
+    /// queue and every later call get an error — none sleeps forever on a
+    /// combiner that is gone, nothing writes to a tree a panic left.
+    fn apply_caught(&self, tree: &mut TreeMeta, p: &Pending) -> Result<Applied> {
+        self.check()?;
+        let mut work = p.work.lock();
+        let work = &mut *work;
+        let run = std::panic::AssertUnwindSafe(|| {
+            self.apply_locked(tree, &work.0, work.1.take(), p.allow_io)
+        });
+        std::panic::catch_unwind(run).unwrap_or_else(|panic| {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(self.poison_with(Error::Panicked { message }))
+        })
+    }
+
     /// Applies one transaction to the tree and appends its record (the
     /// caller holds the tree lock exclusively). Anything short of the
     /// append is rolled back.
@@ -262,6 +301,9 @@ impl Inner {
                 };
             }
         }
+        // (A panic here, with the pages changed and pinned, is what the
+        // tests inject: `panic` in the failpoints build.)
+        fail::fail_point!("kvstore::apply-before-log");
         match self.log_txn(tree, txn)? {
             Some(lsn) => Ok(Applied::Done(lsn, tree.end)),
             // Deletes of absent keys: nothing changed.
@@ -321,7 +363,7 @@ impl Inner {
         self.applied.store(lsn.0, Ordering::Release);
         // (The versions it replaced go back to the pool's buffers once no
         // one else holds them.)
-        drop(txn);
+        txn.committed();
         Ok(Some(lsn))
     }
 
@@ -329,8 +371,11 @@ impl Inner {
     /// the tree's end comes within a few pages of it, so page writes land
     /// in space the file already has. Best effort: a write past the end
     /// still extends the file, and fails (poisoning) only if the disk is
-    /// full.
+    /// full. Grows never overlap and never shrink the file: a grow that
+    /// read the length before another grew it would otherwise cut off
+    /// the pages written past its own new end meanwhile.
     pub(super) fn grow(&self, end: PageNo) {
+        let _one = self.grow_lock.lock();
         let f = self.pool.file();
         let Ok(len) = f.len() else { return };
         let want = pages_bytes(u64::from(end) + GROW_SLACK);
@@ -385,10 +430,7 @@ impl Inner {
         }
         // The pages (and the file's length) are durable before the meta
         // page can name them: a meta page never points past the file.
-        self.pool
-            .file()
-            .sync_data()
-            .map_err(|e| self.poison_with(e.into()))?;
+        self.pool.sync_data()?;
         let seq = self.meta_seq.load(Ordering::Acquire) + 1;
         let page = encode_meta(&Meta {
             journal_id: self.journal_id,
@@ -397,11 +439,13 @@ impl Inner {
             end: meta.end,
             free_head: meta.free_head,
         });
-        self.pool
-            .file()
-            .write_at(&page[..], pages_bytes(seq % 2))
-            .map_err(|e| self.poison_with(e.into()))?;
+        self.pool.write_data(&page[..], pages_bytes(seq % 2))?;
         self.meta_seq.store(seq, Ordering::Release);
+        // The meta page durable, and no write of the data file lost since
+        // the checkpoint began (a failed sync anywhere has poisoned the
+        // store by the time this one returns: `Pool::sync_data`), before
+        // the log may forget the records behind it.
+        self.pool.sync_data()?;
         self.journal
             .checkpoint(redo)
             .map_err(|e| self.poison_with(e.into()))?;
@@ -516,6 +560,31 @@ mod tests {
     }
 
     #[test]
+    fn a_dropped_transaction_unpins_and_restores_its_pages() {
+        let s = Arc::new(store_of_100_keys());
+        {
+            let inner = &s.inner;
+            let tree = inner.write_tree();
+            let mut hints = inner.hints.lock();
+            let mut txn = Txn::new(&inner.pool, &inner.journal, *tree, false, &mut hints);
+            txn.put(b"k050", b"changed").unwrap();
+            // Neither logged nor rolled back: as a panic unwinding
+            // through the combiner leaves it.
+            drop(txn);
+        }
+        assert_eq!(s.get(b"k050").unwrap().as_deref(), Some(&b"v"[..]));
+        // Nothing is left pinned: a checkpoint (which waits for pinned
+        // pages to be unpinned) finishes.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s2 = s.clone();
+        std::thread::spawn(move || tx.send(s2.checkpoint().map(|_| ())));
+        let done = rx.recv_timeout(Duration::from_secs(60));
+        assert!(matches!(done, Ok(Ok(()))), "the checkpoint hung or failed");
+        s.put(b"k050", b"new").unwrap();
+        assert_eq!(s.get(b"k050").unwrap().as_deref(), Some(&b"new"[..]));
+    }
+
+    #[test]
     fn a_put_prepared_on_the_tree_as_it_stands_is_taken_as_prepared() {
         let s = store_of_100_keys();
         let prep = s.inner.prepare(&put(b"k050", b"new")).expect("prepared");
@@ -562,6 +631,46 @@ mod tests {
         assert_eq!(s.get(b"a").unwrap().as_deref(), Some(&b"new"[..]));
         for i in 0..200u32 {
             assert!(s.get(format!("k{i:03}").as_bytes()).unwrap().is_some());
+        }
+    }
+
+    /// Under shuttle (`cargo xtask shuttle`; `--cfg shuttle`, run by the
+    /// test name filter `shuttle_`): two grows racing, each having read the
+    /// file's length before the other grew it.
+    #[cfg(shuttle)]
+    mod shuttle_models {
+        use super::*;
+        use journal_core::sync::shuttle::scheduler::{PctScheduler, RandomScheduler};
+        use journal_core::sync::shuttle::{Config, Runner};
+
+        fn scenario() {
+            let s = Arc::new(store());
+            let len = s.inner.pool.file().len().unwrap();
+            let pages = (len / PAGE_SIZE as u64) as PageNo;
+            // A grow to just past the file, and one far past it.
+            let (near, far) = (pages, pages + 2048);
+            let s2 = s.clone();
+            let other = thread::spawn(move || s2.inner.grow(near));
+            s.inner.grow(far);
+            other.join().unwrap();
+            let len = s.inner.pool.file().len().unwrap();
+            assert!(
+                len >= pages_bytes(u64::from(far) + GROW_SLACK),
+                "a grow shrank the file under a larger one: {len} bytes"
+            );
+            s.close().unwrap();
+        }
+
+        #[test]
+        fn shuttle_racing_grows_never_shrink_the_file_random() {
+            let s = RandomScheduler::new_from_seed(0x6e0, 200);
+            Runner::new(s, Config::new()).run(scenario);
+        }
+
+        #[test]
+        fn shuttle_racing_grows_never_shrink_the_file_pct() {
+            let s = PctScheduler::new_from_seed(0x6e0, 3, 200);
+            Runner::new(s, Config::new()).run(scenario);
         }
     }
 }
