@@ -23,6 +23,10 @@
 //!   the journal's files on every core (prints parser
 //!   cases and whole opens), a quarter each on kvstore data files and
 //!   metafs images.
+//! - `cargo xtask kv-faults --minutes N`: kvstore's fault campaigns for N
+//!   minutes in all (the `fuzz` profile): half the I/O-fault campaign
+//!   (`tests/io_faults.rs`), a quarter the hostile and crafted pages, a
+//!   quarter the crash campaign; each prints its cases and failures.
 //! - `cargo xtask bench-peers [ARGS...]`: `journal bench --scenario peers`
 //!   built with the `peers` feature (okaywal, raft-engine and wal-db), ARGS
 //!   passed on.
@@ -55,7 +59,9 @@
 //!   default). A failure saves its schedule and prints the command that
 //!   replays it: `JOURNAL_SHUTTLE_REPLAY=<run>:<file> cargo xtask shuttle`.
 //!   Then kvstore's writers (`prototypes/kvstore/tests/shuttle.rs`), N / 20
-//!   schedules per scheduler.
+//!   schedules per scheduler, and kvstore's unit-level models (its unit
+//!   tests named `shuttle_`: a page load racing a writer's eviction,
+//!   racing grows of the data file).
 #![forbid(unsafe_code)]
 
 mod fs_suite;
@@ -191,6 +197,20 @@ fn test() -> Result<(), String> {
             "overload",
         ]),
     )?;
+    // kvstore's injected panic in the combiner (failpoint
+    // `kvstore::apply-before-log`).
+    run_tests(
+        "test (kvstore, feature failpoints)",
+        cargo().args([
+            "test",
+            "--package",
+            "kvstore",
+            "--features",
+            "failpoints",
+            "--test",
+            "panic",
+        ]),
+    )?;
     run_tests(
         "test (journal-core, feature tracing)",
         cargo().args([
@@ -266,13 +286,32 @@ fn shuttle(args: &[String]) -> Result<(), String> {
         "--",
         "--nocapture",
     ]);
+    cmd.env("RUSTFLAGS", &rustflags)
+        .env("CARGO_TARGET_DIR", "target/shuttle")
+        .env(
+            "KVSTORE_SHUTTLE_ITERATIONS",
+            (iterations / 20).max(10).to_string(),
+        );
+    run_tests("shuttle (kvstore)", &mut cmd)?;
+    // kvstore's unit-level models (a load racing a writer's eviction,
+    // racing grows of the data file): the unit tests named `shuttle_`.
+    let mut cmd = cargo();
+    cmd.args([
+        "test",
+        "--release",
+        "--package",
+        "kvstore",
+        "--lib",
+        "--",
+        "shuttle_",
+    ]);
     cmd.env("RUSTFLAGS", rustflags)
         .env("CARGO_TARGET_DIR", "target/shuttle")
         .env(
             "KVSTORE_SHUTTLE_ITERATIONS",
             (iterations / 20).max(10).to_string(),
         );
-    run_tests("shuttle (kvstore)", &mut cmd)
+    run_tests("shuttle (kvstore models)", &mut cmd)
 }
 
 /// `--minutes N` (default 1).
@@ -322,6 +361,52 @@ fn fuzz(minutes: f64) -> Result<(), String> {
             "--nocapture",
         ]);
         cmd.env("JOURNAL_FUZZ_SECONDS", (secs * share).to_string());
+        run_tests(what, &mut cmd)?;
+    }
+    Ok(())
+}
+
+/// `cargo xtask kv-faults --minutes N`: kvstore's fault campaigns for N
+/// minutes in all — half the I/O-fault campaign (a write, sync or read of
+/// the data file or the double-write area failing anywhere, then a crash
+/// and a reopen), a quarter the hostile and crafted pages, a quarter the
+/// crash campaign. Built with the `fuzz` profile (release, overflow checks
+/// and debug assertions). Each prints its cases and failures.
+fn kv_faults(minutes: f64) -> Result<(), String> {
+    let secs = minutes * 60.0;
+    for (what, test, var, share) in [
+        (
+            "kvstore I/O-fault campaign",
+            "io_faults",
+            "KVSTORE_IOFAULT_SECONDS",
+            0.5,
+        ),
+        (
+            "kvstore hostile and crafted pages",
+            "hostile",
+            "JOURNAL_FUZZ_SECONDS",
+            0.25,
+        ),
+        (
+            "kvstore crash campaign",
+            "crash",
+            "KVSTORE_CRASH_SECONDS",
+            0.25,
+        ),
+    ] {
+        let mut cmd = cargo();
+        cmd.args([
+            "test",
+            "--profile",
+            "fuzz",
+            "--package",
+            "kvstore",
+            "--test",
+            test,
+            "--",
+            "--nocapture",
+        ]);
+        cmd.env(var, (secs * share).to_string());
         run_tests(what, &mut cmd)?;
     }
     Ok(())
@@ -465,7 +550,7 @@ fn bench_raft(args: &[String]) -> Result<(), String> {
 }
 
 fn usage() -> String {
-    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | bench-raft [ARGS...] | raft-faults [--minutes N] [ARGS...] | raft-soak [--minutes N] [ARGS...] | fs-suite [--quick] [--bindfs] | bench-fs [ARGS...] | crash [--minutes N] | corrupt [--minutes N] | fuzz [--minutes N]>"
+    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | bench-raft [ARGS...] | raft-faults [--minutes N] [ARGS...] | raft-soak [--minutes N] [ARGS...] | fs-suite [--quick] [--bindfs] | bench-fs [ARGS...] | crash [--minutes N] | corrupt [--minutes N] | fuzz [--minutes N] | kv-faults [--minutes N]>"
         .into()
 }
 
@@ -542,11 +627,12 @@ fn main() -> ExitCode {
             )
         }),
         Some("fuzz") => minutes(&args[1..]).and_then(fuzz),
+        Some("kv-faults") => minutes(&args[1..]).and_then(kv_faults),
         _ => Err(usage()),
     };
     if matches!(
         args.first().map(String::as_str),
-        Some("ci" | "test" | "loom" | "shuttle" | "crash" | "corrupt" | "fuzz")
+        Some("ci" | "test" | "loom" | "shuttle" | "crash" | "corrupt" | "fuzz" | "kv-faults")
     ) {
         summary(&args[0]);
     }

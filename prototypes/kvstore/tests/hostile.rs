@@ -164,6 +164,14 @@ fn mutate(base: &SimVfs, rng: &mut SplitMix64) -> SimVfs {
     image
 }
 
+/// An answer: data or a typed error — but a panic the store caught
+/// while applying (which poisons it) is a failure like any panic.
+fn answer<T>(r: kvstore::Result<T>) {
+    if let Err(e @ kvstore::Error::Panicked { .. }) = r {
+        panic!("{e}");
+    }
+}
+
 /// Opens, reads every key, scans, writes and closes: `true` if the open
 /// succeeded. Errors are answers; a panic fails the case.
 fn exercise(image: &SimVfs) -> bool {
@@ -171,16 +179,26 @@ fn exercise(image: &SimVfs) -> bool {
         return false;
     };
     for i in 0..KEYS {
-        let _ = s.get(format!("key-{i:05}").as_bytes());
+        answer(s.get(format!("key-{i:05}").as_bytes()));
     }
-    let _ = s.scan(..);
+    answer(s.scan(..));
     if let Ok(it) = s.range(b"key-00500".to_vec()..b"key-00900".to_vec()) {
         let _ = it.count();
     }
-    let _ = s.check();
-    let _ = s.put(b"after", b"a write after a hostile open");
-    let _ = s.checkpoint();
-    let _ = s.close();
+    answer(s.check());
+    // Writes into the damaged page's neighbourhood, splits and merges
+    // included: overwrites, inserts, deletes.
+    for i in (0..KEYS).step_by(29) {
+        let k = format!("key-{i:05}");
+        answer(s.put(k.as_bytes(), &[7u8; 120]));
+        answer(s.put(format!("{k}-x").as_bytes(), b"new"));
+        if i % 2 == 0 {
+            answer(s.delete(k.as_bytes()));
+        }
+    }
+    answer(s.put(b"after", b"a write after a hostile open"));
+    answer(s.checkpoint());
+    answer(s.close());
     true
 }
 
@@ -196,5 +214,174 @@ fn hostile_pages_get_typed_errors_never_panics() {
     println!(
         "kvstore hostile pages: {cases} CRC-valid hostile data files in {:.1} s: {opened} opened and read, the rest a typed error; 0 panics, 0 hangs",
         run.elapsed.as_secs_f64()
+    );
+}
+
+/// Structure-aware damage, one page of the data file at a time, its CRC
+/// re-sealed: cells made to overlap (a slot moved onto or into another
+/// cell), a slot past the page's end, keys put out of order, a leaf made a
+/// branch and a branch a leaf (the tree's levels broken), and cycles — a
+/// child pointer to the page itself or to the root, an overflow chain or a
+/// free-list trunk linked to itself, a child pointer to an overflow page
+/// or a trunk. Each must be a typed error (or data), never a panic or a
+/// hang, through open, reads, scans, check and writes.
+fn craft(base: &SimVfs, rng: &mut SplitMix64) -> SimVfs {
+    let image = base.crash(CrashPolicy::DropUnsynced);
+    let mut data = image.live_contents(Path::new(DATA)).unwrap();
+    let pages = data.len() / PAGE;
+    let kind = |d: &[u8], p: usize| d[p * PAGE + 20];
+    let count = |d: &[u8], p: usize| field(&d[p * PAGE..], 22, 2) as usize;
+    let live = |d: &[u8], p: usize| d[p * PAGE..p * PAGE + 4] == *b"KVB2";
+    let of_kind = |d: &[u8], k: u8| -> Vec<usize> {
+        (2..pages)
+            .filter(|&p| live(d, p) && kind(d, p) == k)
+            .collect()
+    };
+    let (leaves, branches) = (of_kind(&data, 1), of_kind(&data, 2));
+    let (overflows, trunks) = (of_kind(&data, 3), of_kind(&data, 4));
+    let nodes: Vec<usize> = leaves.iter().chain(&branches).copied().collect();
+    let any = |rng: &mut SplitMix64, v: &[usize]| v[rng.below(v.len() as u64) as usize];
+    // The root: the meta page with the higher sequence names it.
+    let seq = |p: usize| field(&data[p * PAGE..], 32, 8);
+    let meta = usize::from(seq(1) > seq(0));
+    let root = field(&data[meta * PAGE..], 40, 4) as usize;
+    let slot = |d: &[u8], p: usize, i: usize| field(&d[p * PAGE..], HEADER + 2 * i, 2) as usize;
+    let set = |d: &mut [u8], p: usize, off: usize, width: usize, v: u64| {
+        d[p * PAGE + off..p * PAGE + off + width].copy_from_slice(&v.to_le_bytes()[..width]);
+    };
+    let p = match rng.below(9) {
+        // Overlapping cells: every slot onto the largest cell, so that
+        // together they claim more than the page (the free space would
+        // underflow, a compaction overrun the page)...
+        0 => {
+            let p = any(rng, &nodes);
+            let n = count(&data, p);
+            let cells: Vec<usize> = (0..n).map(|i| slot(&data, p, i)).collect();
+            // (The largest cell starts where the next one up is farthest.)
+            let mut sorted = cells.clone();
+            sorted.sort_unstable();
+            sorted.push(PAGE);
+            let biggest = (0..n)
+                .max_by_key(|&i| sorted[i + 1] - sorted[i])
+                .unwrap_or(0);
+            for i in 0..n {
+                set(&mut data, p, HEADER + 2 * i, 2, sorted[biggest] as u64);
+            }
+            p
+        }
+        // ... or one slot onto another cell, or a few bytes into it.
+        1 => {
+            let p = any(rng, &nodes);
+            let n = count(&data, p);
+            if n >= 2 {
+                let (i, j) = (rng.below(n as u64) as usize, rng.below(n as u64) as usize);
+                let shift = if rng.chance(1, 2) {
+                    0
+                } else {
+                    rng.range(1, 6) as usize
+                };
+                let to = (slot(&data, p, j) + shift).min(PAGE - 1);
+                set(&mut data, p, HEADER + 2 * i, 2, to as u64);
+            }
+            p
+        }
+        // A slot at or past the page's end.
+        2 => {
+            let p = any(rng, &nodes);
+            let i = rng.below(count(&data, p).max(1) as u64) as usize;
+            set(
+                &mut data,
+                p,
+                HEADER + 2 * i,
+                2,
+                rng.range(PAGE as u64 - 6, 65_535),
+            );
+            p
+        }
+        // Keys out of order: two slots swapped.
+        3 => {
+            let p = any(rng, &nodes);
+            let n = count(&data, p);
+            if n >= 2 {
+                let i = rng.below(n as u64 - 1) as usize;
+                let (a, b) = (slot(&data, p, i), slot(&data, p, i + 1));
+                set(&mut data, p, HEADER + 2 * i, 2, b as u64);
+                set(&mut data, p, HEADER + 2 * i + 2, 2, a as u64);
+            }
+            p
+        }
+        // Levels broken: a leaf made a branch, or a branch a leaf.
+        4 => {
+            let p = any(rng, &nodes);
+            let k = kind(&data, p);
+            data[p * PAGE + 20] = if k == 1 { 2 } else { 1 };
+            p
+        }
+        // A child pointer (the leftmost, or a cell's) to the page itself,
+        // the root, an overflow page, a free-list trunk or a leaf.
+        5 | 6 if !branches.is_empty() => {
+            let p = any(rng, &branches);
+            let to = match rng.below(5) {
+                0 => p,
+                1 => root,
+                2 if !overflows.is_empty() => any(rng, &overflows),
+                3 if !trunks.is_empty() => any(rng, &trunks),
+                _ => any(rng, &leaves),
+            };
+            let n = count(&data, p);
+            if n == 0 || rng.chance(1, 3) {
+                set(&mut data, p, 28, 4, to as u64);
+            } else {
+                let cell = slot(&data, p, rng.below(n as u64) as usize);
+                if cell + 6 <= PAGE {
+                    set(&mut data, p, cell + 2, 4, to as u64);
+                }
+            }
+            p
+        }
+        // An overflow chain or a free-list trunk linked to itself.
+        7 if !overflows.is_empty() => {
+            let p = any(rng, &overflows);
+            set(&mut data, p, 28, 4, p as u64);
+            p
+        }
+        8 if !trunks.is_empty() => {
+            let p = any(rng, &trunks);
+            set(&mut data, p, 28, 4, p as u64);
+            p
+        }
+        _ => {
+            // A count one past the slots, the slot array grown to match.
+            let p = any(rng, &nodes);
+            let n = count(&data, p);
+            set(&mut data, p, 22, 2, n as u64 + 1);
+            set(&mut data, p, 24, 2, (HEADER + 2 * (n + 1)) as u64);
+            p
+        }
+    };
+    seal(&mut data[p * PAGE..(p + 1) * PAGE]);
+    let f = image.open(Path::new(DATA), OpenOptions::write()).unwrap();
+    f.write_at(&data[p * PAGE..(p + 1) * PAGE], (p * PAGE) as u64)
+        .unwrap();
+    f.sync_all().unwrap();
+    image
+}
+
+/// Crafted cases `cargo test` runs.
+const CRAFTED: u64 = 400;
+
+#[test]
+fn crafted_pages_get_typed_errors_never_panics_or_hangs() {
+    let base = base();
+    let mut rng = SplitMix64::new(0x0c4a_f7ed);
+    let run = bench_harness::hostile_campaign("a crafted page made the store", CRAFTED, |_| {
+        let image = craft(&base, &mut rng);
+        move || exercise(&image)
+    });
+    println!(
+        "kvstore crafted pages: {} CRC-valid pages with overlapping cells, slots past the end, keys out of order, broken levels and cycles in {:.1} s: {} opened and read, the rest a typed error; 0 panics, 0 hangs",
+        run.cases,
+        run.elapsed.as_secs_f64(),
+        run.accepted
     );
 }
