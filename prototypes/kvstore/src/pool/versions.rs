@@ -280,6 +280,11 @@ impl SnapshotHandle {
     pub(crate) fn lsn(&self) -> Lsn {
         self.key.0
     }
+
+    /// Whether the snapshot expired ([`crate::Error::SnapshotTooOld`]).
+    pub(crate) fn expired(&self) -> bool {
+        self.expired.load(Ordering::Acquire)
+    }
 }
 
 impl Pool {
