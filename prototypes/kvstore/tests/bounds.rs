@@ -335,3 +335,100 @@ fn damaged_pointers_are_found_in_windows_as_with_one_bitmap() {
     }
     assert!(stopped < 10, "{stopped} cases stopped at the bound");
 }
+
+/// The bound on versions in memory with `options(16)`: a quarter of the
+/// cache, and never under 64 frames.
+const VERSION_LIMIT: usize = 64 * (4096 + 128);
+
+#[test]
+fn snapshots_beside_writers_expire_oldest_first_when_the_versions_index_fills_its_bound() {
+    // 6,000 keys in about 250 leaves. Each round opens an iterator and
+    // then changes every leaf, so each round's snapshot keeps a version
+    // of every leaf: 60 rounds keep 15,000 versions, spilled, with the
+    // spill bound (4 GiB) far away. Their index stays in memory and
+    // counts against the versions' bound (64 frames here): past it, the
+    // oldest snapshots expire instead of the index growing.
+    let vfs = SimVfs::new();
+    let s = sim_open(&vfs, options(16)).unwrap();
+    let mut t = s.transaction();
+    for i in 0..6000u32 {
+        t.put(format!("key-{i:05}").as_bytes(), &[0; 150]);
+    }
+    t.commit().unwrap();
+    let mut its = Vec::new();
+    let mut most_spilled = 0;
+    for round in 0..60u32 {
+        let mut it = s.range(..).unwrap();
+        assert_eq!(it.next().unwrap().unwrap().0, b"key-00000");
+        its.push(it);
+        for chunk in 0..6u32 {
+            let mut t = s.transaction();
+            for i in (chunk * 1000..(chunk + 1) * 1000).step_by(20) {
+                t.put(format!("key-{i:05}").as_bytes(), &[round as u8 + 1; 150]);
+            }
+            t.commit().unwrap();
+            let st = s.cache_stats();
+            assert!(st.version_bytes <= VERSION_LIMIT, "round {round}: {st:?}");
+            most_spilled = most_spilled.max(st.spilled_bytes);
+        }
+    }
+    // Every spilled version keeps a 20-byte entry at least in memory.
+    assert!(most_spilled / 4096 <= (VERSION_LIMIT / 20) as u64);
+    // The oldest expired, and only the oldest: the youngest (opened
+    // after round 58's writes) reads its snapshot whole.
+    let youngest = its.pop().unwrap();
+    let rest: Vec<_> = youngest.collect::<kvstore::Result<_>>().unwrap();
+    assert_eq!(rest.len(), 5999);
+    for (i, (_, v)) in rest.iter().enumerate() {
+        let want = if (i + 1) % 20 == 0 { 59 } else { 0 };
+        assert_eq!(v, &vec![want; 150], "key {}", i + 1);
+    }
+    let expired: Vec<bool> = its
+        .into_iter()
+        .map(|it| {
+            let rest: Vec<_> = it.collect();
+            matches!(rest.last(), Some(Err(kvstore::Error::SnapshotTooOld)))
+        })
+        .collect();
+    let n = expired.iter().filter(|e| **e).count();
+    println!("{n} of 60 snapshots expired, at most {most_spilled} bytes spilled");
+    assert!(expired[0], "the oldest snapshot did not expire");
+    assert!(
+        expired.iter().skip(n).all(|e| !e),
+        "not oldest first: {expired:?}"
+    );
+    assert!(n <= 45, "{n} of 59 snapshots expired: not only the oldest");
+    let st = s.cache_stats();
+    assert_eq!((st.version_bytes, st.spilled_bytes), (0, 0), "{st:?}");
+    assert_eq!(s.check().unwrap(), Vec::<String>::new());
+}
+
+#[test]
+fn versions_only_an_older_snapshot_read_go_when_it_closes_before_a_younger_one() {
+    // The older iterator opens; every key is rewritten (the versions it
+    // reads are kept); a younger iterator opens (it reads the new
+    // pages); the older closes first, then the younger: nothing is kept.
+    let vfs = SimVfs::new();
+    let s = sim_open(&vfs, options(64)).unwrap();
+    let mut t = s.transaction();
+    for i in 0..3000u32 {
+        t.put(format!("key-{i:05}").as_bytes(), &[0; 150]);
+    }
+    t.commit().unwrap();
+    let mut older = s.range(..).unwrap();
+    older.next().unwrap().unwrap();
+    let mut t = s.transaction();
+    for i in 0..3000u32 {
+        t.put(format!("key-{i:05}").as_bytes(), &[1; 150]);
+    }
+    t.commit().unwrap();
+    assert!(s.cache_stats().version_bytes > 0);
+    let mut younger = s.range(..).unwrap();
+    younger.next().unwrap().unwrap();
+    let rest: Vec<_> = older.collect::<kvstore::Result<_>>().unwrap();
+    assert!(rest.iter().all(|(_, v)| v == &vec![0u8; 150]));
+    let rest: Vec<_> = younger.collect::<kvstore::Result<_>>().unwrap();
+    assert!(rest.iter().all(|(_, v)| v == &vec![1u8; 150]));
+    let st = s.cache_stats();
+    assert_eq!((st.version_bytes, st.spilled_bytes), (0, 0), "{st:?}");
+}
