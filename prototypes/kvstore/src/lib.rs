@@ -28,10 +28,13 @@
 //! Pages live in a buffer pool of [`Options::cache_bytes`] (64 MiB by
 //! default): read on demand, evicted by clock. It is a *steal* pool: a
 //! dirty page may be written home between checkpoints, once the log is
-//! durable over its pageLSN, so memory never waits for a checkpoint. The
-//! page versions open iterators keep in memory (up to a quarter of the
-//! cache, spilled beyond) take their room from the cache: frames and
-//! versions together stay within `cache_bytes`. A page's buffer goes back
+//! durable over its pageLSN, so memory never waits for a checkpoint. The page versions open iterators keep — those in memory (up to a
+//! quarter of the cache, spilled beyond) and the bookkeeping of every
+//! version kept, spilled or not (about 41 bytes each) — take their room
+//! from the cache: frames and versions together stay within
+//! `cache_bytes`. [`Store::check`] marks the pages it reaches in a bitmap
+//! of at most a sixteenth of the cache, walking the tree once per window
+//! of page numbers past it. A page's buffer goes back
 //! to the pool when its last reference is dropped, by whichever thread,
 //! and the pool keeps as many spare buffers as its frames have room for
 //! (at least 4 MiB), so the pool's pages cycle through one set of buffers
@@ -65,11 +68,16 @@
 //! picks the log's end as its redo position, writes every page dirty then
 //! home in batches (the log forced over their pageLSNs first; a page is
 //! marked clean only once its write succeeded), syncs the data file,
-//! writes the meta page, and moves the journal's tail
+//! writes the meta page and syncs again, and moves the journal's tail
 //! (`journal.checkpoint`). It holds the tree lock only to pick the redo
-//! position. A failed write **poisons** the store: every later call,
-//! reads included, returns the error, and the tail never moves past a
-//! change that is not home. Opening reads the meta pages and replays the
+//! position. A failed write or sync of the data file or the double-write
+//! area — by a checkpoint, the cleaner or an eviction — **poisons** the
+//! store before it is answered: every later call, reads included,
+//! returns the error, no page goes home after it, and the tail never
+//! moves past a change that is not home. (Linux drops the pages of a
+//! failed writeback and reports it once: a store that went on would find
+//! its next sync "succeed".) A panic while a transaction is applied rolls
+//! it back and poisons the store too ([`Error::Panicked`]). Opening reads the meta pages and replays the
 //! log from the last checkpoint onto the pages it touches — never the
 //! whole data file — so recovery after `kill -9` reads at most about
 //! `checkpoint_log_bytes` of log (256 MiB by default).
@@ -99,14 +107,17 @@
 //!   one. They do not block writers: a writer that replaces a page an open
 //!   snapshot may still read keeps the old version (a page taken off the
 //!   free list too, read from disk if the pool no longer holds it); an
-//!   iterator holds the path to its leaf only. Versions in memory are
-//!   bounded by a quarter
-//!   of the cache; beyond it they are spilled to a scratch file
-//!   (`snapshots.spill`, up to [`Options::snapshot_spill_bytes`]), and
-//!   only beyond that does the oldest snapshot expire, its iterator
-//!   returning [`Error::SnapshotTooOld`]. So a full scan beside writers
-//!   holds the cache's quarter of memory, and at most about the tree's
-//!   size of scratch disk.
+//!   iterator holds the path to its leaf only. Versions in memory, and
+//!   the bookkeeping of every version kept (about 41 bytes each, spilled
+//!   or not), are bounded by a quarter of the cache; beyond it the
+//!   versions are spilled to a scratch file (`snapshots.spill`, up to
+//!   [`Options::snapshot_spill_bytes`]), and only when that is full, or
+//!   the bookkeeping alone fills the quarter, does the oldest snapshot
+//!   expire, its iterator returning [`Error::SnapshotTooOld`]. So a full
+//!   scan beside writers holds the cache's quarter of memory and at most
+//!   about the tree's size of scratch disk, and keeps up to about 400,000
+//!   page versions (1.6 GiB spilled) with the default 64 MiB cache
+//!   before it expires.
 //!
 //! # Concurrency
 //!
@@ -148,8 +159,8 @@ pub use page::{FORMAT_VERSION, PAGE_SIZE};
 pub use pool::DOUBLEWRITE_FILE;
 pub use record::Op;
 pub use store::{
-    prefix_end, BulkLoad, CacheStats, CheckpointInfo, Iter, LoadInfo, Options, RecoveryInfo, Store,
-    TornPages, Transaction, DATA_FILE, WAL_DIR,
+    prefix_end, BulkLoad, CacheStats, CheckReport, CheckpointInfo, Iter, LoadInfo, Options,
+    RecoveryInfo, Store, TornPages, Transaction, DATA_FILE, WAL_DIR,
 };
 
 /// The longest key.

@@ -23,6 +23,7 @@ mod recovery;
 mod value;
 mod write;
 
+pub use check::CheckReport;
 pub use iter::{prefix_end, Iter};
 pub use load::{BulkLoad, LoadInfo};
 
@@ -52,7 +53,9 @@ pub struct Options {
     /// `snapshots.spill` beyond the quarter of the cache in memory
     /// (default 4 GiB; 0: none). Past it, the oldest iterator ends with
     /// [`Error::SnapshotTooOld`]. A full scan beside writers needs at most
-    /// about the tree's size here.
+    /// about the tree's size here. The bookkeeping of each version (about
+    /// 41 bytes) stays in memory, within the cache's quarter: past it the
+    /// oldest iterator expires too.
     pub snapshot_spill_bytes: u64,
     /// The journal's options. The default uses 1 MiB log buffers.
     pub journal: journal_core::Options,
@@ -154,7 +157,9 @@ pub struct CacheStats {
     pub pages: usize,
     /// Of those, pages changed since written home.
     pub dirty_pages: usize,
-    /// Bytes of page versions kept in memory for open iterators.
+    /// Bytes of page versions kept in memory for open iterators, and of
+    /// the bookkeeping of every version kept (spilled or not), in whole
+    /// frames.
     pub version_bytes: usize,
     /// Bytes of page versions spilled to the scratch file for them.
     pub spilled_bytes: u64,
