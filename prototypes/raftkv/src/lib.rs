@@ -190,17 +190,20 @@
 #![allow(clippy::result_large_err)]
 
 pub mod api;
+pub mod auth;
 pub mod bench;
 pub mod client;
 pub mod compare;
 pub mod faults;
 pub mod history;
 pub mod local;
+pub mod logstore;
 pub mod machine;
 pub mod metrics;
 pub mod network;
 pub mod node;
 pub mod propose;
+pub mod server;
 mod types;
 
 pub use machine::StateMachine;
@@ -228,13 +231,7 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
-    use axum::serve::ListenerExt;
     let app = api::router(node.clone());
-    // Answers go out at once (no Nagle delay behind an unacknowledged
-    // segment): a Raft RPC's answer is on the commit path.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
     let (fatal_tx, mut fatal_rx) = tokio::sync::oneshot::channel::<String>();
     let mut metrics = node.raft.metrics();
     tokio::spawn(async move {
@@ -264,8 +261,7 @@ pub async fn serve(
         // Open watch streams end: the graceful shutdown waits for them.
         stopping.stopping.send_replace(true);
     };
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(until)
+    let served = server::run(listener, app, node.timeouts, until)
         .await
         .map_err(|e| e.to_string());
     let stopped = node.shutdown().await;

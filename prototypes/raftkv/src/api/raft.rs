@@ -1,7 +1,8 @@
-//! The Raft RPCs' endpoints (`/raft/{append,vote,snapshot}`): each checks
-//! that it is addressed to this node of this cluster, decodes its postcard
-//! body and hands it to openraft; a snapshot is written to a file as it
-//! arrives.
+//! The Raft RPCs' endpoints (`/raft/{append,vote,snapshot}`): each is
+//! authenticated ([`authenticated`], before its body is read), checks
+//! that it is addressed to this node of this cluster, decodes its
+//! postcard body and hands it to openraft; a snapshot is written to a
+//! file as it arrives (removed if the transfer fails or is abandoned).
 
 use super::text;
 use crate::network::{CLUSTER_HEADER, MAX_RPC_BODY, TARGET_HEADER};
@@ -15,6 +16,27 @@ use openraft::error::RaftError;
 use openraft::raft::{AppendEntriesRequest, VoteRequest};
 use serde::Serialize;
 use std::sync::Arc;
+
+/// Lets a Raft RPC through only with the cluster's peer secret (if the
+/// node has one): `401` without an `Authorization` header, `403` with
+/// another secret — before its body is read or decoded.
+pub(super) async fn authenticated(
+    State(node): State<Arc<Node>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(secret) = &node.peer_secret else {
+        return next.run(req).await;
+    };
+    match req.headers().get(crate::auth::AUTH_HEADER) {
+        None => text(
+            StatusCode::UNAUTHORIZED,
+            "a Raft RPC needs the cluster's peer secret",
+        ),
+        Some(v) if secret.admits(v.as_bytes()) => next.run(req).await,
+        Some(_) => text(StatusCode::FORBIDDEN, "not this cluster's peer secret"),
+    }
+}
 
 /// A Raft RPC's headers name this node's cluster and this node: a message
 /// for another cluster, or for another node whose address this one now
@@ -128,7 +150,11 @@ async fn receive_snapshot(
         // piece may hold part of it, or all of it and file bytes after.
         while head.is_none() && !piece.is_empty() {
             let total = match head_buf.get(..4) {
-                Some(l) => 4 + u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize,
+                Some(l) => match u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize {
+                    // Nothing to read would be taken forever.
+                    0 => return Err("an empty snapshot head".into()),
+                    n => 4 + n,
+                },
                 None => 4,
             };
             if total > MAX_RPC_BODY {
