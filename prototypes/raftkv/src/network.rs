@@ -98,6 +98,8 @@ pub struct Network {
     /// The `Authorization` value of every RPC, if the cluster has a
     /// secret.
     auth: Option<Arc<str>>,
+    /// Where appends' body sizes are noted.
+    metrics: Option<Arc<crate::metrics::Metrics>>,
     /// Where this node dials a peer instead of the address in the
     /// membership (`raftkv serve --peer-addr`): a proxy in front of it, so
     /// a fault test can cut or slow one direction of one link.
@@ -125,8 +127,17 @@ impl Network {
             client,
             cluster,
             auth: secret.map(|s| s.header_value().into()),
+            metrics: None,
             dial: Arc::new(dial),
         })
+    }
+
+    /// Notes the size of each append body sent in `metrics`.
+    pub fn with_metrics(self, metrics: Arc<crate::metrics::Metrics>) -> Network {
+        Network {
+            metrics: Some(metrics),
+            ..self
+        }
     }
 }
 
@@ -136,6 +147,7 @@ pub struct Peer {
     client: reqwest::Client,
     cluster: u64,
     auth: Option<Arc<str>>,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
     target: NodeId,
     base: String,
 }
@@ -215,6 +227,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             client: self.client.clone(),
             cluster: self.cluster,
             auth: self.auth.clone(),
+            metrics: self.metrics.clone(),
             target,
             base: format!("http://{}", self.dial.get(&target).unwrap_or(&node.addr)),
         }
@@ -271,6 +284,9 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         let body = postcard::to_stdvec(&rpc).map_err(|e| encode_error(&e))?;
         let last = rpc.entries.last().map(|e| e.log_id);
         let ttl = append_deadline(option.hard_ttl(), body.len());
+        if let Some(m) = &self.metrics {
+            m.observe_append_body(body.len());
+        }
         let r: Rpc<AppendEntriesResponse<TypeConfig>> = self
             .send("/raft/append", reqwest::Body::from(body), ttl)
             .await;

@@ -461,7 +461,8 @@ impl Node {
             }));
         let config = raft_config(&o, cluster)?;
         let network = Network::new(cluster, o.peer_secret.as_ref(), o.dial.clone())
-            .map_err(|e| Error::Raft(e.to_string()))?;
+            .map_err(|e| Error::Raft(e.to_string()))?
+            .with_metrics(metrics.clone());
         let raft = Raft::new(
             o.id,
             Arc::new(config),
