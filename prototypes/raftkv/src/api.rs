@@ -456,6 +456,10 @@ pub struct Status {
     /// directory that its leader lists here lost its log and vote.
     #[serde(default)]
     pub matched: BTreeMap<NodeId, u64>,
+    /// Whether this node's disk-space alarm is raised: writes that add
+    /// data are refused (`507`, [`crate::space`]).
+    #[serde(default)]
+    pub nospace: bool,
 }
 
 async fn status(State(node): State<Arc<Node>>) -> Json<Status> {
@@ -490,6 +494,7 @@ async fn status(State(node): State<Arc<Node>>) -> Json<Status> {
             .flatten()
             .filter_map(|(id, l)| Some((*id, l.as_ref()?.index)))
             .collect(),
+        nospace: node.space.full(),
     })
 }
 

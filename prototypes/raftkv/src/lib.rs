@@ -204,6 +204,7 @@ pub mod network;
 pub mod node;
 pub mod propose;
 pub mod server;
+pub mod space;
 mod types;
 
 pub use machine::StateMachine;

@@ -96,6 +96,11 @@ enum Cmd {
         /// long, is closed; seconds.
         #[arg(long, default_value_t = raftkv::server::HEADER_TIMEOUT.as_secs())]
         connection_timeout_s: u64,
+        /// Free space kept on the directory's filesystem, MiB: below it,
+        /// writes that add data are answered 507 (`nospace`), reads and
+        /// deletes go on; writes resume at twice it.
+        #[arg(long, default_value_t = raftkv::space::DEFAULT_RESERVE >> 20)]
+        space_reserve_mib: u64,
         /// Runtime threads: 1 runs the node's async work on one thread
         /// (fewer wake-ups across threads; `cluster` uses it, its nodes
         /// sharing one machine); 0, tokio's default, one per core.
@@ -292,6 +297,7 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
         peer_secret_file,
         admin_timeout_s,
         connection_timeout_s,
+        space_reserve_mib,
         ..
     } = cmd
     else {
@@ -318,6 +324,7 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
         return Err("--admin-timeout-s and --connection-timeout-s must be positive".into());
     }
     o.admin_timeout = Duration::from_secs(admin_timeout_s);
+    o.space_reserve = space_reserve_mib << 20;
     let t = Duration::from_secs(connection_timeout_s);
     o.timeouts = raftkv::server::Timeouts { header: t, idle: t };
     o.cluster = match cluster_id {

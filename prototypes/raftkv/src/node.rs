@@ -86,6 +86,10 @@ pub struct NodeOptions {
     /// it is answered `503` (default [`crate::api::ADMIN_TIMEOUT`]); the
     /// change may still take effect.
     pub admin_timeout: Duration,
+    /// Free bytes kept on the directory's filesystem: below them, writes
+    /// that add data are refused with `507` ([`crate::space`]; default
+    /// [`crate::space::DEFAULT_RESERVE`]).
+    pub space_reserve: u64,
     /// The filesystem (the real one, or a `SimVfs` in tests).
     pub vfs: Arc<dyn Vfs>,
 }
@@ -112,6 +116,7 @@ impl NodeOptions {
             peer_secret: None,
             timeouts: crate::server::Timeouts::default(),
             admin_timeout: crate::api::ADMIN_TIMEOUT,
+            space_reserve: crate::space::DEFAULT_RESERVE,
             vfs: Arc::new(OsVfs::new()),
         }
     }
@@ -380,6 +385,8 @@ pub struct Node {
     pub timeouts: crate::server::Timeouts,
     /// The deadline of membership changes and compactions.
     pub admin_timeout: Duration,
+    /// The disk-space alarm.
+    pub space: Arc<crate::space::Space>,
     /// Tasks that end with the node: the metrics watcher, and the one that
     /// has openraft build the snapshots the byte policy asks for.
     tasks: Vec<Arc<tokio::task::AbortHandle>>,
@@ -503,6 +510,11 @@ impl Node {
             peer_secret: o.peer_secret,
             timeouts: o.timeouts,
             admin_timeout: o.admin_timeout,
+            space: Arc::new(crate::space::Space::new(
+                vfs.clone(),
+                o.dir.clone(),
+                o.space_reserve,
+            )),
             tasks,
         })
     }

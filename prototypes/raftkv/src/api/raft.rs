@@ -19,22 +19,44 @@ use std::sync::Arc;
 
 /// Lets a Raft RPC through only with the cluster's peer secret (if the
 /// node has one): `401` without an `Authorization` header, `403` with
-/// another secret — before its body is read or decoded.
+/// another secret — before its body is read or decoded. A node whose disk
+/// is nearly full ([`crate::space::Space::exhausted`]) answers an append
+/// carrying data, or a snapshot, `507` (the leader retries it later).
 pub(super) async fn authenticated(
     State(node): State<Arc<Node>>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let Some(secret) = &node.peer_secret else {
-        return next.run(req).await;
-    };
-    match req.headers().get(crate::auth::AUTH_HEADER) {
-        None => text(
-            StatusCode::UNAUTHORIZED,
-            "a Raft RPC needs the cluster's peer secret",
-        ),
-        Some(v) if secret.admits(v.as_bytes()) => next.run(req).await,
-        Some(_) => text(StatusCode::FORBIDDEN, "not this cluster's peer secret"),
+    if let Some(secret) = &node.peer_secret {
+        match req.headers().get(crate::auth::AUTH_HEADER) {
+            None => {
+                return text(
+                    StatusCode::UNAUTHORIZED,
+                    "a Raft RPC needs the cluster's peer secret",
+                )
+            }
+            Some(v) if secret.admits(v.as_bytes()) => {}
+            Some(_) => return text(StatusCode::FORBIDDEN, "not this cluster's peer secret"),
+        }
+    }
+    if carries_data(&req) && node.space.exhausted() {
+        return super::write::no_space();
+    }
+    next.run(req).await
+}
+
+/// Whether a Raft RPC carries data a follower must store: a snapshot, or
+/// an append over [`crate::space::APPEND_FLOOR`] bytes (a heartbeat does
+/// not), by its declared length (a streamed body counts as large).
+fn carries_data(req: &axum::extract::Request) -> bool {
+    let len = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    match req.uri().path() {
+        "/raft/snapshot" => true,
+        "/raft/append" => len.is_none_or(|l| l > crate::space::APPEND_FLOOR),
+        _ => false,
     }
 }
 
