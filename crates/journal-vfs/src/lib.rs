@@ -159,6 +159,12 @@ pub trait Vfs: Send + Sync + fmt::Debug {
     fn lock_dir(&self, dir: &Path) -> Result<DirLock>;
     /// The operation counters of this filesystem (shared by all its files).
     fn counters(&self) -> CounterSnapshot;
+    /// Bytes still free to an unprivileged writer on the filesystem that
+    /// holds `path` (which must exist): on [`OsVfs`] `statvfs`'s
+    /// `f_bavail × f_frsize`; on [`SimVfs`] its space limit less the bytes
+    /// its files hold ([`SimVfs::set_space_limit`]; `u64::MAX` without
+    /// one). For a store that must refuse writes before its disk fills.
+    fn available_space(&self, path: &Path) -> Result<u64>;
 }
 
 /// An open file.

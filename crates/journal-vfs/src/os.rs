@@ -252,6 +252,12 @@ impl Vfs for OsVfs {
     fn counters(&self) -> CounterSnapshot {
         self.shared.counters.snapshot()
     }
+
+    fn available_space(&self, path: &Path) -> Result<u64> {
+        let st =
+            rustix::fs::statvfs(path).map_err(|e| VfsError::new(Op::Metadata, path, e.into()))?;
+        Ok(st.f_bavail.saturating_mul(st.f_frsize))
+    }
 }
 
 /// A file of [`OsVfs`].

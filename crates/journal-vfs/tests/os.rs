@@ -165,3 +165,21 @@ fn direct_io_alignment_is_what_a_direct_write_needs() {
     assert_eq!(f.read_at(&mut back, a as u64).unwrap(), a);
     assert!(back.iter().all(|&b| b == 0xAB));
 }
+
+#[test]
+fn available_space_is_what_statvfs_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let vfs = OsVfs::new();
+    let free = vfs.available_space(dir.path()).unwrap();
+    assert!(free > 0, "a test machine's disk has room");
+    // 16 MiB written and synced take about that much off (other writers
+    // on the machine move it too: only the order of magnitude is sure).
+    let f = vfs
+        .open(&dir.path().join("f"), OpenOptions::create())
+        .unwrap();
+    f.write_at(&vec![7u8; 16 << 20], 0).unwrap();
+    f.sync_all().unwrap();
+    let after = vfs.available_space(dir.path()).unwrap();
+    assert!(after < free, "{after} < {free}");
+    assert!(vfs.available_space(&dir.path().join("missing")).is_err());
+}

@@ -406,3 +406,20 @@ fn direct_writes_must_be_aligned() {
     buffered.read_at(&mut back, a as u64).unwrap();
     assert_eq!(back, aligned);
 }
+
+#[test]
+fn available_space_is_the_limit_less_what_the_files_hold() {
+    let (vfs, dir) = setup();
+    assert_eq!(vfs.available_space(&dir).unwrap(), u64::MAX, "no limit");
+    vfs.set_space_limit(Some(10_000));
+    assert_eq!(vfs.available_space(&dir).unwrap(), 10_000);
+    let f = vfs.open(&dir.join("a"), OpenOptions::create()).unwrap();
+    f.write_at(&[1; 4_000], 0).unwrap();
+    assert_eq!(vfs.available_space(&dir).unwrap(), 6_000);
+    assert!(f.write_at(&[1; 7_000], 4_000).is_err(), "past the limit");
+    assert_eq!(vfs.available_space(&dir).unwrap(), 6_000);
+    vfs.remove_file(&dir.join("a")).unwrap();
+    drop(f);
+    assert_eq!(vfs.available_space(&dir).unwrap(), 10_000, "freed");
+    assert!(vfs.available_space(Path::new("/nowhere")).is_err());
+}

@@ -48,6 +48,34 @@ pub const SESSION_STALE: &str = "session-stale";
 /// How long a client request waits for the cluster before `503`.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a membership change (`POST /members`) or a `POST /compact`
+/// may take, by default, before it is answered `503` with
+/// `x-raftkv-error: timeout` (`serve --admin-timeout-s`): an added
+/// learner that does not catch up (its address answers nothing) is not
+/// waited for forever. The change may still take effect: look at
+/// `GET /status`.
+pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The `x-raftkv-error` of an admin call that passed its deadline.
+pub const TIMED_OUT: &str = "timeout";
+
+/// `503` with `x-raftkv-error: timeout`: an admin call passed its
+/// deadline; what it asked for may still happen.
+fn timed_out(what: &str, after: Duration) -> Response {
+    let mut r = text(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "{what} not done within {} s; it may still take effect (see GET /status)",
+            after.as_secs()
+        ),
+    );
+    r.headers_mut().insert(
+        ERROR_HEADER,
+        axum::http::HeaderValue::from_static(TIMED_OUT),
+    );
+    r
+}
+
 /// The header on a `200` to a write or a linearizable read: the log index
 /// the answer reflects — the entry a write was applied in; for a read, its
 /// read index (the state machine had applied at least this far when the
@@ -74,7 +102,13 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/raft/append", post(raft::append))
         .route("/raft/vote", post(raft::vote))
         .route("/raft/snapshot", post(raft::snapshot))
-        .layer(DefaultBodyLimit::max(MAX_RPC_BODY));
+        .layer(DefaultBodyLimit::max(MAX_RPC_BODY))
+        // Before the body is read: a peer without the secret gets nothing
+        // decoded.
+        .route_layer(axum::middleware::from_fn_with_state(
+            node.clone(),
+            raft::authenticated,
+        ));
     let router = Router::new()
         .route("/kv", get(range::range).delete(range::delete_range))
         .route(
@@ -167,7 +201,8 @@ mod failpoints {
 }
 
 /// `POST /compact`: builds a snapshot of what this node applied, purges
-/// its log up to it, and answers once both are done (2 minutes at most):
+/// its log up to it, and answers once both are done (within the node's
+/// admin deadline, else `503`):
 /// frees the log's space, and a member behind it (a replacement) is then
 /// sent the snapshot.
 async fn compact(State(node): State<Arc<Node>>) -> Response {
@@ -180,7 +215,7 @@ async fn compact(State(node): State<Arc<Node>>) -> Response {
     let Some(upto) = applied else {
         return text(StatusCode::CONFLICT, "nothing applied");
     };
-    let wait = || node.raft.wait(Some(Duration::from_secs(120)));
+    let wait = || node.raft.wait(Some(node.admin_timeout));
     let r = async {
         node.raft
             .trigger()
@@ -201,9 +236,10 @@ async fn compact(State(node): State<Arc<Node>>) -> Response {
             .await
             .map_err(|e| e.to_string())
     };
-    match r.await {
-        Ok(_) => text(StatusCode::OK, format!("ok, purged to {upto}")),
-        Err(e) => text(StatusCode::SERVICE_UNAVAILABLE, e),
+    match tokio::time::timeout(node.admin_timeout, r).await {
+        Ok(Ok(_)) => text(StatusCode::OK, format!("ok, purged to {upto}")),
+        Ok(Err(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e),
+        Err(_) => timed_out("the compaction", node.admin_timeout),
     }
 }
 
@@ -420,6 +456,10 @@ pub struct Status {
     /// directory that its leader lists here lost its log and vote.
     #[serde(default)]
     pub matched: BTreeMap<NodeId, u64>,
+    /// Whether this node's disk-space alarm is raised: writes that add
+    /// data are refused (`507`, [`crate::space`]).
+    #[serde(default)]
+    pub nospace: bool,
 }
 
 async fn status(State(node): State<Arc<Node>>) -> Json<Status> {
@@ -454,6 +494,7 @@ async fn status(State(node): State<Arc<Node>>) -> Json<Status> {
             .flatten()
             .filter_map(|(id, l)| Some((*id, l.as_ref()?.index)))
             .collect(),
+        nospace: node.space.full(),
     })
 }
 
@@ -494,34 +535,29 @@ async fn members(State(node): State<Arc<Node>>, uri: Uri, body: Bytes) -> Respon
     let membership = m.membership_config.membership().clone();
     let known = |id: NodeId| membership.get_node(&id).is_some();
     let voter = |id: NodeId| membership.voter_ids().any(|v| v == id);
-    let r = match change {
+    let bad = |msg: String| text(StatusCode::BAD_REQUEST, msg);
+    let raft = node.raft.clone();
+    let change = match change {
         MemberChange::Add { id, addr } => {
             if id == 0 || known(id) {
-                return text(
-                    StatusCode::BAD_REQUEST,
-                    format!("node {id} is already a member, or 0"),
-                );
+                return bad(format!("node {id} is already a member, or 0"));
             }
-            node.raft.add_learner(id, BasicNode { addr }, true).await
+            Box::pin(async move { raft.add_learner(id, BasicNode { addr }, true).await })
+                as std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>>
         }
         MemberChange::Promote { id } => {
             if !known(id) || voter(id) {
-                return text(
-                    StatusCode::BAD_REQUEST,
-                    format!("node {id} is not a learner"),
-                );
+                return bad(format!("node {id} is not a learner"));
             }
             let ids: BTreeSet<NodeId> = [id].into();
-            node.raft
-                .change_membership(ChangeMembers::AddVoterIds(ids), false)
-                .await
+            Box::pin(async move {
+                raft.change_membership(ChangeMembers::AddVoterIds(ids), false)
+                    .await
+            })
         }
         MemberChange::Remove { id } => {
             if !known(id) {
-                return text(
-                    StatusCode::BAD_REQUEST,
-                    format!("node {id} is not a member"),
-                );
+                return bad(format!("node {id} is not a member"));
             }
             let ids: BTreeSet<NodeId> = [id].into();
             let change = if voter(id) {
@@ -529,8 +565,11 @@ async fn members(State(node): State<Arc<Node>>, uri: Uri, body: Bytes) -> Respon
             } else {
                 ChangeMembers::RemoveNodes(ids)
             };
-            node.raft.change_membership(change, false).await
+            Box::pin(async move { raft.change_membership(change, false).await })
         }
+    };
+    let Ok(r) = tokio::time::timeout(node.admin_timeout, change).await else {
+        return timed_out("the membership change", node.admin_timeout);
     };
     match r {
         Ok(resp) => text(

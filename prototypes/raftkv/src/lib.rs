@@ -18,10 +18,10 @@
 //! | `POST /lease` with `{"ttl_s": N}` (1 s to a week) | `200` and `{"id", "ttl_s"}` once granted |
 //! | `PUT /kv/{key}?lease=ID` | as a `PUT`, the key attached to the lease (`404` with `x-raftkv-error: lease-not-found` if it is gone, `409` `lease-full` past 10,000 keys); a put without it lets the key go |
 //! | `POST /lease/{id}/keepalive`, `DELETE /lease/{id}` | `200` once renewed for its time-to-live / revoked with its keys deleted; `404` if it is gone |
-//! | `POST /compact` | `200` once this node built a snapshot of what it applied and purged its log up to it (a member behind it is then sent the snapshot) |
-//! | `GET /status` | JSON: id, pid, cluster, state, leader, term, last log index, applied index, snapshot index, purged index, voters, learners, the error that stopped Raft if one did, and on the leader each member's matched index |
+//! | `POST /compact` | `200` once this node built a snapshot of what it applied and purged its log up to it (a member behind it is then sent the snapshot); `503` with `x-raftkv-error: timeout` past the admin deadline (`serve --admin-timeout-s`, 60 s) |
+//! | `GET /status` | JSON: id, pid, cluster, state, leader, term, last log index, applied index, snapshot index, purged index, voters, learners, the error that stopped Raft if one did, on the leader each member's matched index, and `nospace` (the disk-space alarm) |
 //! | `GET /metrics` | Prometheus text: proposals, applied index and apply lag, term, leader changes, log flush latency, snapshot durations and sizes, request latency by route ([`metrics`]) |
-//! | `POST /members` with `{"op":"add","id":4,"addr":"127.0.0.1:7004"}`, `{"op":"promote","id":4}` or `{"op":"remove","id":3}` | `200` once the change is committed (an added learner has caught up) |
+//! | `POST /members` with `{"op":"add","id":4,"addr":"127.0.0.1:7004"}`, `{"op":"promote","id":4}` or `{"op":"remove","id":3}` | `200` once the change is committed (an added learner has caught up: within 1,000 entries of the leader); `503` with `x-raftkv-error: timeout` past the admin deadline (the change may still take effect) |
 //!
 //! A `200` to a write or a linearizable read carries the header
 //! `x-raftkv-index` ([`api::INDEX_HEADER`]): the log index the write was
@@ -74,9 +74,29 @@
 //! (`--max-client-requests`, `--max-pending-writes`); beyond either, `503`
 //! with `Retry-After: 1` at once, and that write was **not** taken. A write
 //! whose client went away (it disconnected, or its request timed out)
-//! before it was proposed is dropped, never applied. A Raft append whose
-//! body would pass [`network::MAX_RPC_BODY`] is refused to openraft as
-//! `PayloadTooLarge`, which splits the batch.
+//! before it was proposed is dropped, never applied. A Raft append
+//! carries at most [`network::APPEND_BUDGET`] bytes of entries (one entry
+//! at least; the rest is reported to openraft as a partial success and
+//! sent next) under a deadline that grows with its body, and the leader
+//! reads no more than that from its log per append
+//! ([`logstore::BoundedLog`]): a follower far behind is caught up by
+//! appends it can take in time, with the leader's memory bounded.
+//!
+//! A connection is closed when a request's headers are not complete 10
+//! s after it opened or its last answer, or when it has been idle for 10
+//! s (`serve --connection-timeout-s`; [`server`]).
+//!
+//! # A full disk
+//!
+//! Below its free-space reserve (`serve --space-reserve-mib`, 256 MiB),
+//! a node answers writes that add data — puts, transactions with a put,
+//! lease grants — `507` with `x-raftkv-error: nospace`, and proposes
+//! nothing; reads and deletes (of keys, ranges, leases; transactions of
+//! deletes) go on, taking from the reserve. Writes are taken again once
+//! the free space is back at twice the reserve, with no restart
+//! ([`space`], etcd's `NOSPACE` alarm). Without it the Raft log or the
+//! store failed on the full disk, openraft stopped its core, and the
+//! node exited, to be restarted into the same full disk.
 //!
 //! # Watch
 //!
@@ -179,7 +199,11 @@
 //! # The network
 //!
 //! Raft RPCs are `POST /raft/{append,vote,snapshot}` with postcard bodies
-//! ([`network`]), on axum (server) and reqwest (client), both on hyper: the
+//! ([`network`]), each carrying the secret the cluster's members share
+//! ([`auth`], `serve --peer-secret-file`): without it a node answers
+//! `401`/`403` before it reads the body. `raftkv cluster` makes one per
+//! cluster (`DIR/peer-secret`). The RPCs are on axum (server) and reqwest
+//! (client), both on hyper: the
 //! well-kept HTTP stack of the tokio ecosystem, so the clients' API and the
 //! Raft RPCs share one port and one server. (tonic was not measured: its
 //! protobuf build needs `protoc`, which a default build here must not
@@ -190,17 +214,21 @@
 #![allow(clippy::result_large_err)]
 
 pub mod api;
+pub mod auth;
 pub mod bench;
 pub mod client;
 pub mod compare;
 pub mod faults;
 pub mod history;
 pub mod local;
+pub mod logstore;
 pub mod machine;
 pub mod metrics;
 pub mod network;
 pub mod node;
 pub mod propose;
+pub mod server;
+pub mod space;
 mod types;
 
 pub use machine::StateMachine;
@@ -228,13 +256,7 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
-    use axum::serve::ListenerExt;
     let app = api::router(node.clone());
-    // Answers go out at once (no Nagle delay behind an unacknowledged
-    // segment): a Raft RPC's answer is on the commit path.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
     let (fatal_tx, mut fatal_rx) = tokio::sync::oneshot::channel::<String>();
     let mut metrics = node.raft.metrics();
     tokio::spawn(async move {
@@ -264,8 +286,7 @@ pub async fn serve(
         // Open watch streams end: the graceful shutdown waits for them.
         stopping.stopping.send_replace(true);
     };
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(until)
+    let served = server::run(listener, app, node.timeouts, until)
         .await
         .map_err(|e| e.to_string());
     let stopped = node.shutdown().await;

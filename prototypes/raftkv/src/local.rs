@@ -74,9 +74,12 @@ impl LogTail {
 impl NodeCommand {
     /// The nodes of a local cluster of `nodes` nodes of this executable,
     /// directories `dir/node-N`, node N on `127.0.0.1:(base_port + N - 1)`,
-    /// each with one runtime thread.
+    /// each with one runtime thread and the cluster's peer secret
+    /// ([`peer_secret_args`]).
     pub fn local(nodes: u64, dir: &Path, base_port: u16) -> Result<Vec<NodeCommand>, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut extra = vec!["--threads".to_string(), "1".to_string()];
+        extra.extend(peer_secret_args(dir)?);
         let addr = |n: u64| format!("127.0.0.1:{}", u64::from(base_port) + n - 1);
         let peers: Vec<String> = (1..=nodes).map(|n| format!("{n}={}", addr(n))).collect();
         Ok((1..=nodes)
@@ -86,7 +89,7 @@ impl NodeCommand {
                 addr: addr(n),
                 dir: dir.join(format!("node-{n}")),
                 peers: peers.join(","),
-                extra: vec!["--threads".into(), "1".into()],
+                extra: extra.clone(),
                 log: None,
                 env: Vec::new(),
             })
@@ -142,6 +145,22 @@ impl NodeCommand {
             }
         }
     }
+}
+
+/// The file a local cluster in `dir` keeps its peer secret in.
+pub const PEER_SECRET_FILE: &str = "peer-secret";
+
+/// The `raftkv serve` arguments that give a node of the local cluster in
+/// `dir` its peer secret: `--peer-secret-file dir/peer-secret`, the file
+/// made (a new random secret, mode 0600) if it is not there yet.
+pub fn peer_secret_args(dir: &Path) -> Result<Vec<String>, String> {
+    let path = dir.join(PEER_SECRET_FILE);
+    let vfs = journal_core::vfs::OsVfs::new();
+    crate::auth::PeerSecret::load_or_create(&vfs, &path)?;
+    Ok(vec![
+        "--peer-secret-file".into(),
+        path.to_string_lossy().into_owned(),
+    ])
 }
 
 /// Starts `nodes` nodes of this executable with their directories under

@@ -81,6 +81,26 @@ enum Cmd {
         /// it); more than the heartbeat interval.
         #[arg(long, default_value_t = 500)]
         election_timeout_ms: u64,
+        /// The file holding the secret the cluster's members share (at
+        /// least 16 printable characters; `raftkv cluster` makes one as
+        /// DIR/peer-secret): sent on this node's Raft RPCs, required on
+        /// those it is sent (401/403 without it).
+        #[arg(long)]
+        peer_secret_file: PathBuf,
+        /// How long a membership change or a compaction may take before
+        /// it is answered 503 (it may still take effect), seconds.
+        #[arg(long, default_value_t = raftkv::api::ADMIN_TIMEOUT.as_secs())]
+        admin_timeout_s: u64,
+        /// A client connection whose request headers are not complete this
+        /// long after it opened or its last answer, or that is idle this
+        /// long, is closed; seconds.
+        #[arg(long, default_value_t = raftkv::server::HEADER_TIMEOUT.as_secs())]
+        connection_timeout_s: u64,
+        /// Free space kept on the directory's filesystem, MiB: below it,
+        /// writes that add data are answered 507 (`nospace`), reads and
+        /// deletes go on; writes resume at twice it.
+        #[arg(long, default_value_t = raftkv::space::DEFAULT_RESERVE >> 20)]
+        space_reserve_mib: u64,
         /// Runtime threads: 1 runs the node's async work on one thread
         /// (fewer wake-ups across threads; `cluster` uses it, its nodes
         /// sharing one machine); 0, tokio's default, one per core.
@@ -274,6 +294,10 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
         election_timeout_ms,
         max_pending_writes,
         max_client_requests,
+        peer_secret_file,
+        admin_timeout_s,
+        connection_timeout_s,
+        space_reserve_mib,
         ..
     } = cmd
     else {
@@ -291,6 +315,18 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
     o.max_client_requests = max_client_requests;
     o.heartbeat = Duration::from_millis(heartbeat_ms);
     o.election_timeout = Duration::from_millis(election_timeout_ms);
+    let vfs = journal_core::vfs::OsVfs::new();
+    o.peer_secret = Some(raftkv::auth::PeerSecret::from_file(
+        &vfs,
+        &peer_secret_file,
+    )?);
+    if admin_timeout_s == 0 || connection_timeout_s == 0 {
+        return Err("--admin-timeout-s and --connection-timeout-s must be positive".into());
+    }
+    o.admin_timeout = Duration::from_secs(admin_timeout_s);
+    o.space_reserve = space_reserve_mib << 20;
+    let t = Duration::from_secs(connection_timeout_s);
+    o.timeouts = raftkv::server::Timeouts { header: t, idle: t };
     o.cluster = match cluster_id {
         Some(c) => Some(
             u64::from_str_radix(&c, 16).map_err(|_| format!("--cluster-id: {c:?} is not hex"))?,

@@ -15,6 +15,7 @@
 //! | `raftkv_snapshot_duration_seconds{op}` | histogram | building (`build`) or installing (`install`) a snapshot |
 //! | `raftkv_snapshot_bytes{op}` | gauge | the size of the last snapshot file built or installed |
 //! | `raftkv_request_duration_seconds{method,route,code}` | histogram | client and Raft requests served |
+//! | `raftkv_append_body_max_bytes` | gauge | the largest Raft append body this node sent (bounded by [`crate::network::APPEND_BUDGET`] and one entry) |
 
 use crate::types::NodeId;
 use journal_core::sync::Mutex;
@@ -48,6 +49,7 @@ pub struct Metrics {
     snapshot_seconds: HistogramVec,
     snapshot_bytes: IntGaugeVec,
     requests: HistogramVec,
+    append_body_max: IntGauge,
     leader: Mutex<Option<NodeId>>,
 }
 
@@ -112,6 +114,10 @@ impl Metrics {
                 histogram("raftkv_request_duration_seconds", "Requests served"),
                 &["method", "route", "code"],
             )?,
+            append_body_max: gauge(
+                "raftkv_append_body_max_bytes",
+                "The largest Raft append body sent",
+            )?,
             leader: Mutex::new(None),
             registry,
         };
@@ -152,6 +158,14 @@ impl Metrics {
         self.snapshot_bytes
             .with_label_values(&[op])
             .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Notes a Raft append body of `bytes` sent.
+    pub fn observe_append_body(&self, bytes: usize) {
+        let b = i64::try_from(bytes).unwrap_or(i64::MAX);
+        if b > self.append_body_max.get() {
+            self.append_body_max.set(b);
+        }
     }
 
     /// Notes a request served.

@@ -2,14 +2,21 @@
 //! in postcard to `/raft/{append,vote,snapshot}` on the target's address,
 //! answered with the postcard of `Result<response, RaftError>`.
 //!
-//! Every RPC carries the cluster id (header [`CLUSTER_HEADER`]) and the
-//! id of the node it is for ([`TARGET_HEADER`], as etcd's `X-Raft-To`); a
-//! node of another cluster, or another node whose address it now has,
-//! refuses it (409), so a misconfigured or reused address cannot mix two
-//! clusters' logs, nor hand a node a leader's message naming itself. Each RPC is bounded by the timeout openraft gives
-//! it (the heartbeat interval for appends and votes); a refused connection
-//! is `Unreachable`, on which openraft backs off, so a node that is down
-//! costs the others one timeout, not a stall.
+//! Every RPC carries the cluster's peer secret ([`crate::auth`]: `401` /
+//! `403` without it, before the body is read), the cluster id (header
+//! [`CLUSTER_HEADER`]) and the id of the node it is for
+//! ([`TARGET_HEADER`], as etcd's `X-Raft-To`); a node of another cluster,
+//! or another node whose address it now has, refuses it (409), so a
+//! misconfigured or reused address cannot mix two clusters' logs, nor
+//! hand a node a leader's message naming itself. A vote is bounded by the
+//! timeout openraft gives it (the heartbeat interval); an append by that
+//! plus the time its body takes at [`MIN_APPEND_RATE`]
+//! ([`append_deadline`]), and its entries by [`APPEND_BUDGET`] bytes, so
+//! that a follower far behind is sent appends it can take within their
+//! deadline (a large one under the heartbeat's deadline would time out
+//! and be resent forever). A refused connection is `Unreachable`, on which
+//! openraft backs off, so a node that is down costs the others one
+//! timeout, not a stall.
 
 use crate::machine::Snapshot;
 use crate::types::{NodeId, TypeConfig};
@@ -36,9 +43,49 @@ pub const CLUSTER_HEADER: &str = "x-raftkv-cluster";
 /// The header carrying the id (decimal) of the node a Raft RPC is for.
 pub const TARGET_HEADER: &str = "x-raftkv-to";
 
-/// The largest body a Raft RPC may have (an append of many large
-/// entries): 64 MiB. A snapshot is streamed, whatever its size.
+/// The largest body a Raft RPC may have, as its receiver takes it: 64
+/// MiB. A sender keeps an append to about [`APPEND_BUDGET`]; a snapshot is
+/// streamed, whatever its size.
 pub const MAX_RPC_BODY: usize = 64 << 20;
+
+/// The most bytes of entries one append carries (beyond one entry, which
+/// is always sent, whatever its size: at most
+/// [`crate::propose::MAX_BATCH_BYTES`] and a command). The rest of a
+/// batch is reported to openraft as a partial success, and sent next; the
+/// leader's log reads for replication stop at it too
+/// ([`crate::logstore::BoundedLog`]).
+pub const APPEND_BUDGET: usize = 8 << 20;
+
+/// The slowest a follower is assumed to take an append's body in, write
+/// and flush it (bytes per second): an append's deadline grows by its
+/// body's size at this rate ([`append_deadline`]).
+pub const MIN_APPEND_RATE: u64 = 4 << 20;
+
+/// An append's deadline: `base` (openraft's, the heartbeat interval) and
+/// the time its `body` bytes take at [`MIN_APPEND_RATE`] — about 2 s more
+/// for a full [`APPEND_BUDGET`], a millisecond for a 4 KiB one.
+pub fn append_deadline(base: Duration, body: usize) -> Duration {
+    let extra_ms = (body as u64).saturating_mul(1000) / MIN_APPEND_RATE;
+    base.saturating_add(Duration::from_millis(extra_ms))
+}
+
+/// The bytes an entry takes in an append's body (its postcard encoding).
+pub fn entry_bytes(e: &openraft::alias::EntryOf<TypeConfig>) -> usize {
+    postcard::experimental::serialized_size(e).unwrap_or(usize::MAX)
+}
+
+/// How many of `entries`, from the first, fit in `budget` bytes: at
+/// least one (if there is one).
+pub fn within_budget(entries: &[openraft::alias::EntryOf<TypeConfig>], budget: usize) -> usize {
+    let mut bytes = 0usize;
+    for (n, e) in entries.iter().enumerate() {
+        bytes = bytes.saturating_add(entry_bytes(e));
+        if bytes > budget {
+            return n.max(1);
+        }
+    }
+    entries.len()
+}
 
 /// Bytes read from a snapshot file per piece of the streamed body.
 const SNAPSHOT_PIECE: usize = 1 << 20;
@@ -48,6 +95,11 @@ const SNAPSHOT_PIECE: usize = 1 << 20;
 pub struct Network {
     client: reqwest::Client,
     cluster: u64,
+    /// The `Authorization` value of every RPC, if the cluster has a
+    /// secret.
+    auth: Option<Arc<str>>,
+    /// Where appends' body sizes are noted.
+    metrics: Option<Arc<crate::metrics::Metrics>>,
     /// Where this node dials a peer instead of the address in the
     /// membership (`raftkv serve --peer-addr`): a proxy in front of it, so
     /// a fault test can cut or slow one direction of one link.
@@ -55,19 +107,37 @@ pub struct Network {
 }
 
 impl Network {
-    /// A network for the cluster `cluster`, dialing the peers in `dial` at
-    /// the addresses given there instead of their membership addresses.
-    pub fn new(cluster: u64, dial: BTreeMap<NodeId, String>) -> Result<Network, reqwest::Error> {
+    /// A network for the cluster `cluster`, its RPCs carrying `secret`,
+    /// dialing the peers in `dial` at the addresses given there instead of
+    /// their membership addresses.
+    pub fn new(
+        cluster: u64,
+        secret: Option<&crate::auth::PeerSecret>,
+        dial: BTreeMap<NodeId, String>,
+    ) -> Result<Network, reqwest::Error> {
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true)
             .pool_max_idle_per_host(4)
+            // Below the servers' idle deadline (`crate::server`): a
+            // connection is not reused just as its server closes it.
+            .pool_idle_timeout(crate::server::IDLE_TIMEOUT / 2)
             .build()?;
         Ok(Network {
             client,
             cluster,
+            auth: secret.map(|s| s.header_value().into()),
+            metrics: None,
             dial: Arc::new(dial),
         })
+    }
+
+    /// Notes the size of each append body sent in `metrics`.
+    pub fn with_metrics(self, metrics: Arc<crate::metrics::Metrics>) -> Network {
+        Network {
+            metrics: Some(metrics),
+            ..self
+        }
     }
 }
 
@@ -76,6 +146,8 @@ impl Network {
 pub struct Peer {
     client: reqwest::Client,
     cluster: u64,
+    auth: Option<Arc<str>>,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
     target: NodeId,
     base: String,
 }
@@ -109,9 +181,11 @@ impl Peer {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let sent = self
-            .client
-            .post(format!("{}{path}", self.base))
+        let mut post = self.client.post(format!("{}{path}", self.base));
+        if let Some(auth) = &self.auth {
+            post = post.header(crate::auth::AUTH_HEADER, &**auth);
+        }
+        let sent = post
             .header(CLUSTER_HEADER, format!("{:016x}", self.cluster))
             .header(TARGET_HEADER, self.target.to_string())
             .timeout(ttl)
@@ -152,6 +226,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         Peer {
             client: self.client.clone(),
             cluster: self.cluster,
+            auth: self.auth.clone(),
+            metrics: self.metrics.clone(),
             target,
             base: format!("http://{}", self.dial.get(&target).unwrap_or(&node.addr)),
         }
@@ -193,24 +269,26 @@ pub struct SnapshotHead {
 impl RaftNetworkV2<TypeConfig> for Peer {
     type SnapshotData = crate::machine::SnapshotFile;
 
-    /// An append whose body would pass [`MAX_RPC_BODY`] sends the first
-    /// half of its entries (halved until it fits), and reports that part
-    /// as a partial success: openraft sends the rest next.
+    /// An append sends the first of its entries that fit in
+    /// [`APPEND_BUDGET`] bytes (one at least), under [`append_deadline`]
+    /// for its body, and reports that part as a partial success:
+    /// openraft sends the rest next.
     async fn append_entries(
         &mut self,
         mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         let all = rpc.entries.len();
-        let mut body = postcard::to_stdvec(&rpc).map_err(|e| encode_error(&e))?;
-        while body.len() > MAX_RPC_BODY && rpc.entries.len() > 1 {
-            let half = rpc.entries.len() / 2;
-            rpc.entries.truncate(half);
-            body = postcard::to_stdvec(&rpc).map_err(|e| encode_error(&e))?;
-        }
+        rpc.entries
+            .truncate(within_budget(&rpc.entries, APPEND_BUDGET));
+        let body = postcard::to_stdvec(&rpc).map_err(|e| encode_error(&e))?;
         let last = rpc.entries.last().map(|e| e.log_id);
+        let ttl = append_deadline(option.hard_ttl(), body.len());
+        if let Some(m) = &self.metrics {
+            m.observe_append_body(body.len());
+        }
         let r: Rpc<AppendEntriesResponse<TypeConfig>> = self
-            .send("/raft/append", reqwest::Body::from(body), option.hard_ttl())
+            .send("/raft/append", reqwest::Body::from(body), ttl)
             .await;
         match flatten(r)? {
             AppendEntriesResponse::Success if rpc.entries.len() < all => {
@@ -302,20 +380,27 @@ mod tests {
     use openraft::impls::leader_id_adv::LeaderId;
     use openraft::{EntryPayload, LogId, Vote};
 
-    #[tokio::test]
-    async fn an_append_over_the_body_limit_sends_a_part_and_reports_it() {
-        // A stand-in follower that accepts any append and counts entries.
-        let got = Arc::new(AtomicUsize::new(0));
-        let seen = got.clone();
+    /// A stand-in follower that accepts any append after `delay`, and
+    /// keeps the body size of the last (and its entry count, without a
+    /// delay).
+    async fn follower(delay: Duration) -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+        let (got, size) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (seen, sized) = (got.clone(), size.clone());
         let app = axum::Router::new()
             .route(
                 "/raft/append",
                 axum::routing::post(move |body: axum::body::Bytes| {
-                    let seen = seen.clone();
+                    let (seen, sized) = (seen.clone(), sized.clone());
                     async move {
-                        let rpc: AppendEntriesRequest<TypeConfig> =
-                            postcard::from_bytes(&body).unwrap();
-                        seen.store(rpc.entries.len(), Ordering::SeqCst);
+                        tokio::time::sleep(delay).await;
+                        // (A slow follower's answer is not held up by
+                        // decoding, slow in a debug build.)
+                        if delay.is_zero() {
+                            let rpc: AppendEntriesRequest<TypeConfig> =
+                                postcard::from_bytes(&body).unwrap();
+                            seen.store(rpc.entries.len(), Ordering::SeqCst);
+                        }
+                        sized.store(body.len(), Ordering::SeqCst);
                         let r: Result<AppendEntriesResponse<TypeConfig>, RaftError<TypeConfig>> =
                             Ok(AppendEntriesResponse::Success);
                         postcard::to_stdvec(&r).unwrap()
@@ -326,8 +411,10 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         tokio::spawn(async move { axum::serve(listener, app).await });
-        let mut net = Network::new(1, BTreeMap::new()).unwrap();
-        let mut peer = net.new_client(2, &BasicNode { addr }).await;
+        (addr, got, size)
+    }
+
+    fn entries(n: u64, value: usize) -> AppendEntriesRequest<TypeConfig> {
         let big = |index| openraft::Entry {
             log_id: LogId::new(
                 LeaderId {
@@ -338,21 +425,64 @@ mod tests {
             ),
             payload: EntryPayload::Normal(Batch(vec![Command::Put {
                 key: b"k".to_vec(),
-                value: vec![7; MAX_RPC_BODY / 3],
+                value: vec![7; value],
                 id: None,
             }])),
         };
-        let rpc = AppendEntriesRequest {
+        AppendEntriesRequest {
             vote: Vote::new_committed(1, 1),
             prev_log_id: None,
             leader_commit: None,
-            entries: (1..=4).map(big).collect(),
-        };
+            entries: (1..=n).map(big).collect(),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_append_over_the_byte_budget_sends_a_part_and_reports_it() {
+        let (addr, got, size) = follower(Duration::ZERO).await;
+        let mut net = Network::new(1, None, BTreeMap::new()).unwrap();
+        let mut peer = net.new_client(2, &BasicNode { addr }).await;
+        // Ten entries of a third of the budget each, the whole far under
+        // the receiver's limit: three go.
+        let rpc = entries(10, APPEND_BUDGET / 3 - 64);
         let option = RPCOption::new(Duration::from_secs(10));
         match peer.append_entries(rpc, option).await {
-            Ok(AppendEntriesResponse::PartialSuccess(Some(l))) => assert_eq!(l.index, 2),
-            other => panic!("not a partial success up to entry 2: {other:?}"),
+            Ok(AppendEntriesResponse::PartialSuccess(Some(l))) => assert_eq!(l.index, 3),
+            other => panic!("not a partial success up to entry 3: {other:?}"),
         }
-        assert_eq!(got.load(Ordering::SeqCst), 2, "two entries sent");
+        assert_eq!(got.load(Ordering::SeqCst), 3, "three entries sent");
+        assert!(size.load(Ordering::SeqCst) <= APPEND_BUDGET + 256);
+        // One entry over the budget goes alone.
+        let rpc = entries(2, APPEND_BUDGET + 1);
+        let option = RPCOption::new(Duration::from_secs(10));
+        match peer.append_entries(rpc, option).await {
+            Ok(AppendEntriesResponse::PartialSuccess(Some(l))) => assert_eq!(l.index, 1),
+            other => panic!("not a partial success up to entry 1: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_large_append_gets_the_time_its_body_takes() {
+        // A follower that takes 400 ms over each append: a 4 MiB one
+        // under the heartbeat's 100 ms deadline would time out, forever.
+        let (addr, _, size) = follower(Duration::from_millis(400)).await;
+        let mut net = Network::new(1, None, BTreeMap::new()).unwrap();
+        let mut peer = net.new_client(2, &BasicNode { addr }).await;
+        let rpc = entries(1, 4 << 20);
+        let option = RPCOption::new(Duration::from_millis(100));
+        match peer.append_entries(rpc, option).await {
+            Ok(AppendEntriesResponse::Success) => {}
+            other => panic!("not a success: {other:?}"),
+        }
+        assert!(size.load(Ordering::SeqCst) > 4 << 20);
+        assert_eq!(
+            append_deadline(Duration::from_millis(100), 4 << 20),
+            Duration::from_millis(1100)
+        );
+        // A heartbeat keeps its deadline.
+        assert_eq!(
+            append_deadline(Duration::from_millis(100), 100),
+            Duration::from_millis(100)
+        );
     }
 }

@@ -75,6 +75,21 @@ pub struct NodeOptions {
     /// answered `503` (default [`crate::api::MAX_CLIENT_REQUESTS`]); the
     /// Raft RPCs are not counted.
     pub max_client_requests: usize,
+    /// The secret the cluster's members share ([`crate::auth`]): sent on
+    /// this node's Raft RPCs, and required on those it is sent. `None`
+    /// (the default of a node built in a test): no peer is checked.
+    /// `raftkv serve` needs one.
+    pub peer_secret: Option<crate::auth::PeerSecret>,
+    /// Deadlines on the clients' connections (header read, idle).
+    pub timeouts: crate::server::Timeouts,
+    /// How long a membership change or a `POST /compact` may take before
+    /// it is answered `503` (default [`crate::api::ADMIN_TIMEOUT`]); the
+    /// change may still take effect.
+    pub admin_timeout: Duration,
+    /// Free bytes kept on the directory's filesystem: below them, writes
+    /// that add data are refused with `507` ([`crate::space`]; default
+    /// [`crate::space::DEFAULT_RESERVE`]).
+    pub space_reserve: u64,
     /// The filesystem (the real one, or a `SimVfs` in tests).
     pub vfs: Arc<dyn Vfs>,
 }
@@ -98,6 +113,10 @@ impl NodeOptions {
             watch_history: 0,
             max_pending_writes: crate::propose::MAX_PENDING,
             max_client_requests: crate::api::MAX_CLIENT_REQUESTS,
+            peer_secret: None,
+            timeouts: crate::server::Timeouts::default(),
+            admin_timeout: crate::api::ADMIN_TIMEOUT,
+            space_reserve: crate::space::DEFAULT_RESERVE,
             vfs: Arc::new(OsVfs::new()),
         }
     }
@@ -320,6 +339,9 @@ fn raft_config(o: &NodeOptions, cluster: u64) -> Result<openraft::Config, Error>
             None => openraft::SnapshotPolicy::Never,
         },
         max_in_snapshot_log_to_keep: 1_000,
+        // A learner added (`POST /members` `add`) is caught up once its
+        // log is within this many entries of the leader's.
+        replication_lag_threshold: 1_000,
         // A restarted leader stands for election in a new term; it does
         // not lead again in its old one. openraft 0.10 replicates while
         // the leader's own flush runs, so followers can commit (and the
@@ -357,6 +379,14 @@ pub struct Node {
     pub watch_slots: Arc<tokio::sync::Semaphore>,
     /// Set once the node stops serving: open watch streams end.
     pub stopping: tokio::sync::watch::Sender<bool>,
+    /// The cluster's peer secret, required on Raft RPCs (if any).
+    pub peer_secret: Option<crate::auth::PeerSecret>,
+    /// Deadlines on the clients' connections.
+    pub timeouts: crate::server::Timeouts,
+    /// The deadline of membership changes and compactions.
+    pub admin_timeout: Duration,
+    /// The disk-space alarm.
+    pub space: Arc<crate::space::Space>,
     /// Tasks that end with the node: the metrics watcher, and the one that
     /// has openraft build the snapshots the byte policy asks for.
     tasks: Vec<Arc<tokio::task::AbortHandle>>,
@@ -437,13 +467,14 @@ impl Node {
                 flushes.log_flush.observe(d.as_secs_f64())
             }));
         let config = raft_config(&o, cluster)?;
-        let network =
-            Network::new(cluster, o.dial.clone()).map_err(|e| Error::Raft(e.to_string()))?;
+        let network = Network::new(cluster, o.peer_secret.as_ref(), o.dial.clone())
+            .map_err(|e| Error::Raft(e.to_string()))?
+            .with_metrics(metrics.clone());
         let raft = Raft::new(
             o.id,
             Arc::new(config),
             network,
-            log.clone(),
+            crate::logstore::BoundedLog::new(log.clone()),
             machine.clone(),
         )
         .await
@@ -476,6 +507,14 @@ impl Node {
             metrics,
             watch_slots: Arc::new(tokio::sync::Semaphore::new(crate::api::MAX_WATCHERS)),
             stopping: tokio::sync::watch::Sender::new(false),
+            peer_secret: o.peer_secret,
+            timeouts: o.timeouts,
+            admin_timeout: o.admin_timeout,
+            space: Arc::new(crate::space::Space::new(
+                vfs.clone(),
+                o.dir.clone(),
+                o.space_reserve,
+            )),
             tasks,
         })
     }

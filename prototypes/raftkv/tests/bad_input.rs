@@ -86,8 +86,10 @@ async fn bad_requests_are_refused_with_400_and_change_nothing() {
         assert!(text.contains(want), "{body}: {text}");
     }
     // A Raft RPC from another cluster is refused.
+    let auth = format!("Bearer {}", common::TEST_SECRET);
     let r = http
         .post(format!("{base}/raft/vote"))
+        .header("authorization", &auth)
         .header(raftkv::network::CLUSTER_HEADER, "0000000000000001")
         .header(raftkv::network::TARGET_HEADER, "1")
         .body(vec![0u8; 8])
@@ -103,6 +105,7 @@ async fn bad_requests_are_refused_with_400_and_change_nothing() {
     for target in [Some((here % 3 + 1).to_string()), None] {
         let mut rpc = http
             .post(format!("http://{}/raft/vote", cluster.nodes[leader].addr))
+            .header("authorization", &auth)
             .header(raftkv::network::CLUSTER_HEADER, status.cluster.clone());
         if let Some(t) = &target {
             rpc = rpc.header(raftkv::network::TARGET_HEADER, t.clone());

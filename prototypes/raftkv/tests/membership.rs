@@ -51,6 +51,8 @@ async fn a_node_joins_from_a_snapshot_is_promoted_and_a_member_leaves() {
         ])
         .arg("--dir")
         .arg(cluster.tmp.path().join("node-4"))
+        .arg("--peer-secret-file")
+        .arg(cluster.secret_file())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();

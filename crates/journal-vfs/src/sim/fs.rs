@@ -155,6 +155,17 @@ impl Vfs for SimVfs {
         Ok(())
     }
 
+    fn available_space(&self, path: &Path) -> Result<u64> {
+        let st = self.inner.state.lock();
+        if !st.live.contains_key(path) && !st.dirs.contains(path) {
+            return Err(not_found(Op::Metadata, path));
+        }
+        Ok(match st.space_limit {
+            Some(limit) => limit.saturating_sub(st.space_used()),
+            None => u64::MAX,
+        })
+    }
+
     fn exists(&self, path: &Path) -> Result<bool> {
         let st = self.inner.state.lock();
         Ok(st.live.contains_key(path) || st.dirs.contains(path))

@@ -1,7 +1,8 @@
-//! The Raft RPCs' endpoints (`/raft/{append,vote,snapshot}`): each checks
-//! that it is addressed to this node of this cluster, decodes its postcard
-//! body and hands it to openraft; a snapshot is written to a file as it
-//! arrives.
+//! The Raft RPCs' endpoints (`/raft/{append,vote,snapshot}`): each is
+//! authenticated ([`authenticated`], before its body is read), checks
+//! that it is addressed to this node of this cluster, decodes its
+//! postcard body and hands it to openraft; a snapshot is written to a
+//! file as it arrives (removed if the transfer fails or is abandoned).
 
 use super::text;
 use crate::network::{CLUSTER_HEADER, MAX_RPC_BODY, TARGET_HEADER};
@@ -15,6 +16,49 @@ use openraft::error::RaftError;
 use openraft::raft::{AppendEntriesRequest, VoteRequest};
 use serde::Serialize;
 use std::sync::Arc;
+
+/// Lets a Raft RPC through only with the cluster's peer secret (if the
+/// node has one): `401` without an `Authorization` header, `403` with
+/// another secret — before its body is read or decoded. A node whose disk
+/// is nearly full ([`crate::space::Space::exhausted`]) answers an append
+/// carrying data, or a snapshot, `507` (the leader retries it later).
+pub(super) async fn authenticated(
+    State(node): State<Arc<Node>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if let Some(secret) = &node.peer_secret {
+        match req.headers().get(crate::auth::AUTH_HEADER) {
+            None => {
+                return text(
+                    StatusCode::UNAUTHORIZED,
+                    "a Raft RPC needs the cluster's peer secret",
+                )
+            }
+            Some(v) if secret.admits(v.as_bytes()) => {}
+            Some(_) => return text(StatusCode::FORBIDDEN, "not this cluster's peer secret"),
+        }
+    }
+    if carries_data(&req) && node.space.exhausted() {
+        return super::write::no_space();
+    }
+    next.run(req).await
+}
+
+/// Whether a Raft RPC carries data a follower must store: a snapshot, or
+/// an append over [`crate::space::APPEND_FLOOR`] bytes (a heartbeat does
+/// not), by its declared length (a streamed body counts as large).
+fn carries_data(req: &axum::extract::Request) -> bool {
+    let len = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    match req.uri().path() {
+        "/raft/snapshot" => true,
+        "/raft/append" => len.is_none_or(|l| l > crate::space::APPEND_FLOOR),
+        _ => false,
+    }
+}
 
 /// A Raft RPC's headers name this node's cluster and this node: a message
 /// for another cluster, or for another node whose address this one now
@@ -128,7 +172,11 @@ async fn receive_snapshot(
         // piece may hold part of it, or all of it and file bytes after.
         while head.is_none() && !piece.is_empty() {
             let total = match head_buf.get(..4) {
-                Some(l) => 4 + u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize,
+                Some(l) => match u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize {
+                    // Nothing to read would be taken forever.
+                    0 => return Err("an empty snapshot head".into()),
+                    n => 4 + n,
+                },
                 None => 4,
             };
             if total > MAX_RPC_BODY {

@@ -29,6 +29,36 @@ pub const LEASE_NOT_FOUND: &str = "lease-not-found";
 /// keys.
 pub const LEASE_FULL: &str = "lease-full";
 
+/// Whether `cmd` adds data (a put, a transaction with a put, a lease):
+/// refused while the disk-space alarm is raised ([`crate::space`]).
+fn adds_data(cmd: &Command) -> bool {
+    match cmd {
+        Command::Put { .. } | Command::LeaseGrant { .. } => true,
+        Command::Txn {
+            success, failure, ..
+        } => success
+            .iter()
+            .chain(failure)
+            .any(|op| matches!(op, TxnOp::Put { .. })),
+        _ => false,
+    }
+}
+
+/// `507` with `x-raftkv-error: nospace`: the node's disk is below its
+/// reserve; the write was not taken (deletes and reads go on).
+pub(super) fn no_space() -> Response {
+    let mut r = text(
+        StatusCode::INSUFFICIENT_STORAGE,
+        "the disk is below its free-space reserve: writes that add data are refused \
+         until space returns (reads and deletes go on)",
+    );
+    r.headers_mut().insert(
+        ERROR_HEADER,
+        HeaderValue::from_static(crate::space::NOSPACE),
+    );
+    r
+}
+
 /// How a write was decided, once it was.
 pub(super) struct Decided {
     index: u64,
@@ -40,6 +70,9 @@ pub(super) struct Decided {
 /// Proposes `cmd` and waits until it is decided; the answer to send if it
 /// was not (a redirect, `503`, `409` from its session).
 pub(super) async fn decide(node: &Node, cmd: Command, uri: &Uri) -> Result<Decided, Response> {
+    if adds_data(&cmd) && node.space.full() {
+        return Err(no_space());
+    }
     let r = tokio::time::timeout(REQUEST_TIMEOUT, node.proposer.propose(cmd)).await;
     let (index, revision, verdict) = match r {
         Err(_) => {

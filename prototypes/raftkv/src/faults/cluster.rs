@@ -95,6 +95,8 @@ impl ProcCluster {
             }
         }
         let log = LogTail::default();
+        let mut extra = extra.to_vec();
+        extra.extend(crate::local::peer_secret_args(dir)?);
         let mut nodes = Vec::new();
         for (i, addr) in addrs.iter().enumerate() {
             let dial: Vec<String> = (0..n)
@@ -125,7 +127,7 @@ impl ProcCluster {
             links,
             log,
             probe,
-            extra: extra.to_vec(),
+            extra,
             dir: dir.to_path_buf(),
         };
         for i in 0..n {

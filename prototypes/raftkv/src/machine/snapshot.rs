@@ -14,7 +14,10 @@
 //! Files live in `snapshots/` in the state machine's directory: the
 //! current one as `<id>.snap`; one being built or received as `*.tmp`
 //! (removed at open). A built file is synced and renamed into place, and
-//! the directory synced, before it is the current snapshot.
+//! the directory synced, before it is the current snapshot. A received
+//! file (`recv-N.tmp`) is removed as soon as it is dropped without having
+//! been installed: a transfer cut off or refused, a snapshot openraft
+//! passed over, an install that failed.
 
 use super::*;
 use journal_core::vfs::VfsFile;
@@ -45,6 +48,17 @@ pub struct SnapshotFile {
     file: Box<dyn VfsFile>,
     path: PathBuf,
     pos: u64,
+    /// A received file, not yet installed: removed when dropped.
+    remove_on_drop: Option<Arc<dyn Vfs>>,
+}
+
+impl Drop for SnapshotFile {
+    fn drop(&mut self) {
+        if let Some(vfs) = self.remove_on_drop.take() {
+            // Best effort: what is left is removed at the next open.
+            let _ = vfs.remove_file(&self.path);
+        }
+    }
 }
 
 impl SnapshotFile {
@@ -54,6 +68,7 @@ impl SnapshotFile {
             file: vfs.open(path, OpenOptions::read())?,
             path: path.to_path_buf(),
             pos: 0,
+            remove_on_drop: None,
         })
     }
 
@@ -65,6 +80,7 @@ impl SnapshotFile {
             file,
             path: path.to_path_buf(),
             pos: 0,
+            remove_on_drop: None,
         })
     }
 
@@ -523,7 +539,8 @@ impl StateMachine {
     }
 
     /// A new file to receive a snapshot into (the network writes what a
-    /// leader streams into it, then hands it to openraft to install).
+    /// leader streams into it, then hands it to openraft to install);
+    /// removed when dropped unless it was installed.
     pub fn receive(&self) -> Result<SnapshotFile, Error> {
         let n = {
             let mut st = self.inner.state.lock();
@@ -535,12 +552,14 @@ impl StateMachine {
             .dir
             .join(SNAPSHOT_DIR)
             .join(format!("recv-{n}.tmp"));
-        SnapshotFile::create(&*self.inner.vfs, &path)
+        let mut file = SnapshotFile::create(&*self.inner.vfs, &path)?;
+        file.remove_on_drop = Some(self.inner.vfs.clone());
+        Ok(file)
     }
 
     /// Replaces the store by the content of a received snapshot file (see
     /// the module docs of `machine.rs`).
-    pub(super) fn install(&self, meta: &Meta, file: SnapshotFile) -> Result<(), Error> {
+    pub(super) fn install(&self, meta: &Meta, mut file: SnapshotFile) -> Result<(), Error> {
         let inner = &self.inner;
         let began = std::time::Instant::now();
         file.file.sync_all()?;
@@ -605,7 +624,10 @@ impl StateMachine {
             meta.last_log_id.map_or(0, |l| l.leader_id.term),
             meta.last_log_id.map_or(0, |l| l.index),
         );
-        self.make_current(&file.path, meta, &name)?;
+        let path = file.path.clone();
+        // Renamed into place: no longer a received file to remove.
+        file.remove_on_drop = None;
+        self.make_current(&path, meta, &name)?;
         self.observe("install", began, bytes);
         Ok(())
     }

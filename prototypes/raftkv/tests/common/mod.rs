@@ -12,6 +12,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The peer secret of a test cluster.
+pub const TEST_SECRET: &str = "test-cluster-peer-secret-0123456789";
+
 /// A free loopback port for a node that may stop and start again on it.
 ///
 /// Taken below Linux's ephemeral range (32768 and up by default), where
@@ -66,6 +69,7 @@ impl Cluster {
     /// Starts `n` nodes (node 1 initializes the cluster).
     pub fn start(n: u64, extra: &[&str]) -> Cluster {
         let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("peer-secret"), TEST_SECRET).unwrap();
         let nodes: Vec<Proc> = (1..=n)
             .map(|id| Proc {
                 id,
@@ -91,6 +95,11 @@ impl Cluster {
         c
     }
 
+    /// The file holding the cluster's peer secret ([`TEST_SECRET`]).
+    pub fn secret_file(&self) -> PathBuf {
+        self.tmp.path().join("peer-secret")
+    }
+
     /// The command that starts node `i` (0-based).
     pub fn command(&self, i: usize) -> Command {
         let p = &self.nodes[i];
@@ -100,6 +109,8 @@ impl Cluster {
             .arg("--dir")
             .arg(&p.dir)
             .args(["--peers", &self.peers])
+            .arg("--peer-secret-file")
+            .arg(self.secret_file())
             .args(&self.extra);
         if i == 0 {
             cmd.arg("--init");

@@ -1,0 +1,112 @@
+//! A node whose disk fills refuses writes with a typed `507 nospace`,
+//! goes on serving reads and deletes, and takes writes again once space
+//! returns — without stopping (it once stopped on the full disk, and its
+//! supervisor restarted it into the same full disk). On `SimVfs` with a
+//! space limit.
+
+mod common;
+
+use journal_core::vfs::SimVfs;
+use raftkv::{Node, NodeOptions};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+const RESERVE: u64 = 32 << 20;
+
+async fn answer(r: reqwest::RequestBuilder) -> (u16, Option<String>) {
+    let r = r.timeout(Duration::from_secs(20)).send().await.unwrap();
+    let err = r
+        .headers()
+        .get(raftkv::api::ERROR_HEADER)
+        .map(|v| v.to_str().unwrap().to_string());
+    (r.status().as_u16(), err)
+}
+
+async fn status(http: &reqwest::Client, base: &str) -> raftkv::api::Status {
+    http.get(format!("{base}/status"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_writes_serves_reads_and_deletes_and_recovers() {
+    let sim = SimVfs::new();
+    let addr = format!("127.0.0.1:{}", common::free_port());
+    let mut o = NodeOptions::new(1, "/node", addr.clone());
+    o.peers = BTreeMap::from([(1, addr.clone())]);
+    o.init = true;
+    o.vfs = Arc::new(sim.clone());
+    o.space_reserve = RESERVE;
+    // No snapshot by bytes in this test's few MiB.
+    o.snapshot_min_bytes = 1 << 40;
+    let listener = tokio::net::TcpListener::bind(&addr).await.unwrap();
+    let node = Arc::new(Node::start(o).await.unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(raftkv::serve(node.clone(), listener, async {
+        let _ = stopped.await;
+    }));
+    let base = format!("http://{addr}");
+    let http = reqwest::Client::new();
+    let mut client = raftkv::client::Client::new(std::slice::from_ref(&addr), 1).unwrap();
+    client.put("keep", b"kept").await.unwrap();
+
+    // 80 MiB more than what the node holds now: the reserve is reached
+    // after about 48 MiB of writes.
+    sim.set_space_limit(Some(sim.space_used() + (80 << 20)));
+    let value = vec![b'v'; 60 << 10];
+    let mut refused = None;
+    for i in 0..2_000 {
+        let (code, err) = answer(http.put(format!("{base}/kv/fill{i}")).body(value.clone())).await;
+        if code != 200 {
+            refused = Some((i, code, err));
+            break;
+        }
+    }
+    let (i, code, err) = refused.expect("the disk never filled");
+    assert_eq!((code, err.as_deref()), (507, Some("nospace")), "put {i}");
+    assert!(i > 100, "refused after {i} puts only");
+    let s = status(&http, &base).await;
+    assert!(s.nospace);
+    assert_eq!(s.error, None, "Raft still runs");
+
+    // Writes that add data are refused; reads and deletes are served.
+    for put in [
+        http.put(format!("{base}/kv/more")).body("x"),
+        http.post(format!("{base}/txn"))
+            .body(r#"{"compare":[],"success":[{"put":{"key":"t","value":"eA=="}}],"failure":[]}"#),
+        http.post(format!("{base}/lease")).body(r#"{"ttl_s":60}"#),
+    ] {
+        assert_eq!(answer(put).await, (507, Some("nospace".to_string())));
+    }
+    assert_eq!(
+        client.get("keep", false).await.unwrap().as_deref(),
+        Some(&b"kept"[..])
+    );
+    for j in 0..i.min(50) {
+        let (code, _) = answer(http.delete(format!("{base}/kv/fill{j}"))).await;
+        assert_eq!(code, 200, "delete fill{j}");
+    }
+    let (code, _) = answer(http.delete(format!("{base}/kv?prefix=fill5"))).await;
+    assert_eq!(code, 200, "delete a range");
+    let (code, _) = answer(
+        http.post(format!("{base}/txn"))
+            .body(r#"{"compare":[],"success":[{"delete":{"key":"fill60"}}],"failure":[]}"#),
+    )
+    .await;
+    assert_eq!(code, 200, "a transaction of deletes");
+    assert_eq!(client.get("fill0", false).await.unwrap(), None);
+
+    // Space returns: writes are taken again, with no restart.
+    sim.set_space_limit(None);
+    let (code, _) = answer(http.put(format!("{base}/kv/more")).body("x")).await;
+    assert_eq!(code, 200);
+    assert!(!status(&http, &base).await.nospace);
+    assert!(!served.is_finished(), "the node never stopped");
+    let _ = stop.send(());
+    served.await.unwrap().unwrap();
+}
