@@ -39,7 +39,16 @@ async fn every_fault_with_all_members_and_with_one_down_stays_linearizable() {
                 r.violations, r.undecided, r.events, r.bad_histories
             ));
         }
-        if r.acked_writes < 50 {
+        // A run must have done something: 50 acknowledged writes — 25
+        // when the fault ends a node of a cluster already one member down,
+        // which then has no majority until that node is back (its restart
+        // takes a good part of the short pass's load after the heal).
+        let floor = if r.degraded && r.fault.ends_the_node() {
+            25
+        } else {
+            50
+        };
+        if r.acked_writes < floor {
             bad.push(format!(
                 "{name}: only {} acknowledged writes",
                 r.acked_writes
