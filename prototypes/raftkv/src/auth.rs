@@ -69,24 +69,13 @@ impl PeerSecret {
         }
     }
 
-    /// A new random secret: 256 bits, as 64 hex digits, from the
-    /// operating system's randomness (the keys `std`'s hash maps are
-    /// seeded with, drawn for each of four fresh hashers, mixed with the
-    /// clock and the process id).
-    pub fn generate() -> PeerSecret {
-        use std::hash::{BuildHasher, Hasher};
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let mut hex = String::with_capacity(64);
-        for i in 0..4u64 {
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u128(now);
-            h.write_u32(std::process::id());
-            h.write_u64(i);
-            hex.push_str(&format!("{:016x}", h.finish()));
-        }
-        PeerSecret(hex.into())
+    /// A new random secret: 256 bits from the operating system's
+    /// random source (`getrandom`), as 64 hex digits.
+    pub fn generate() -> Result<PeerSecret, String> {
+        let mut bytes = [0u8; 32];
+        getrandom::getrandom(&mut bytes).map_err(|e| format!("no randomness for a secret: {e}"))?;
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        Ok(PeerSecret(hex.into()))
     }
 
     /// Reads the secret at `path`, or, if there is no file there, makes
@@ -96,7 +85,7 @@ impl PeerSecret {
         if vfs.exists(path).map_err(|e| e.to_string())? {
             return PeerSecret::from_file(vfs, path);
         }
-        let secret = PeerSecret::generate();
+        let secret = PeerSecret::generate()?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let write = || -> Result<(), journal_core::VfsError> {
             vfs.create_dir_all(dir)?;
@@ -156,7 +145,10 @@ mod tests {
 
     #[test]
     fn generated_secrets_differ_and_are_kept() {
-        let (a, b) = (PeerSecret::generate(), PeerSecret::generate());
+        let (a, b) = (
+            PeerSecret::generate().unwrap(),
+            PeerSecret::generate().unwrap(),
+        );
         assert_ne!(a, b);
         assert_eq!(a.0.len(), 64);
         let vfs = journal_core::vfs::SimVfs::new();
