@@ -87,7 +87,9 @@ impl Client {
     /// A client of the nodes at `endpoints` (`host:port`), with client id
     /// `id` (distinct per client; its request ids are `id` and 1, 2, ...:
     /// its first write opens its session). If the session expires, the
-    /// next write is refused once and resent under a new random id.
+    /// next write is refused once and resent under a new random id —
+    /// unless it was in doubt by then: it is then reported
+    /// [`ClientError::Unknown`], never resent (see the module docs).
     pub fn new(endpoints: &[String], id: u64) -> Result<Client, ClientError> {
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())

@@ -149,7 +149,7 @@ impl Proposer {
                 }
                 let raft = raft.clone();
                 // The log's clock first: sessions expire by it.
-                let now_ms = clock.now_ms(machine.log_clock());
+                let now_ms = clock.now_ms(|| machine.log_clock());
                 metrics.proposals.inc_by(batch.len() as u64);
                 metrics.proposal_entries.inc();
                 tokio::spawn(async move {
