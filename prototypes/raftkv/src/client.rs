@@ -2,6 +2,16 @@
 //! write carries a request id, and is resent with the same id (to the
 //! leader a `307` names, or to the next endpoint after a `503` or a
 //! refused connection) until it is answered or its deadline passes.
+//!
+//! It keeps the rule for writes in doubt (crate docs, "Sessions and
+//! writes in doubt"): a write is resent only under its own request id. If
+//! its session is gone (`409 session-unknown`) after an attempt that may
+//! have reached the cluster — no answer, or a `503` that did not say the
+//! write was not taken — the first copy may have been applied before the
+//! session expired, and a copy under a new session could apply it twice:
+//! the write is reported in doubt ([`ClientError::Unknown`]) and not sent
+//! again; the client's next write opens a new session. Only a write every
+//! attempt of which was refused outright goes again under a new session.
 
 use crate::types::{Expect, Revision};
 use reqwest::StatusCode;
@@ -47,6 +57,9 @@ pub struct Client {
     last_revision: Option<Revision>,
     /// Sessions this client started again under a new id.
     renewals: u64,
+    /// Whether an attempt of the last call may have reached the cluster
+    /// without an answer saying what became of it.
+    in_doubt: bool,
     /// How long an operation retries before it gives up.
     pub deadline: Duration,
 }
@@ -64,15 +77,19 @@ enum Attempt {
     Done(StatusCode, Vec<u8>, Said),
     /// Sent to another node (the leader a `307` named): retry at once.
     Redirected,
-    /// No answer, or `503`: retry after a pause.
-    Retry(String),
+    /// No answer, or `503`: retry after a pause. Whether the request may
+    /// have been taken (it may have reached a node, and no answer said it
+    /// was not).
+    Retry(String, bool),
 }
 
 impl Client {
     /// A client of the nodes at `endpoints` (`host:port`), with client id
     /// `id` (distinct per client; its request ids are `id` and 1, 2, ...:
     /// its first write opens its session). If the session expires, the
-    /// next write is refused once and resent under a new random id.
+    /// next write is refused once and resent under a new random id —
+    /// unless it was in doubt by then: it is then reported
+    /// [`ClientError::Unknown`], never resent (see the module docs).
     pub fn new(endpoints: &[String], id: u64) -> Result<Client, ClientError> {
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -96,6 +113,7 @@ impl Client {
             last_error: None,
             last_revision: None,
             renewals: 0,
+            in_doubt: false,
             deadline: Duration::from_secs(10),
         })
     }
@@ -112,14 +130,15 @@ impl Client {
         if let Some((name, value)) = condition {
             req = req.header(name, value);
         }
-        let mut next = |me: &mut Client, why: String| {
+        let mut next = |me: &mut Client, why: String, doubt: bool| {
             *rotate += 1;
             me.leader = me.endpoints[*rotate % me.endpoints.len()].clone();
-            Attempt::Retry(why)
+            Attempt::Retry(why, doubt)
         };
         let resp = match req.send().await {
             Ok(r) => r,
-            Err(e) => return next(self, format!("{url}: {e}")),
+            // (A connection never made carried nothing.)
+            Err(e) => return next(self, format!("{url}: {e}"), !e.is_connect()),
         };
         let status = resp.status();
         if status == StatusCode::TEMPORARY_REDIRECT {
@@ -133,7 +152,11 @@ impl Client {
                     self.leader = base;
                     Attempt::Redirected
                 }
-                None => next(self, format!("{url}: a redirect without the same path")),
+                None => next(
+                    self,
+                    format!("{url}: a redirect without the same path"),
+                    false,
+                ),
             };
         }
         let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok());
@@ -144,10 +167,13 @@ impl Client {
                 .or_else(|| header(reqwest::header::ETAG.as_str()))
                 .and_then(|v| v.parse().ok()),
         };
+        // A `503` with `Retry-After` is a bound of the request path: the
+        // write was not taken. Any other may come after it was proposed.
+        let not_taken = resp.headers().contains_key(reqwest::header::RETRY_AFTER);
         match resp.bytes().await {
-            Err(e) => next(self, format!("{url}: {e}")),
+            Err(e) => next(self, format!("{url}: {e}"), true),
             Ok(_) if status == StatusCode::SERVICE_UNAVAILABLE => {
-                next(self, format!("{url}: {status}"))
+                next(self, format!("{url}: {status}"), !not_taken)
             }
             Ok(b) => Attempt::Done(status, b.to_vec(), said),
         }
@@ -175,6 +201,7 @@ impl Client {
         self.last_index = None;
         self.last_error = None;
         self.last_revision = None;
+        self.in_doubt = false;
         while start.elapsed() < self.deadline {
             let target = (path, condition.clone());
             match self
@@ -188,7 +215,8 @@ impl Client {
                     return Ok((s, b));
                 }
                 Attempt::Redirected => {}
-                Attempt::Retry(why) => {
+                Attempt::Retry(why, doubt) => {
+                    self.in_doubt |= doubt;
                     last = why;
                     // A retry's pause: no leader yet, or a node down.
                     tokio::time::sleep(backoff).await;
@@ -246,18 +274,29 @@ impl Client {
                     let retry = String::from_utf8_lossy(&body).contains("a retry");
                     return Ok((retry, code == StatusCode::OK));
                 }
-                // The session expired (or its first request was lost): this
-                // copy was refused, and so will every later one under this
-                // id be. A new session under a new id, once — safe as long
-                // as the session could not expire while this request was
-                // being retried (a TTL well above `deadline`; see
-                // `NodeOptions::session_ttl`).
+                // The session is gone: this copy was refused, and so will
+                // every later one under this id be. If an earlier attempt
+                // may have been applied (before the session expired), the
+                // write is in doubt: never sent again under a new session,
+                // which could apply it twice. Else it was never applied:
+                // it goes again under a new session, once.
                 (StatusCode::CONFLICT, _)
-                    if !renewed
-                        && self.last_error.as_deref() == Some(crate::api::SESSION_UNKNOWN) =>
+                    if self.last_error.as_deref() == Some(crate::api::SESSION_UNKNOWN) =>
                 {
-                    renewed = true;
+                    let doubt = self.in_doubt;
                     self.renew();
+                    if doubt {
+                        return Err(ClientError::Unknown(format!(
+                            "{method} {key}: the session expired while the write was in doubt: \
+                             it may have been applied, and is not sent again under a new session"
+                        )));
+                    }
+                    if renewed {
+                        return Err(ClientError::Refused(format!(
+                            "{method} {key}: a new session was refused at once"
+                        )));
+                    }
+                    renewed = true;
                 }
                 (s, body) => {
                     return Err(ClientError::Refused(format!(

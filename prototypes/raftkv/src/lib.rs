@@ -9,7 +9,7 @@
 //! | `PUT /kv/{key}` with the value as body | `200` once a majority holds the write durably in their logs and the leader applied it |
 //! | `GET /kv/{key}` | `200` and the value, linearizable (read index: leadership confirmed by a majority, then the state machine caught up; see below); `404` if absent |
 //! | `GET /kv/{key}?stale=true` | the value as applied on this node, without asking anyone |
-//! | `GET /kv?prefix=P` (`&start=K` for the next page), `GET /kv?start=A&end=B` (`end` optional), with `limit=N` (default 1,000, at most 10,000) and `stale=true` | `200` and JSON `{"index", "kvs": [{"key", "value" (base64)}], "next"}`: the keys of the range in order, linearizable unless stale; a page stops at `limit` or about 4 MiB, and `next` is where the range goes on. A page is one snapshot (every entry up to `index`, none after); pages are not one snapshot together (no old versions are kept) |
+//! | `GET /kv?prefix=P` (`&start=K` for the next page), `GET /kv?start=A&end=B` (`end` optional), with `limit=N` (default 1,000, at most 10,000) and `stale=true` | `200` and JSON `{"index", "kvs": [{"key", "value" (base64)}], "next"}`: the keys of the range in order, linearizable unless stale; a page stops at `limit` or about 4 MiB, and `next` is where the range goes on. A page is one snapshot (every entry up to `index`, none after — but for part of the next one while a range delete or revoke in it is applied in steps); pages are not one snapshot together (no old versions are kept) |
 //! | `PUT /kv/{key}` with `If-None-Match: *`, `If-Match: *` or `If-Match: "<revision>"` | `200` as above if, when the write is applied, the key is absent, present, or was last put at that revision; else `412` with `x-raftkv-error: compare-failed`, and nothing written |
 //! | `DELETE /kv/{key}` | `200` as for a `PUT` (conditional with the same headers); `400` with `?lease=` (a delete attaches nothing) |
 //! | `POST /txn` with JSON `{"compare": [{"key", "expect": "absent" \| "present" \| {"mod_revision": R} \| {"value": base64}}], "success": [{"put": {"key", "value"}} \| {"delete": {"key"}}], "failure": [...]}` | `200` and JSON `{"succeeded", "revision", "retry"}`: if every comparison held, the `success` changes were made, else the `failure` ones — one branch, whole, at one revision; at most 64 comparisons and 64 changes a branch, 1 MiB |
@@ -17,7 +17,8 @@
 //! | `GET /watch?prefix=P&from=REV` (or `&after=POS`; `prefix` optional) | `200` and a stream of NDJSON lines, one per change of a key under `P`: `{"pos", "revision", "kind": "put" \| "delete", "key", "value" (base64, puts)}`, every change at or after revision `REV` (or after the event at position `POS`; by default from the next entry applied), in order, then the new ones as they are applied; `410` with `{"error": "compacted", "first"}` if the history no longer holds the start. A stream that falls behind the history ends with such a line |
 //! | `POST /lease` with `{"ttl_s": N}` (1 s to a week) | `200` and `{"id", "ttl_s"}` once granted |
 //! | `PUT /kv/{key}?lease=ID` | as a `PUT`, the key attached to the lease (`404` with `x-raftkv-error: lease-not-found` if it is gone, `409` `lease-full` past 10,000 keys); a put without it lets the key go |
-//! | `POST /lease/{id}/keepalive`, `DELETE /lease/{id}` | `200` once renewed for its time-to-live / revoked with its keys deleted; `404` if it is gone |
+//! | `POST /lease/{id}/keepalive` | `200` and `{"id", "ttl_s"}` once renewed for its time-to-live from the request's arrival (the leader's, confirmed by a heartbeat round; not a log entry); `404` if it is gone |
+//! | `DELETE /lease/{id}` | `200` once revoked with its keys deleted; `404` if it is gone |
 //! | `POST /compact` | `200` once this node built a snapshot of what it applied and purged its log up to it (a member behind it is then sent the snapshot); `503` with `x-raftkv-error: timeout` past the admin deadline (`serve --admin-timeout-s`, 60 s) |
 //! | `GET /status` | JSON: id, pid, cluster, state, leader, term, last log index, applied index, snapshot index, purged index, voters, learners, the error that stopped Raft if one did, on the leader each member's matched index, and `nospace` (the disk-space alarm) |
 //! | `GET /metrics` | Prometheus text: proposals, applied index and apply lag, term, leader changes, log flush latency, snapshot durations and sizes, request latency by route ([`metrics`]) |
@@ -51,13 +52,43 @@
 //! in increasing order, so a write retried after its leader died is not
 //! applied twice (`200 … (a retry: applied before)`). A client's ids form
 //! a session, opened by `seq=1` and expired when idle for the session
-//! time-to-live (`serve --session-ttl-s`, default 600) by the clock the
-//! leader writes into each entry, so every replica expires the same
-//! sessions at the same index and the table stays bounded. A request of
-//! a client without a session (expired, or never opened) is `409` with
-//! `x-raftkv-error: session-unknown`; one below the session's last
-//! number is `409` with `session-stale`; neither is applied. The
-//! [`client::Client`] starts a new session under a new id by itself.
+//! time-to-live (`serve --session-ttl-s`, default 600) by the log's
+//! clock, which the leader writes into each entry, so every replica
+//! expires the same sessions at the same index and the table stays
+//! bounded. The log's clock is no wall clock: a new leader goes on from
+//! the clock its log holds, by its own monotonic clock
+//! ([`lessor::LogClock`]), so it never runs faster than real time and a
+//! leader whose wall clock is ahead expires no session early. A request
+//! of a client without a session (expired, or never opened) is `409`
+//! with `x-raftkv-error: session-unknown`; one below the session's last
+//! number is `409` with `session-stale`; neither is applied.
+//!
+//! # Sessions and writes in doubt: the client's rule
+//!
+//! A write without an answer — the connection broke, the request timed
+//! out, or a `503` without `Retry-After` — is **in doubt**: it may have
+//! been applied. Retried with the same request id it is applied at most
+//! once, and the retry learns what became of it. But once its session is
+//! gone (`409 session-unknown`, the client idle past the session
+//! time-to-live while retrying), no answer can say whether the first copy
+//! was applied before the session expired — and the same write sent
+//! again under a **new** session would be a new request, applied a second
+//! time if the first was. So a client:
+//!
+//! 1. retries a write in doubt only under its own request id;
+//! 2. on `session-unknown` after an attempt in doubt, reports the write's
+//!    outcome as unknown to its caller and does **not** send it again; it
+//!    opens a new session (a new client id, `seq=1`) for its next writes,
+//!    and may read the key to learn what happened;
+//! 3. resends a write under a new session only if every attempt was
+//!    refused outright (a `409 session-unknown` at the first attempt, a
+//!    refused connection, a `307`, a `503` with `Retry-After`): it cannot
+//!    have been applied;
+//! 4. keeps its retry deadline well below the session time-to-live, so
+//!    the case is rare.
+//!
+//! The [`client::Client`] does all four ([`client::ClientError::Unknown`]
+//! for the second).
 //!
 //! Keys are 1 to [`MAX_KEY`] bytes of UTF-8 without control characters
 //! (they may hold `/`); values up to [`MAX_VALUE`] bytes. A bad key, a
@@ -109,7 +140,7 @@
 //! it saw — every change exactly once, in order. A node serves the events
 //! it has applied: a follower's stream may lag the leader's. The history
 //! is opt-in: `serve --watch-history N` keeps about the newest N events
-//! (100,000 is a fair choice), compacted at each batch commit; a start
+//! (100,000 is a fair choice), compacted after each entry; a start
 //! before what it holds is `410`, as is, mid-stream, a watcher that fell
 //! that far behind. Without it (the default) `/watch` is `501`: a history
 //! writes every change a second time, which costs a quarter to a half of
@@ -122,16 +153,48 @@
 //!
 //! # Leases
 //!
-//! As etcd's: a lease expires when not kept alive for its time-to-live, by
-//! the leader's clock written into the log (as sessions do), so every
-//! replica expires it at the same index, and the keys attached to it are
-//! deleted then (with their watch events), or at once when it is revoked.
-//! A lease holds at most [`machine::MAX_LEASE_KEYS`] keys, and one clock
-//! tick deletes about 10,000 keys of expired leases at most (the rest at
-//! the next), so an expiry stays one modest store transaction. The lease
-//! table is also held in memory, as etcd's lessor holds it, with a count
-//! of each lease's keys but not the keys: an expiry or revoke reads them
-//! from the store, so memory grows with the leases, not their keys.
+//! As etcd's: a lease expires when not kept alive for its time-to-live,
+//! and the keys attached to it are deleted then (with their watch
+//! events), or at once when it is revoked. Time is the leader's, never
+//! the state machine's ([`lessor`]):
+//!
+//! - the leader keeps each lease's deadline by its monotonic clock and,
+//!   when one passes, proposes the revoke: an expiry is a command in the
+//!   log, applied alike on every replica, on an idle cluster too (a round
+//!   of expiries revokes about 10,000 keys);
+//! - a keep-alive is answered by the leader from memory once a heartbeat
+//!   round confirmed its leadership after the request arrived — not a log
+//!   entry — and promises the lease lives its time-to-live from the
+//!   request's arrival, whoever leads then;
+//! - a new leader extends every lease from its promotion, by its whole
+//!   time-to-live, or by its remaining time-to-live as the leader before
+//!   checkpointed it into the log (leases longer than
+//!   [`NodeOptions::lease_checkpoint_interval`], every that interval; a
+//!   keep-alive of a checkpointed lease then goes through the log to clear
+//!   the checkpoint). No clock is compared between nodes, so a new leader
+//!   whose clock is ahead expires nothing early; clocks are assumed to
+//!   run at about the same rate.
+//!
+//! A lease holds at most [`machine::MAX_LEASE_KEYS`] keys. The lease
+//! table is held in memory, as etcd's lessor holds it, with a count of
+//! each lease's keys but not the keys: a revoke reads them from the store,
+//! in key order, in bounded steps, so memory grows with the leases, not
+//! their keys.
+//!
+//! # Apply is a pure function of the log
+//!
+//! Every replica writes the same store and emits the same events for the
+//! same log: apply reads no clock (time comes in the log), draws no random
+//! number, iterates no hash container (whose order differs per process),
+//! and does not depend on how openraft groups entries into apply calls
+//! (history compaction goes entry by entry). Only the node's own settings
+//! differ (`--watch-history`). A long command — a range delete, a revoke —
+//! is applied in steps of about [`machine::STEP_KEYS`] keys, the state
+//! lock released and the runtime thread given back between two, so a
+//! delete of 200,000 keys does not stop a node's heartbeats; each step
+//! commits where it stopped, so a crash, or a snapshot taken between two
+//! steps, goes on from exactly there. Reads between two steps may see part
+//! of the entry, never an applied index that claims it.
 //!
 //! # What is durable when a `PUT` returns
 //!
@@ -220,6 +283,7 @@ pub mod client;
 pub mod compare;
 pub mod faults;
 pub mod history;
+pub mod lessor;
 pub mod local;
 pub mod logstore;
 pub mod machine;
@@ -235,8 +299,8 @@ pub use machine::StateMachine;
 pub use node::{Node, NodeOptions};
 pub use types::{
     check_key, check_txn, check_value, Applied, BadInput, Batch, Command, Compare, Expect, NodeId,
-    Raft, RequestId, Revision, TxnOp, TypeConfig, Verdict, MAX_KEY, MAX_TXN_BYTES, MAX_TXN_OPS,
-    MAX_VALUE,
+    Raft, RequestId, Revision, TxnOp, TypeConfig, Verdict, MAX_CHECKPOINT_LEASES, MAX_KEY,
+    MAX_TXN_BYTES, MAX_TXN_OPS, MAX_VALUE,
 };
 
 use openraft::async_runtime::WatchReceiver;

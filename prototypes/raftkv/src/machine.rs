@@ -4,15 +4,28 @@
 //!
 //! Applying does not wait for a sync: the Raft log is the durable record,
 //! and a command is acknowledged once a majority holds it durably in their
-//! logs. Each batch of applied entries is one store transaction that also
-//! writes the last applied log id and membership (`m/applied`), so the
-//! store's durable state is always the log applied up to one index: after a
-//! restart openraft replays exactly the entries after it.
+//! logs. Entries are applied in steps (`step.rs`), each one store
+//! transaction that also writes the last applied log id and membership
+//! (`m/applied`) — and, when a step stops inside an entry, where in it —
+//! so the store's durable state is always the log applied up to one
+//! point: after a restart openraft replays exactly the entries after it,
+//! and an entry stopped part way goes on from there.
+//!
+//! # Apply is a pure function of the log
+//!
+//! `apply.rs`, `step.rs` and the tables they keep (`leases.rs`,
+//! `sessions.rs`, `events.rs`) read no clock, draw no random number and
+//! iterate no hash container; what they write does not depend on how
+//! entries are grouped into apply calls or steps. So every replica's store
+//! and watch history are the same, byte for byte, for the same log (and
+//! the same `--watch-history`); `tests/determinism.rs` applies one log in
+//! three processes and compares them.
 //!
 //! # Snapshots
 //!
 //! A snapshot is the store's whole content (clients' keys, request-id
-//! table, applied id) as of its applied log id. Building one first makes
+//! table, applied id, and a partial mark if it was taken between two steps
+//! of an entry) as of its applied log id. Building one first makes
 //! the store durable up to that id, so the log openraft purges after it —
 //! never past the snapshot — is always below the store's *durable* applied
 //! index; then it streams the store from one consistent iterator (taken
@@ -28,14 +41,13 @@
 //! synced) to name it; the old store is removed after.
 //! Memory, at any store size: a chunk or two.
 
-use crate::types::{layout, Applied, TypeConfig};
+use crate::types::{layout, TypeConfig};
 use futures_util::StreamExt;
 use journal_core::sync::Mutex;
 use journal_core::vfs::{OpenOptions, Vfs};
 use kvstore::Store;
-use openraft::alias::{EntryOf, LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
+use openraft::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
 use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
-use openraft::{EntryPayload, StoredMembership};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -49,19 +61,16 @@ mod leases;
 mod record;
 mod sessions;
 mod snapshot;
+mod step;
 pub use events::{Change, Event, EventPage, Position, SUGGESTED_RETENTION};
-pub use leases::{lease_id, MAX_LEASE_KEYS};
+pub use leases::{lease_id, LeaseChange, LeaseInfo, MAX_LEASE_KEYS};
 pub use record::KeyMeta;
 use sessions::Sessions;
 pub use snapshot::{SnapshotFile, SNAPSHOT_DIR};
+pub use step::STEP_KEYS;
 
 /// The file naming the current store directory.
 pub const CURRENT: &str = "CURRENT";
-
-/// Entries applied per store transaction, at most.
-const BATCH_ENTRIES: usize = 256;
-/// Bytes of values per store transaction, at most (beyond one entry).
-const BATCH_BYTES: usize = 1 << 20;
 
 type Membership = StoredMembershipOf<TypeConfig>;
 type Meta = SnapshotMetaOf<TypeConfig>;
@@ -72,26 +81,34 @@ pub type SnapshotMeta = Meta;
 /// What `m/applied` holds.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct AppliedState {
+    /// The last entry applied whole.
     log_id: Option<LogIdOf<TypeConfig>>,
     membership: Membership,
-    /// How far into the entry after `log_id` the store holds, if a range
-    /// delete committed it in parts (`apply.rs`).
+    /// How far into the entry after `log_id` the store holds, if a step
+    /// stopped inside it (`step.rs`).
     partial: Option<Partial>,
 }
 
-/// An entry applied in part: a range delete too large for one store
-/// transaction commits as it goes, each commit recording this, so a crash
-/// replays the entry from exactly where it stopped — never a command
-/// twice (a comparison evaluated again against its own effects could
-/// decide otherwise), never an event twice.
+/// An entry applied in part: a step that stops inside an entry commits
+/// this, so the next step — or a replay after a crash — goes on from
+/// exactly where it stopped: never a command twice (a comparison
+/// evaluated again against its own effects could decide otherwise),
+/// never an event twice.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Partial {
     /// The entry's log index.
     index: u64,
-    /// The range delete in progress: the commands before it are applied.
+    /// The command in progress: the commands before it are applied.
     sub: u32,
-    /// The stored key it goes on from.
-    resume: Vec<u8>,
+    /// Where in it, if it began (a range delete or a revoke).
+    resume: Option<Resume>,
+}
+
+/// Where a range delete or a revoke goes on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Resume {
+    /// The stored key it goes on from (a client key, or an attachment).
+    key: Vec<u8>,
     /// Its next event number.
     n: u32,
 }
@@ -171,6 +188,18 @@ struct State {
     snapshot_asked: bool,
     /// Where snapshot durations and sizes are counted.
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// Apply steps taken, and the most work one did.
+    steps: ApplyStats,
+}
+
+/// How the state machine's apply steps went ([`StateMachine::apply_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ApplyStats {
+    /// Steps taken (each one store transaction, under the state lock).
+    pub steps: u64,
+    /// The most work one step did: client keys written or deleted, and
+    /// history events compacted.
+    pub max_step_work: usize,
 }
 
 struct Inner {
@@ -184,6 +213,8 @@ struct Inner {
     snapshot_due: tokio::sync::Notify,
     /// The last applied index, for watchers waiting for events.
     applied_index: tokio::sync::watch::Sender<u64>,
+    /// Told when the lease table changed while a lessor listens.
+    lease_changed: tokio::sync::Notify,
 }
 
 /// The last log index the store holds durably, or why it never will.
@@ -323,6 +354,7 @@ impl StateMachine {
                 durable,
                 snapshot_due: tokio::sync::Notify::new(),
                 applied_index,
+                lease_changed: tokio::sync::Notify::new(),
                 state: Mutex::new(State {
                     store: Arc::new(store),
                     generation,
@@ -338,6 +370,7 @@ impl StateMachine {
                     snapshot_min_bytes: None,
                     snapshot_asked: false,
                     metrics: None,
+                    steps: ApplyStats::default(),
                 }),
             }),
         })
@@ -366,7 +399,8 @@ impl StateMachine {
     /// the last key), read from one snapshot of the store: at most
     /// `limit` pairs and, past the first, about `max_bytes`. Returns the
     /// pairs, the key to continue from if more remain, and the applied
-    /// index the page reflects (every entry up to it, none after).
+    /// index the page reflects (every entry up to it, none after — but
+    /// for part of the next one, while it is applied in steps).
     pub fn range(
         &self,
         start: &[u8],
@@ -490,92 +524,6 @@ impl StateMachine {
             _ => Ok(()),
         }
     }
-
-    /// Applies `entries` in store transactions of bounded size.
-    /// Applies `entries` in order and returns their answers, as openraft's
-    /// `apply` does (which hands each answer to its client): for tests and
-    /// tools that drive a state machine without Raft. A failure marks the
-    /// machine failed, as in `apply`.
-    pub async fn apply_all(
-        &self,
-        entries: impl IntoIterator<Item = EntryOf<TypeConfig>>,
-    ) -> Result<Vec<Applied>, Error> {
-        let r = self.apply_entries(entries.into_iter().collect());
-        if let Err(e) = &r {
-            self.mark_failed(&e.to_string());
-        }
-        r
-    }
-
-    fn apply_entries(&self, entries: Vec<EntryOf<TypeConfig>>) -> Result<Vec<Applied>, Error> {
-        let mut st = self.inner.state.lock();
-        let st = &mut *st;
-        let store = st.store.clone();
-        let mut out = Vec::with_capacity(entries.len());
-        let mut w = apply::Writer::new(&store, st.retention > 0);
-        let (mut n, mut bytes) = (0, 0);
-        let mut total = 0u64;
-        for e in entries {
-            let start = bytes;
-            let prev = st.applied.log_id.replace(e.log_id);
-            let reply = match e.payload {
-                EntryPayload::Blank => Applied::default(),
-                EntryPayload::Membership(m) => {
-                    st.applied.membership = StoredMembership::new(Some(e.log_id), m);
-                    Applied::default()
-                }
-                EntryPayload::Normal(batch) => {
-                    let at = (prev, e.log_id.index);
-                    apply::apply_batch(&mut w, st, at, batch, &mut bytes)?
-                }
-            };
-            out.push(reply);
-            total += (bytes - start) as u64;
-            n += 1;
-            if n == BATCH_ENTRIES || bytes >= BATCH_BYTES {
-                commit_batch(st, &store, &mut w)?;
-                (n, bytes) = (0, 0);
-            }
-        }
-        if n > 0 {
-            commit_batch(st, &store, &mut w)?;
-        }
-        if let Some(l) = st.applied.log_id {
-            self.inner.applied_index.send_replace(l.index);
-        }
-        st.bytes_since_snapshot += total;
-        if !st.snapshot_asked && snapshot::due(st) {
-            st.snapshot_asked = true;
-            self.inner.snapshot_due.notify_one();
-        }
-        Ok(out)
-    }
-}
-
-/// Commits a batch of applied entries with the applied id, the history
-/// compacted to its retention, and its count and horizon.
-fn commit_batch(st: &mut State, store: &Store, w: &mut apply::Writer<'_>) -> Result<(), Error> {
-    let added = w.take_events();
-    st.history.count += added;
-    let max = added.saturating_mul(2).max(1024);
-    st.history.compact(store, w.txn(), st.retention, max)?;
-    if st.retention == 0 && st.history.count == 0 {
-        // No history kept: a watch from anything applied is told so.
-        let next = st.applied.log_id.map_or(0, |l| l.index + 1);
-        let horizon = events::Position {
-            revision: crate::types::Revision {
-                index: next,
-                sub: 0,
-            },
-            n: 0,
-        };
-        st.history.horizon = st.history.horizon.max(horizon);
-    }
-    w.txn().put(events::HISTORY_STATE, &st.history.encode());
-    st.applied.partial = None;
-    let state = postcard::to_stdvec(&st.applied).map_err(corrupt)?;
-    w.txn().put(layout::APPLIED, &state);
-    w.commit_no_wait()
 }
 
 fn sm_err(e: Error) -> std::io::Error {
@@ -631,7 +579,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // Inline, not on the blocking pool: applying appends to the
         // store's log without waiting for it (no I/O wait), and the
         // hand-off to a blocking thread and back cost two thread switches
-        // per batch on every node.
+        // per batch on every node. In bounded steps, the runtime thread
+        // given back between two (`step.rs`).
         fail::fail_point!("raftkv::apply", |_| std::process::abort());
         // `return(MS)` holds each batch's apply MS ms (without blocking the
         // runtime): the state machine falls behind the commit index.
@@ -641,7 +590,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }) {
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
         }
-        let applied = self.apply_entries(batch);
+        let applied = self.apply_entries(batch).await;
         if let Err(e) = &applied {
             self.mark_failed(&e.to_string());
         }

@@ -57,13 +57,20 @@ pub struct NodeOptions {
     /// The byte policy's floor (default 64 MiB).
     pub snapshot_min_bytes: u64,
     /// A client session idle this long, by the log's clock, expires
-    /// (default 10 minutes). The leader puts it in the log with its clock,
-    /// so replicas agree on it; a client that comes back later starts a
-    /// new session. Keep it well above the clients' retry deadline (the
-    /// [`crate::client::Client`]'s is 10 s): a session that expired while
-    /// a request of it was being retried would let the client resend that
-    /// request under a new session after the first copy was applied.
+    /// (default 10 minutes). The leader puts it in the log with the log's
+    /// clock (which runs by the leaders' monotonic clocks, never faster
+    /// than real time), so replicas agree on it; a client that comes back
+    /// later starts a new session. Keep it well above the clients' retry
+    /// deadline (the [`crate::client::Client`]'s is 10 s): a request
+    /// retried past it cannot learn whether its first copy was applied —
+    /// the client then reports it in doubt and does not resend it under a
+    /// new session (see the crate docs, "Sessions and writes in doubt").
     pub session_ttl: Duration,
+    /// The leader writes the remaining time-to-live of every lease longer
+    /// than this into the log at this interval (default 5 minutes, as
+    /// etcd's), so a new leader gives a lease what was left of it rather
+    /// than its whole time-to-live ([`crate::lessor`]).
+    pub lease_checkpoint_interval: Duration,
     /// Events the watch history keeps, about: a watch from before them
     /// answers `410`. Default 0: no history, no watch (see
     /// [`machine::SUGGESTED_RETENTION`]).
@@ -110,6 +117,7 @@ impl NodeOptions {
             snapshot_logs: None,
             snapshot_min_bytes: 64 << 20,
             session_ttl: Duration::from_secs(600),
+            lease_checkpoint_interval: Duration::from_secs(300),
             watch_history: 0,
             max_pending_writes: crate::propose::MAX_PENDING,
             max_client_requests: crate::api::MAX_CLIENT_REQUESTS,
@@ -371,6 +379,8 @@ pub struct Node {
     pub log: JournalLogStore<crate::TypeConfig>,
     /// Gathers clients' writes into entries.
     pub proposer: crate::propose::Proposer,
+    /// The leases' deadlines while this node leads, and the log's clock.
+    pub lessor: Arc<crate::lessor::Lessor>,
     /// Permits for client requests in progress.
     pub client_slots: Arc<tokio::sync::Semaphore>,
     /// What `GET /metrics` serves.
@@ -489,13 +499,20 @@ impl Node {
                 .await
                 .map_err(|e| Error::Raft(e.to_string()))?;
         }
+        let lessor = Arc::new(crate::lessor::Lessor::new(
+            machine.clone(),
+            o.lease_checkpoint_interval,
+        ));
         let proposer = crate::propose::Proposer::start(
             raft.clone(),
             o.max_pending_writes,
+            (lessor.clock(), machine.clone()),
             o.session_ttl,
             metrics.clone(),
         );
-        let tasks = background_tasks(&o, &raft, &machine, &metrics);
+        let mut tasks = background_tasks(&o, &raft, &machine, &metrics);
+        let leasing = tokio::spawn(lessor.clone().run(raft.clone(), proposer.clone(), o.id));
+        tasks.push(Arc::new(leasing.abort_handle()));
         Ok(Node {
             id: o.id,
             cluster,
@@ -503,6 +520,7 @@ impl Node {
             machine,
             log,
             proposer,
+            lessor,
             client_slots: Arc::new(tokio::sync::Semaphore::new(o.max_client_requests.max(1))),
             metrics,
             watch_slots: Arc::new(tokio::sync::Semaphore::new(crate::api::MAX_WATCHERS)),

@@ -9,7 +9,9 @@
 //! commit at the Raft level, as jbd2 does for a filesystem's handles. A
 //! lone writer pays nothing for it: its entry leaves at once.
 
+use crate::lessor::LogClock;
 use crate::types::{Batch, Command, Raft, Revision, Verdict};
+use crate::StateMachine;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::BasicNode;
 use std::sync::Arc;
@@ -82,6 +84,7 @@ fn size(c: &Command) -> usize {
         Command::LeaseGrant { .. }
         | Command::LeaseKeepAlive { .. }
         | Command::LeaseRevoke { .. } => 16,
+        Command::LeaseCheckpoint { leases } => 16 * leases.len(),
     }
 }
 
@@ -106,11 +109,14 @@ fn next_wanted(rx: &mut mpsc::Receiver<Pending>) -> Option<Pending> {
 
 impl Proposer {
     /// Starts the proposer task of `raft` on the current runtime, with
-    /// room for `max_pending` writes waiting for an entry; counts what it
-    /// proposes in `metrics`.
+    /// room for `max_pending` writes waiting for an entry; each entry
+    /// begins with the log's clock (`clock`, or the one `machine` applied
+    /// while this node does not lead) and the session time-to-live;
+    /// counts what it proposes in `metrics`.
     pub fn start(
         raft: Raft,
         max_pending: usize,
+        (clock, machine): (Arc<LogClock>, StateMachine),
         session_ttl: std::time::Duration,
         metrics: Arc<crate::metrics::Metrics>,
     ) -> Proposer {
@@ -142,13 +148,11 @@ impl Proposer {
                     }
                 }
                 let raft = raft.clone();
+                // The log's clock first: sessions expire by it.
+                let now_ms = clock.now_ms(|| machine.log_clock());
                 metrics.proposals.inc_by(batch.len() as u64);
                 metrics.proposal_entries.inc();
                 tokio::spawn(async move {
-                    // The leader's clock first: sessions expire by it.
-                    let now_ms = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
                     let clock = Command::Clock {
                         now_ms,
                         session_ttl_ms,

@@ -175,13 +175,15 @@ pub enum Command {
         /// The client's request id, if it sent one.
         id: Option<RequestId>,
     },
-    /// The leader's clock when it proposed the entry, first in every
+    /// The log's clock when the leader proposed the entry, first in every
     /// batch it proposes, and the session time-to-live it runs with: the
     /// state machine expires client sessions by this time, decided in the
     /// log, so every replica expires the same sessions at the same index
-    /// (the Raft dissertation, §6.3).
+    /// (the Raft dissertation, §6.3). No wall clock: a leader goes on from
+    /// the clock its log holds when it takes over, by its own monotonic
+    /// clock ([`crate::lessor::LogClock`]).
     Clock {
-        /// Milliseconds since the Unix epoch, on the leader.
+        /// The log's clock, ms (from 0 at the cluster's first leader).
         now_ms: u64,
         /// A session idle this long (by the log's clock) expires.
         session_ttl_ms: u64,
@@ -219,21 +221,36 @@ pub enum Command {
         /// The client's request id, if it sent one.
         id: Option<RequestId>,
     },
-    /// Renews a lease for its time-to-live from the log's clock.
+    /// A keep-alive that must reach the log: the lease's checkpointed
+    /// remaining time-to-live is cleared, so a new leader gives it its
+    /// whole time-to-live. (A keep-alive of a lease without a checkpoint
+    /// is the leader's alone: [`crate::lessor`].)
     LeaseKeepAlive {
         /// The lease.
         lease: u64,
         /// The client's request id, if it sent one.
         id: Option<RequestId>,
     },
-    /// Ends a lease and deletes its keys.
+    /// Ends a lease and deletes its keys: a client's revoke, or the
+    /// leader's once the lease expired by its clock.
     LeaseRevoke {
         /// The lease.
         lease: u64,
         /// The client's request id, if it sent one.
         id: Option<RequestId>,
     },
+    /// The leader's checkpoint of leases' remaining time-to-live (ms), so
+    /// that a new leader gives each what was left rather than its whole
+    /// time-to-live (etcd's lease checkpoints). A lease gone since is
+    /// passed over.
+    LeaseCheckpoint {
+        /// (lease, remaining ms), at most [`MAX_CHECKPOINT_LEASES`].
+        leases: Vec<(u64, u64)>,
+    },
 }
+
+/// Leases one [`Command::LeaseCheckpoint`] holds, at most.
+pub const MAX_CHECKPOINT_LEASES: usize = 1000;
 
 impl Command {
     /// The client's request id the command carries, if any.
@@ -246,7 +263,7 @@ impl Command {
             | Command::LeaseGrant { id, .. }
             | Command::LeaseKeepAlive { id, .. }
             | Command::LeaseRevoke { id, .. } => *id,
-            Command::Clock { .. } => None,
+            Command::Clock { .. } | Command::LeaseCheckpoint { .. } => None,
         }
     }
 }
@@ -280,6 +297,9 @@ impl fmt::Display for Command {
             Command::LeaseGrant { ttl_ms, .. } => write!(f, "grant a lease of {ttl_ms} ms"),
             Command::LeaseKeepAlive { lease, .. } => write!(f, "keep lease {lease:x} alive"),
             Command::LeaseRevoke { lease, .. } => write!(f, "revoke lease {lease:x}"),
+            Command::LeaseCheckpoint { leases } => {
+                write!(f, "checkpoint {} leases", leases.len())
+            }
         }
     }
 }
@@ -416,14 +436,16 @@ pub(crate) mod layout {
     /// The prefix of the client sessions (last sequence number and last
     /// activity, by the log's clock).
     pub const CLIENT: u8 = b'c';
-    /// The key of the log's clock (the last `Clock` applied).
+    /// The key of the log's clock (the last `Clock` applied, never back).
     pub const CLOCK: &[u8] = b"m/clock";
     /// The key of the store's format (`FORMAT`, a little-endian `u32`).
     pub const FORMAT_KEY: &[u8] = b"m/format";
-    /// The format this build writes and reads: 2, client values behind a
-    /// revision header (`machine::record`) and sessions with their last
-    /// answer. Format 1 (raw values, no `m/format`) is refused.
-    pub const FORMAT: u32 = 2;
+    /// The format this build writes and reads: 3, client values behind a
+    /// revision header (`machine::record`), sessions with their last
+    /// answer, leases with their checkpointed remaining time-to-live (no
+    /// deadline), the log's clock from 0 (no wall clock), and partial
+    /// marks of any command. Formats 1 and 2 are refused.
+    pub const FORMAT: u32 = 3;
 
     /// The stored key of a client's key.
     pub fn user(key: &[u8]) -> Vec<u8> {

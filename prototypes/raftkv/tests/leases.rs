@@ -1,8 +1,10 @@
-//! Leases: granted, kept alive and expired by the clock in the log, or
-//! revoked; the keys attached to a lease are deleted with it (with their
-//! watch events), a key put again without it is let go, a put naming a
-//! lease that is gone is refused whole; the table survives a restart.
-//! Then the same over HTTP.
+//! Leases: granted, checkpointed, kept alive and revoked in the log — an
+//! expiry is a revoke the leader proposes by its own clock, on an idle
+//! cluster too, and a new leader extends every lease from its promotion;
+//! no clock in the log ends a lease. The keys attached to a lease are
+//! deleted with it (with their watch events), a key put again without it
+//! is let go, a put naming a lease that is gone is refused whole; the
+//! table survives a restart. Then the same over HTTP.
 
 mod common;
 
@@ -65,12 +67,17 @@ fn has(sm: &StateMachine, key: &str) -> bool {
     sm.get(key.as_bytes()).unwrap().is_some()
 }
 
+/// The state machine's side of a lease: granted, its remaining
+/// time-to-live checkpointed and cleared by a keep-alive in the log, held
+/// across a restart, and ended only by a revoke in the log — which the
+/// leader proposes when the lease expires by its clock — deleting its
+/// keys with their events.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_takes_its_keys_with_it_when_it_expires() {
+async fn a_lease_takes_its_keys_with_it_when_it_is_revoked() {
     let sim = SimVfs::new();
     let sm = open(&sim);
     sm.keep_events(raftkv::machine::SUGGESTED_RETENTION);
-    // Granted at 1,000 ms for 5 s: lease 1.1.
+    // Granted at index 1 for 5 s: lease 1.1.
     let lease = lease_id(Revision { index: 1, sub: 1 });
     let out = sm
         .apply_all([entry(
@@ -87,6 +94,11 @@ async fn a_lease_takes_its_keys_with_it_when_it_expires() {
         .unwrap();
     assert_eq!(out[0].verdicts, [Applied; 5]);
     assert_eq!(sm.entry(b"k1").unwrap().unwrap().1.lease, Some(lease));
+    let held = sm.lease(lease).unwrap();
+    assert_eq!(
+        (held.ttl_ms, held.remaining_ms, held.keys),
+        (5_000, None, 2)
+    );
     // A put naming a lease that never was: refused, nothing written.
     let out = sm
         .apply_all([entry(2, 2_000, vec![put("k4", Some(lease + 1))])])
@@ -94,22 +106,36 @@ async fn a_lease_takes_its_keys_with_it_when_it_expires() {
         .unwrap();
     assert_eq!(out[0].verdicts, [Applied, LeaseNotFound]);
     assert!(!has(&sm, "k4"));
-    // Kept alive at 4,000 (deadline 9,000); k2 put again without it.
-    let keep = Command::LeaseKeepAlive { lease, id: None };
-    sm.apply_all([entry(3, 4_000, vec![keep, put("k2", None)])])
+    // The leader's checkpoint (a lease gone is passed over); k2 put again
+    // without the lease.
+    let checkpoint = Command::LeaseCheckpoint {
+        leases: vec![(lease, 2_500), (lease + 7, 1)],
+    };
+    let out = sm
+        .apply_all([entry(3, 4_000, vec![checkpoint, put("k2", None)])])
         .await
         .unwrap();
+    assert_eq!(out[0].verdicts, [Applied; 3]);
     assert_eq!(sm.entry(b"k2").unwrap().unwrap().1.lease, None);
-    // Across a restart, still held at 8,000.
+    assert_eq!(sm.lease(lease).unwrap().remaining_ms, Some(2_500));
+    // Across a restart, held with its checkpoint; then a keep-alive in
+    // the log clears it. No clock ends it, however far it goes.
     sm.close().unwrap();
     drop(sm);
     let sm = open(&sim);
     sm.keep_events(raftkv::machine::SUGGESTED_RETENTION);
     assert_eq!(sm.leases(), 1);
-    sm.apply_all([entry(4, 8_000, vec![])]).await.unwrap();
+    let held = sm.lease(lease).unwrap();
+    assert_eq!((held.remaining_ms, held.keys), (Some(2_500), 1));
+    let keep = Command::LeaseKeepAlive { lease, id: None };
+    sm.apply_all([entry(4, 900_000, vec![keep])]).await.unwrap();
+    assert_eq!(sm.lease(lease).unwrap().remaining_ms, None);
     assert!(has(&sm, "k1"));
-    // Past its deadline: gone with k1, at the clock's revision.
-    sm.apply_all([entry(5, 9_500, vec![])]).await.unwrap();
+    // Revoked: gone with k1, at the revoke's revision.
+    let revoke = Command::LeaseRevoke { lease, id: None };
+    sm.apply_all([entry(5, 900_001, vec![revoke])])
+        .await
+        .unwrap();
     assert_eq!(sm.leases(), 0);
     assert!(!has(&sm, "k1") && has(&sm, "k2") && has(&sm, "k3"));
     let from = Position {
@@ -120,14 +146,14 @@ async fn a_lease_takes_its_keys_with_it_when_it_expires() {
     let deleted: Vec<_> = page
         .events
         .iter()
-        .map(|e| (e.key.as_slice(), e.change.clone()))
+        .map(|e| (e.position.to_string(), e.key.as_slice(), e.change.clone()))
         .collect();
-    assert_eq!(deleted, [(&b"k1"[..], Change::Delete)]);
+    assert_eq!(deleted, [("5.1.0".to_string(), &b"k1"[..], Change::Delete)]);
     // Gone: keeping it alive or revoking it is refused.
     let out = sm
         .apply_all([entry(
             6,
-            9_600,
+            900_002,
             vec![
                 Command::LeaseKeepAlive { lease, id: None },
                 Command::LeaseRevoke { lease, id: None },
@@ -136,23 +162,6 @@ async fn a_lease_takes_its_keys_with_it_when_it_expires() {
         .await
         .unwrap();
     assert_eq!(out[0].verdicts, [Applied, LeaseNotFound, LeaseNotFound]);
-    // A revoke deletes a lease's keys at once.
-    let second = lease_id(Revision { index: 7, sub: 1 });
-    sm.apply_all([
-        entry(7, 10_000, vec![grant(60_000), put("r", Some(second))]),
-        entry(
-            8,
-            10_001,
-            vec![Command::LeaseRevoke {
-                lease: second,
-                id: None,
-            }],
-        ),
-    ])
-    .await
-    .unwrap();
-    assert!(!has(&sm, "r"));
-    assert_eq!(sm.leases(), 0);
 }
 
 /// A lease's keys are read from the store when it ends, not kept in
@@ -248,7 +257,7 @@ async fn leases_over_http() {
     let keep = url(&format!("/lease/{}/keepalive", lease.id));
     assert_eq!(http.post(&keep).send().await.unwrap().status(), 200);
     // Not kept alive any more: the key goes within about a second (the
-    // leader's clock reaches the log with the next entries).
+    // leader proposes the revoke when its timer runs out).
     let start = std::time::Instant::now();
     loop {
         http.put(url("/kv/tick")).body("x").send().await.unwrap();
@@ -274,4 +283,190 @@ async fn leases_over_http() {
         let r = http.post(url("/lease")).body(bad).send().await.unwrap();
         assert_eq!(r.status(), 400, "{bad}");
     }
+}
+
+/// A new leader whose clock is an hour ahead of the last one's writes it
+/// into the log: no lease may end by it. Only a revoke in the log ends a
+/// lease (the leader proposes one when its own timer runs out), so a
+/// clock read by one node never decides an expiry on every replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clock_jump_in_the_log_ends_no_lease() {
+    let sim = SimVfs::new();
+    let sm = open(&sim);
+    let lease = lease_id(Revision { index: 1, sub: 1 });
+    sm.apply_all([entry(1, 1_000, vec![grant(10_000), put("k", Some(lease))])])
+        .await
+        .unwrap();
+    // The next leader's clock: an hour ahead.
+    let mut ahead = entry(2, 3_601_000, vec![put("other", None)]);
+    ahead.log_id.leader_id.term = 2;
+    sm.apply_all([ahead]).await.unwrap();
+    assert_eq!(sm.leases(), 1);
+    assert!(has(&sm, "k"));
+}
+
+/// A lease ends on a cluster that takes no writes: the leader's timer,
+/// not a write, brings its end into the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_expires_on_an_idle_cluster() {
+    let cluster = Cluster::start(3, &[]);
+    let leader = cluster.leader(None).await;
+    let addr = cluster.nodes[leader].addr.clone();
+    let http = reqwest::Client::new();
+    let r = http
+        .post(format!("http://{addr}/lease"))
+        .body(r#"{"ttl_s": 1}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let lease: LeaseReply = r.json().await.unwrap();
+    let r = http
+        .put(format!("http://{addr}/kv/idle?lease={}", lease.id))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // Reads only from here on (a linearizable read writes nothing).
+    let start = std::time::Instant::now();
+    loop {
+        let r = http
+            .get(format!("http://{addr}/kv/idle"))
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 404 {
+            break;
+        }
+        assert_eq!(r.status(), 200);
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "a 1 s lease still holds its key after 30 s on an idle cluster"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        http.post(format!("http://{addr}/lease/{}/keepalive", lease.id))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+}
+
+/// A new leader takes the leases over: a lease kept alive just before its
+/// leader died still holds its key on the next leader (extended from its
+/// promotion), and expires there once no one keeps it alive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_leader_extends_a_lease_then_expires_it() {
+    let mut cluster = Cluster::start(3, &[]);
+    let leader = cluster.leader(None).await;
+    let addr = cluster.nodes[leader].addr.clone();
+    let http = reqwest::Client::new();
+    let r = http
+        .post(format!("http://{addr}/lease"))
+        .body(r#"{"ttl_s": 8}"#)
+        .send()
+        .await
+        .unwrap();
+    let lease: LeaseReply = r.json().await.unwrap();
+    let r = http
+        .put(format!("http://{addr}/kv/held?lease={}", lease.id))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = http
+        .post(format!("http://{addr}/lease/{}/keepalive", lease.id))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let renewed: LeaseReply = r.json().await.unwrap();
+    assert_eq!(renewed, lease);
+    cluster.kill9(leader);
+    let next = cluster.leader(Some(leader)).await;
+    let addr = cluster.nodes[next].addr.clone();
+    let get = || http.get(format!("http://{addr}/kv/held")).send();
+    assert_eq!(
+        get().await.unwrap().status(),
+        200,
+        "expired at the takeover"
+    );
+    let start = std::time::Instant::now();
+    while get().await.unwrap().status() == 200 {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(40),
+            "the next leader never expired the lease"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// The leader checkpoints the remaining time-to-live of the long leases
+/// into the log, and a keep-alive of a checkpointed lease goes through
+/// the log to clear it (else a new leader would give the lease the older,
+/// shorter remainder). One in-process node, checkpointing every 500 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_leases_are_checkpointed_and_a_keep_alive_clears_the_checkpoint() {
+    let port = common::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut o = raftkv::NodeOptions::new(1, "/node", addr.clone());
+    o.peers = [(1, addr.clone())].into_iter().collect();
+    o.init = true;
+    o.vfs = Arc::new(SimVfs::new());
+    o.lease_checkpoint_interval = std::time::Duration::from_millis(500);
+    let listener = tokio::net::TcpListener::bind(&addr).await.unwrap();
+    let node = Arc::new(raftkv::Node::start(o).await.unwrap());
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(raftkv::serve(node.clone(), listener, async {
+        let _ = rx.await;
+    }));
+    let http = reqwest::Client::new();
+    let grant = |ttl_s: u64| {
+        let (http, url) = (http.clone(), format!("http://{addr}/lease"));
+        async move {
+            loop {
+                let r = http
+                    .post(&url)
+                    .body(format!("{{\"ttl_s\": {ttl_s}}}"))
+                    .send()
+                    .await
+                    .unwrap();
+                if r.status() == 200 {
+                    return r.json::<LeaseReply>().await.unwrap().id;
+                }
+                // (No leader yet.)
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let long = grant(3600).await;
+    assert_eq!(node.machine.lease(long).unwrap().remaining_ms, None);
+    let checkpointed = |id| node.machine.lease(id).and_then(|l| l.remaining_ms);
+    let mut changes = node.machine.applied_index();
+    while checkpointed(long).is_none() {
+        tokio::time::timeout(std::time::Duration::from_secs(30), changes.changed())
+            .await
+            .expect("no checkpoint within 30 s")
+            .unwrap();
+    }
+    let left = checkpointed(long).unwrap();
+    assert!(left <= 3_600_000 && left > 3_500_000, "{left}");
+    let r = http
+        .post(format!("http://{addr}/lease/{long}/keepalive"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // The keep-alive went through the log: cleared when it was answered
+    // (unless a checkpoint landed since, which holds the whole time-to-live
+    // again: the keep-alive moved the deadline first).
+    let after = checkpointed(long);
+    assert!(after.is_none_or(|l| l > left), "{after:?} after {left}");
+    let _ = stop.send(());
+    served.await.unwrap().unwrap();
 }

@@ -87,15 +87,51 @@ async fn lease_write(
     }
 }
 
-/// `POST /lease/{id}/keepalive`: `200` once renewed; `404` if the lease
-/// is gone.
+/// `POST /lease/{id}/keepalive`: `200` and a [`LeaseReply`] once renewed
+/// for its time-to-live from the request's arrival; `404` if the lease is
+/// gone. The leader's alone, not a log entry ([`crate::lessor`]): once it
+/// confirmed its leadership after the request arrived (a heartbeat
+/// round), it moves the lease's deadline. Only a lease whose remaining
+/// time-to-live was checkpointed has its keep-alive written to the log.
 pub(super) async fn keep_alive(
     State(node): State<Arc<Node>>,
     Path(lease): Path<u64>,
     Query(q): Query<WriteQuery>,
     uri: Uri,
 ) -> Response {
-    lease_write(&node, &q, &uri, |id| Command::LeaseKeepAlive { lease, id }).await
+    let arrived = tokio::time::Instant::now();
+    let id = match q.id() {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    if let Err(r) = super::linearize(&node, &uri).await {
+        return r;
+    }
+    // (One at a time with the leader's checkpoints.)
+    let _turn = node.lessor.turn().await;
+    let Some(held) = node.machine.lease(lease) else {
+        let mut r = text(
+            StatusCode::NOT_FOUND,
+            "no such lease (never granted, expired or revoked)",
+        );
+        r.headers_mut().insert(
+            super::ERROR_HEADER,
+            axum::http::HeaderValue::from_static(super::LEASE_NOT_FOUND),
+        );
+        return r;
+    };
+    node.lessor.renew(lease, held.ttl_ms, arrived);
+    if held.remaining_ms.is_some() {
+        let cmd = Command::LeaseKeepAlive { lease, id };
+        if let Err(r) = decide(&node, cmd, &uri).await {
+            return r;
+        }
+    }
+    Json(LeaseReply {
+        id: lease,
+        ttl_s: held.ttl_ms / 1000,
+    })
+    .into_response()
 }
 
 /// `DELETE /lease/{id}`: `200` once revoked and its keys deleted; `404`

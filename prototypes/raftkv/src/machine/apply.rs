@@ -1,34 +1,47 @@
 //! Applying commands: each at its revision, through a [`Writer`] that
-//! sees the batch's own uncommitted changes.
+//! sees the step's own uncommitted changes.
+//!
+//! Apply is a pure function of the log: what it writes and the events it
+//! emits depend on the commands and the store alone — no clock (time
+//! comes in the log's `Clock` commands), no randomness, no iteration over
+//! a hash container (whose order differs per process), and nothing on how
+//! entries are grouped into steps or store transactions. A command whose
+//! work has no small bound (a range delete, a revoke) walks its keys in
+//! key order, from the store, and can stop after any key: the step then
+//! commits where it stopped (`m/applied`'s partial mark) and the next step
+//! — or, after a crash, the replay — goes on from there (`step.rs`).
 
-use super::events::{self, Position, HISTORY_STATE};
+use super::events::{self, Position};
 use super::leases::{self, lease_id, Refused};
 use super::record::{self, KeyMeta};
 use super::sessions::Sessions;
-use super::{corrupt, AppliedState, Error, Partial, State};
-use crate::types::TypeConfig;
-use crate::types::{
-    layout, Applied, Batch, Command, Compare, Expect, RequestId, Revision, TxnOp, Verdict,
-};
+use super::step::{commit_partial, At, STEP_KEYS};
+use super::{corrupt, Error, Resume, State};
+use crate::types::{layout, Command, Compare, Expect, RequestId, Revision, TxnOp, Verdict};
 use kvstore::{Store, Transaction};
-use openraft::alias::LogIdOf;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 /// A store transaction, and what it changed in clients' keys so far: a
 /// put needs the key's create revision and a comparison the key's state,
 /// and the store answers only for what is committed.
 pub(super) struct Writer<'s> {
-    store: &'s Store,
+    pub(super) store: &'s Store,
     txn: Transaction<'s>,
     /// Stored keys this transaction wrote: their stored bytes (header and
-    /// value, as put), or `None` if it removed them.
-    written: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// value, as put), or `None` if it removed them. (Looked up only,
+    /// never iterated.)
+    written: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// The position of the next event (`events.rs`).
     next_event: Position,
     /// Events written since [`Writer::take_events`].
     events: u64,
+    /// The positions of the events written in this transaction, in order
+    /// (history compaction may reach them before they are committed).
+    fresh: Vec<Position>,
     /// Whether events are written at all (a watch history is kept).
     keep_events: bool,
+    /// Keys written or deleted since the writer began: the step's work.
+    pub(super) work: usize,
 }
 
 impl<'s> Writer<'s> {
@@ -36,10 +49,12 @@ impl<'s> Writer<'s> {
         Writer {
             store,
             txn: store.transaction(),
-            written: HashMap::new(),
+            written: BTreeMap::new(),
             next_event: Position::default(),
             events: 0,
+            fresh: Vec::new(),
             keep_events,
+            work: 0,
         }
     }
 
@@ -48,8 +63,18 @@ impl<'s> Writer<'s> {
         std::mem::take(&mut self.events)
     }
 
+    /// Compacts `history` to `retention` (at most `max` events), the
+    /// events of this transaction included; how many it removed.
+    pub(super) fn compact(
+        &mut self,
+        history: &mut events::History,
+        (retention, max): (u64, u64),
+    ) -> Result<u64, Error> {
+        history.compact(self.store, &mut self.txn, &self.fresh, (retention, max))
+    }
+
     /// The number the next event at `rev` gets.
-    fn next_event_number(&self, rev: Revision) -> u32 {
+    pub(super) fn next_event_number(&self, rev: Revision) -> u32 {
         if self.next_event.revision == rev {
             self.next_event.n
         } else {
@@ -69,6 +94,7 @@ impl<'s> Writer<'s> {
         self.next_event = p.next();
         if self.keep_events {
             self.txn.put(&events::key(p), &events::encode(key, value));
+            self.fresh.push(p);
             self.events += 1;
         }
     }
@@ -83,6 +109,7 @@ impl<'s> Writer<'s> {
     pub(super) fn commit_no_wait(&mut self) -> Result<(), Error> {
         std::mem::replace(&mut self.txn, self.store.transaction()).commit_no_wait()?;
         self.written.clear();
+        self.fresh.clear();
         Ok(())
     }
 
@@ -130,12 +157,12 @@ impl<'s> Writer<'s> {
         self.txn.put(&stored, &bytes);
         self.written.insert(stored, Some(bytes));
         self.event(rev, key, Some(value));
+        self.work += 1;
         Ok(old.and_then(|m| m.lease))
     }
 
-    /// Removes `key`, with an event if it was there; the lease it was
-    /// attached to.
-    fn delete(&mut self, key: &[u8], rev: Revision) -> Result<Option<u64>, Error> {
+    /// Removes `key`, with an event if it was there; its header if it was.
+    fn delete(&mut self, key: &[u8], rev: Revision) -> Result<Option<KeyMeta>, Error> {
         let stored = layout::user(key);
         let old = self.meta(&stored)?;
         if old.is_some() {
@@ -143,45 +170,13 @@ impl<'s> Writer<'s> {
         }
         self.txn.delete(&stored);
         self.written.insert(stored, None);
-        Ok(old.and_then(|m| m.lease))
+        self.work += 1;
+        Ok(old)
     }
 
     /// The lease `key` is attached to, as this transaction leaves it.
     fn lease_of(&self, key: &[u8]) -> Result<Option<u64>, Error> {
         Ok(self.meta(&layout::user(key))?.and_then(|m| m.lease))
-    }
-
-    /// The client keys attached to `lease`, as this transaction leaves
-    /// them: the committed attachments (read from the store, in key
-    /// order) that the transaction did not move, and the keys it attached.
-    fn attached(&self, lease: u64) -> Result<Vec<Vec<u8>>, Error> {
-        let mut keys = Vec::new();
-        for pair in self.store.prefix(&leases::attached_prefix(lease))? {
-            let (k, _) = pair?;
-            let key = k.get(9..).unwrap_or_default();
-            let moved = self.written.get(&layout::user(key)).map(|w| {
-                w.as_deref()
-                    .and_then(record::decode)
-                    .is_none_or(|(m, _)| m.lease != Some(lease))
-            });
-            if moved != Some(true) {
-                keys.push(key.to_vec());
-            }
-        }
-        let committed = keys.len();
-        for (stored, w) in &self.written {
-            if let Some((m, _)) = w.as_deref().and_then(record::decode) {
-                let key = stored.get(1..).unwrap_or_default();
-                if m.lease == Some(lease)
-                    && keys[..committed]
-                        .binary_search_by(|k| k.as_slice().cmp(key))
-                        .is_err()
-                {
-                    keys.push(key.to_vec());
-                }
-            }
-        }
-        Ok(keys)
     }
 
     /// Whether `c` holds.
@@ -198,136 +193,126 @@ impl<'s> Writer<'s> {
     }
 }
 
-/// Where a command is applied: the log id applied before its entry, and
-/// its revision.
-#[derive(Debug, Clone, Copy)]
-struct At {
-    prev: Option<LogIdOf<TypeConfig>>,
-    rev: Revision,
+/// How far a command got in a step.
+pub(super) enum Progress {
+    /// Done, with its verdict.
+    Done(Verdict),
+    /// Stopped part way, the store committed up to where (the step's work
+    /// reached [`STEP_KEYS`]): the next step goes on from there.
+    Paused,
 }
 
-/// Applies the commands of entry `index` (`prev` the entry applied before
-/// it), each at its revision; after a crash inside the entry, from where
-/// its last partial commit stopped ([`Partial`]).
-pub(super) fn apply_batch(
+/// Applies one command from its start, unless its request id says
+/// otherwise ([`Sessions::admit`]). `bytes` counts the value bytes
+/// written.
+pub(super) fn apply_command(
     w: &mut Writer<'_>,
     st: &mut State,
-    (prev, index): (Option<LogIdOf<TypeConfig>>, u64),
-    batch: Batch,
-    bytes: &mut usize,
-) -> Result<Applied, Error> {
-    let partial = st.applied.partial.take().filter(|p| p.index == index);
-    let mut reply = Applied::default();
-    for (sub, cmd) in (0u32..).zip(batch.0) {
-        let at = At {
-            prev,
-            rev: Revision { index, sub },
-        };
-        let v = match &partial {
-            // Applied before the crash (its answer went out then, if at all).
-            Some(p) if sub < p.sub => Verdict::Applied,
-            Some(p) if sub == p.sub => match cmd {
-                Command::DeleteRange { end, .. } => {
-                    delete_range(w, st, at, (p.resume.clone(), end), p.n)?;
-                    Verdict::Applied
-                }
-                _ => {
-                    return Err(corrupt(
-                        "m/applied: a partial entry that is not a range delete",
-                    ))
-                }
-            },
-            _ => apply_command(w, st, cmd, at, bytes)?,
-        };
-        reply.verdicts.push(v);
-    }
-    Ok(reply)
-}
-
-/// Applies one command, unless its request id says otherwise
-/// ([`Sessions::admit`]); what became of it. `bytes` counts the value
-/// bytes written.
-fn apply_command(
-    w: &mut Writer<'_>,
-    st: &mut State,
-    cmd: Command,
+    cmd: &Command,
     at: At,
     bytes: &mut usize,
-) -> Result<Verdict, Error> {
+) -> Result<Progress, Error> {
     let rev = at.rev;
     if let Command::Clock {
         now_ms,
         session_ttl_ms,
     } = cmd
     {
-        st.sessions.tick(now_ms, session_ttl_ms, w.txn());
-        // Leases past their deadline end, their keys deleted.
-        for lease in st.leases.expired(st.sessions.clock) {
-            revoke(w, st, lease, rev)?;
-        }
-        return Ok(Verdict::Applied);
+        st.sessions.tick(*now_ms, *session_ttl_ms, w.txn());
+        return Ok(Progress::Done(Verdict::Applied));
     }
     let id = cmd.request_id();
     if let Some(id) = id {
         if let Err(v) = st.sessions.admit(id, w.txn()) {
-            return Ok(v);
+            return Ok(Progress::Done(v));
         }
     }
     let succeeded = match cmd {
         Command::Put { key, value, .. } => {
             *bytes += value.len();
-            let old = w.put(&key, &value, rev, None)?;
-            st.leases.moved(&key, old, None, w.txn());
+            let old = w.put(key, value, rev, None)?;
+            st.leases.moved(key, old, None, w.txn());
             true
         }
         Command::Delete { key, .. } => {
-            let old = w.delete(&key, rev)?;
-            st.leases.moved(&key, old, None, w.txn());
+            let old = w.delete(key, rev)?.and_then(|m| m.lease);
+            st.leases.moved(key, old, None, w.txn());
             true
         }
         Command::DeleteRange { start, end, .. } => {
             // (The session's answer goes in the first partial commit.)
             record(&mut st.sessions, w, id, rev, true);
-            delete_range(w, st, at, (layout::user(&start), end), 0)?;
-            return Ok(Verdict::Applied);
+            let from = Resume {
+                key: layout::user(start),
+                n: 0,
+            };
+            return delete_range(w, st, at, from, end.as_deref());
+        }
+        Command::LeaseRevoke { lease, .. } => {
+            if !st.leases.holds(*lease) {
+                return Ok(Progress::Done(Verdict::LeaseNotFound));
+            }
+            record(&mut st.sessions, w, id, rev, true);
+            let from = Resume {
+                key: leases::attached_prefix(*lease),
+                n: 0,
+            };
+            return revoke(w, st, *lease, at, from);
         }
         Command::Txn {
             compares,
             success,
             failure,
             ..
-        } => match apply_txn(w, st, &compares, (success, failure), rev, bytes)? {
+        } => match apply_txn(w, st, compares, (success, failure), rev, bytes)? {
             Ok(held) => held,
             // Refused whole, nothing applied: not recorded either (a retry
             // is decided again).
-            Err(v) => return Ok(v),
+            Err(v) => return Ok(Progress::Done(v)),
         },
         Command::LeaseGrant { ttl_ms, .. } => {
-            let now = st.sessions.clock;
-            st.leases.grant(lease_id(rev), ttl_ms, now, w.txn());
+            st.leases.grant(lease_id(rev), *ttl_ms, w.txn());
             true
         }
         Command::LeaseKeepAlive { lease, .. } => {
-            let now = st.sessions.clock;
-            if !st.leases.keep_alive(lease, now, w.txn()) {
-                return Ok(Verdict::LeaseNotFound);
+            if !st.leases.keep_alive(*lease, w.txn()) {
+                return Ok(Progress::Done(Verdict::LeaseNotFound));
             }
             true
         }
-        Command::LeaseRevoke { lease, .. } => {
-            if !revoke(w, st, lease, rev)? {
-                return Ok(Verdict::LeaseNotFound);
+        Command::LeaseCheckpoint { leases } => {
+            for &(lease, remaining_ms) in leases {
+                // (A lease revoked since the leader read it: nothing.)
+                st.leases.checkpoint(lease, remaining_ms, w.txn());
             }
             true
         }
         Command::Clock { .. } => true,
     };
     record(&mut st.sessions, w, id, rev, succeeded);
-    Ok(if succeeded {
+    Ok(Progress::Done(if succeeded {
         Verdict::Applied
     } else {
         Verdict::CompareFailed
-    })
+    }))
+}
+
+/// Goes on with a command a step (or a crash) stopped part way: a range
+/// delete or a revoke, from `from`.
+pub(super) fn resume_command(
+    w: &mut Writer<'_>,
+    st: &mut State,
+    cmd: &Command,
+    at: At,
+    from: Resume,
+) -> Result<Progress, Error> {
+    match cmd {
+        Command::DeleteRange { end, .. } => delete_range(w, st, at, from, end.as_deref()),
+        Command::LeaseRevoke { lease, .. } => revoke(w, st, *lease, at, from),
+        _ => Err(corrupt(
+            "m/applied: a partial entry that is not a range delete or a revoke",
+        )),
+    }
 }
 
 /// Evaluates a transaction's comparisons and applies the branch they
@@ -337,7 +322,7 @@ fn apply_txn(
     w: &mut Writer<'_>,
     st: &mut State,
     compares: &[Compare],
-    (success, failure): (Vec<TxnOp>, Vec<TxnOp>),
+    (success, failure): (&[TxnOp], &[TxnOp]),
     rev: Revision,
     bytes: &mut usize,
 ) -> Result<Result<bool, Verdict>, Error> {
@@ -349,7 +334,7 @@ fn apply_txn(
         }
     }
     let ops = if held { success } else { failure };
-    for op in &ops {
+    for op in ops {
         if let TxnOp::Put {
             key,
             lease: Some(lease),
@@ -367,30 +352,16 @@ fn apply_txn(
         match op {
             TxnOp::Put { key, value, lease } => {
                 *bytes += value.len();
-                let old = w.put(&key, &value, rev, lease)?;
-                st.leases.moved(&key, old, lease, w.txn());
+                let old = w.put(key, value, rev, *lease)?;
+                st.leases.moved(key, old, *lease, w.txn());
             }
             TxnOp::Delete { key } => {
-                let old = w.delete(&key, rev)?;
-                st.leases.moved(&key, old, None, w.txn());
+                let old = w.delete(key, rev)?.and_then(|m| m.lease);
+                st.leases.moved(key, old, None, w.txn());
             }
         }
     }
     Ok(Ok(held))
-}
-
-/// Ends lease `lease` and deletes its keys at `rev`; `false` if there is
-/// no such lease.
-fn revoke(w: &mut Writer<'_>, st: &mut State, lease: u64, rev: Revision) -> Result<bool, Error> {
-    if !st.leases.holds(lease) {
-        return Ok(false);
-    }
-    let keys = w.attached(lease)?;
-    st.leases.revoke(lease, &keys, w.txn());
-    for k in keys {
-        w.delete(&k, rev)?;
-    }
-    Ok(true)
 }
 
 fn record(
@@ -405,69 +376,79 @@ fn record(
     }
 }
 
-/// Commits what is written so far as a partial apply of the entry at
-/// `at`: the store then holds the log through `at.prev`, and the entry up
-/// to `resume` in its range delete.
-fn commit_partial(
+/// Walks the stored keys from `from.key` on, before `to`, in key order,
+/// handing each to `each`; events numbered from `from.n`. The store
+/// transaction is committed first, as a partial apply (so the walk sees
+/// everything before it); once the step's work reaches [`STEP_KEYS`] the
+/// walk stops, committing where it stopped.
+fn walk(
     w: &mut Writer<'_>,
     st: &mut State,
     at: At,
-    resume: Vec<u8>,
-) -> Result<(), Error> {
-    st.history.count += w.take_events();
-    w.txn().put(HISTORY_STATE, &st.history.encode());
-    let state = AppliedState {
-        log_id: at.prev,
-        membership: st.applied.membership.clone(),
-        partial: Some(Partial {
-            index: at.rev.index,
-            sub: at.rev.sub,
-            resume,
-            n: w.next_event_number(at.rev),
-        }),
+    (from, to): (Resume, Vec<u8>),
+    mut each: impl FnMut(&mut Writer<'_>, &mut State, &[u8], &[u8]) -> Result<(), Error>,
+) -> Result<Progress, Error> {
+    w.next_event = Position {
+        revision: at.rev,
+        n: from.n,
     };
-    let state = postcard::to_stdvec(&state).map_err(corrupt)?;
-    w.txn().put(layout::APPLIED, &state);
-    w.commit_no_wait()
+    commit_partial(w, st, at, Some(from.clone()))?;
+    let store = w.store;
+    for pair in store.range(from.key..to)? {
+        let (k, v) = pair?;
+        if w.work >= STEP_KEYS {
+            let n = w.next_event_number(at.rev);
+            commit_partial(w, st, at, Some(Resume { key: k, n }))?;
+            return Ok(Progress::Paused);
+        }
+        each(w, st, &k, &v)?;
+    }
+    Ok(Progress::Done(Verdict::Applied))
 }
 
 /// Removes the client keys from the stored key `from` on, before `end`,
-/// each with its event (numbered from `n`). The store transaction is
-/// committed first, as a partial apply (so the range's iterator sees
-/// what came before), and after every 1,024 keys; the last ones go in the
-/// batch's transaction.
+/// each with its event, in steps ([`walk`]).
 fn delete_range(
     w: &mut Writer<'_>,
     st: &mut State,
     at: At,
-    (from, end): (Vec<u8>, Option<Vec<u8>>),
-    n: u32,
-) -> Result<(), Error> {
-    w.next_event = Position {
-        revision: at.rev,
-        n,
-    };
-    commit_partial(w, st, at, from.clone())?;
-    let store = w.store;
-    let to = end.map_or_else(|| vec![layout::USER + 1], |e| layout::user(&e));
-    let mut in_txn = 0;
-    for pair in store.range(from..to)? {
-        let (k, v) = pair?;
+    from: Resume,
+    end: Option<&[u8]>,
+) -> Result<Progress, Error> {
+    let to = end.map_or_else(|| vec![layout::USER + 1], layout::user);
+    walk(w, st, at, (from, to), |w, st, k, v| {
         let key = k.get(1..).unwrap_or_default();
-        let lease = record::decode(&v).and_then(|(m, _)| m.lease);
+        let lease = record::decode(v).and_then(|(m, _)| m.lease);
         st.leases.moved(key, lease, None, w.txn());
         w.event(at.rev, key, None);
-        w.txn.delete(&k);
-        in_txn += 1;
-        if in_txn == 1024 {
-            // Goes on from the smallest key after `k`.
-            let mut resume = k;
-            resume.push(0);
-            commit_partial(w, st, at, resume)?;
-            in_txn = 0;
-        } else {
-            w.written.insert(k, None);
+        w.txn.delete(k);
+        w.written.insert(k.to_vec(), None);
+        w.work += 1;
+        Ok(())
+    })
+}
+
+/// Ends lease `lease` and deletes its keys, in key order, in steps
+/// ([`walk`] over its attachments, from `from`); its record goes last.
+fn revoke(
+    w: &mut Writer<'_>,
+    st: &mut State,
+    lease: u64,
+    at: At,
+    from: Resume,
+) -> Result<Progress, Error> {
+    let to = leases::attached_end(lease);
+    let walked = walk(w, st, at, (from, to), |w, st, k, _| {
+        let key = k.get(9..).unwrap_or_default();
+        if w.lease_of(key)? == Some(lease) {
+            w.delete(key, at.rev)?;
         }
+        // (Removes the attachment, and counts the key off the lease.)
+        st.leases.moved(key, Some(lease), None, w.txn());
+        Ok(())
+    })?;
+    if let Progress::Done(_) = walked {
+        st.leases.end(lease, w.txn());
     }
-    Ok(())
+    Ok(walked)
 }

@@ -15,12 +15,15 @@
 //!   position not compacted (index `u64`, position `u32`, number `u32`),
 //!   little-endian.
 //!
-//! The history keeps about the newest `retention` events: each batch's
-//! commit deletes the oldest committed ones beyond it (at most a bounded
-//! number per batch) and moves the horizon past them, in the transaction
-//! that also records the applied log id. So the stored count and horizon
-//! always match the applied id: a crash replays the entries after it, and
-//! their events are written again at the same positions.
+//! The history keeps about the newest `retention` events: after each
+//! entry, the oldest ones beyond it are deleted (at most
+//! [`COMPACT_PER_ENTRY`] an entry) and the horizon moves past them, in the
+//! transaction that also records the applied log id. What an entry
+//! compacts depends on the log alone (and the node's retention), never on
+//! how entries were grouped into store transactions, so replicas with one
+//! retention hold the same history. The stored count and horizon always
+//! match the applied id: a crash replays the entries after it, and their
+//! events are written again at the same positions.
 
 use super::{corrupt, Error};
 use crate::types::Revision;
@@ -36,6 +39,10 @@ pub(super) const HISTORY_STATE: &[u8] = b"m/history";
 /// docs/PERFORMANCE.md — so it is opt-in, as CockroachDB's rangefeeds
 /// and DynamoDB's streams are.)
 pub const SUGGESTED_RETENTION: u64 = 100_000;
+/// Events compacted after one entry, at most: more than a full entry of
+/// single puts writes, so a history over its retention (after a large
+/// range delete, or a retention lowered) comes back to it entry by entry.
+pub(super) const COMPACT_PER_ENTRY: u64 = 2048;
 
 /// Where an event is in the history: its revision and its number among
 /// that revision's events. Written `index.sub.n`.
@@ -199,32 +206,45 @@ impl History {
         v
     }
 
-    /// Deletes the oldest committed events beyond `retention` (at most
-    /// `max` of them) in `txn`; the caller records the count and horizon
-    /// there (once a batch).
+    /// Deletes the oldest events beyond `retention` (at most `max` of
+    /// them) in `txn`: the committed ones from the horizon on, then those
+    /// `fresh` holds (written in `txn`, in order); returns how many. The
+    /// caller records the count and horizon. What it removes depends only
+    /// on the events written so far, never on what was committed when.
     pub(super) fn compact(
         &mut self,
         store: &Store,
         txn: &mut Transaction<'_>,
-        retention: u64,
-        max: u64,
-    ) -> Result<(), Error> {
+        fresh: &[Position],
+        (retention, max): (u64, u64),
+    ) -> Result<u64, Error> {
         let excess = self.count.saturating_sub(retention).min(max);
-        if excess > 0 {
-            let mut removed = 0;
-            for pair in store.range(vec![HISTORY]..vec![HISTORY + 1])? {
-                let (k, _) = pair?;
-                let p = position(&k).ok_or_else(|| corrupt("a history key is malformed"))?;
-                txn.delete(&k);
+        let mut removed = 0;
+        if excess == 0 {
+            return Ok(0);
+        }
+        for pair in store.range(key(self.horizon)..vec![HISTORY + 1])? {
+            if removed == excess {
+                break;
+            }
+            let (k, _) = pair?;
+            let p = position(&k).ok_or_else(|| corrupt("a history key is malformed"))?;
+            txn.delete(&k);
+            self.horizon = p.next();
+            removed += 1;
+        }
+        for &p in fresh {
+            if removed == excess {
+                break;
+            }
+            if p >= self.horizon {
+                txn.delete(&key(p));
                 self.horizon = p.next();
                 removed += 1;
-                if removed == excess {
-                    break;
-                }
             }
-            self.count -= removed;
         }
-        Ok(())
+        self.count -= removed;
+        Ok(removed)
     }
 }
 

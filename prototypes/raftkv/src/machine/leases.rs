@@ -1,22 +1,29 @@
 //! Leases, as etcd's: a lease is granted with a time-to-live, kept alive
-//! by its client, and when it expires — by the log's clock, so every
-//! replica expires it at the same index — or is revoked, the keys
-//! attached to it are deleted.
+//! by its client, and when it is revoked — by its client, or by the
+//! leader once the lease was not kept alive for its time-to-live — the
+//! keys attached to it are deleted.
+//!
+//! Time is not the state machine's business. The table here holds each
+//! lease's time-to-live and, if the leader checkpointed it, its remaining
+//! time-to-live ([`crate::types::Command::LeaseCheckpoint`]); it holds no
+//! deadline and reads no clock. The leader's lessor ([`crate::lessor`])
+//! keeps the deadlines, by its own monotonic clock, and proposes a revoke
+//! when one passes; so an expiry is a command in the log, applied alike
+//! on every replica, and no node's clock decides one.
 //!
 //! A lease's id is derived from the revision that granted it
 //! ([`lease_id`]). Stored: `l` + id (`u64`, big-endian) → time-to-live and
-//! deadline (ms, `u64` each, little-endian); `a` + id + client key → empty,
-//! one per attached key (a key's value header names its lease, so an
-//! overwrite moves it). The table is held in memory too (as etcd's lessor
-//! holds it), with each lease's number of keys but not the keys: a
-//! revocation or expiry reads them from the `a` pairs (and the batch's own
-//! changes, `apply.rs`), so memory grows with the leases, not with the keys
-//! attached to them. At most [`MAX_LEASE_KEYS`] keys a lease, and the keys
-//! deleted at one clock tick are bounded by [`EXPIRY_BUDGET`], so an expiry
-//! never makes a store transaction too large.
+//! checkpointed remaining time-to-live (ms, `u64` each, little-endian; 0:
+//! none); `a` + id + client key → empty, one per attached key (a key's
+//! value header names its lease, so an overwrite moves it). The table is
+//! held in memory too (as etcd's lessor holds it), with each lease's
+//! number of keys but not the keys: a revoke reads them from the `a`
+//! pairs, in key order, in bounded steps (`apply.rs`), so memory grows
+//! with the leases, not with the keys attached to them. At most
+//! [`MAX_LEASE_KEYS`] keys a lease.
 
 use crate::types::Revision;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeMap;
 
 use kvstore::Result as StoreResult;
 
@@ -26,19 +33,66 @@ pub(super) const LEASE: u8 = b'l';
 pub(super) const ATTACHED: u8 = b'a';
 /// Keys one lease may hold.
 pub const MAX_LEASE_KEYS: usize = 10_000;
-/// Keys deleted by expiries at one clock tick, about (the leases past it
-/// expire at the next tick).
-pub(super) const EXPIRY_BUDGET: usize = 10_000;
 
 /// The id of the lease granted at `rev`.
 pub fn lease_id(rev: Revision) -> u64 {
     (rev.index << 16) | u64::from(rev.sub & 0xffff)
 }
 
-#[derive(Debug, Default)]
+/// A lease as the state machine holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseInfo {
+    /// Its id.
+    pub id: u64,
+    /// Its time-to-live, ms.
+    pub ttl_ms: u64,
+    /// Its remaining time-to-live as the leader last checkpointed it, ms
+    /// (`None`: not checkpointed since it was granted or renewed).
+    pub remaining_ms: Option<u64>,
+    /// Keys attached to it.
+    pub keys: usize,
+}
+
+impl LeaseInfo {
+    /// The time-to-live a new leader gives it from its promotion: the
+    /// checkpointed remaining time-to-live, or the whole one.
+    pub fn left_ms(&self) -> u64 {
+        self.remaining_ms.unwrap_or(self.ttl_ms)
+    }
+}
+
+/// A change of the table, told to the leader's lessor
+/// ([`crate::StateMachine::take_lease_changes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseChange {
+    /// Granted with this time-to-live (ms).
+    Granted {
+        /// The lease.
+        id: u64,
+        /// Its time-to-live, ms.
+        ttl_ms: u64,
+    },
+    /// A keep-alive reached the log (its checkpoint cleared).
+    Renewed {
+        /// The lease.
+        id: u64,
+        /// Its time-to-live, ms.
+        ttl_ms: u64,
+    },
+    /// Revoked (its keys deleted).
+    Ended {
+        /// The lease.
+        id: u64,
+    },
+    /// The whole table was replaced (a snapshot installed).
+    Reloaded,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
 struct Lease {
     ttl: u64,
-    deadline: u64,
+    /// The checkpointed remaining time-to-live (0: none).
+    remaining: u64,
     /// Keys attached.
     keys: usize,
 }
@@ -46,9 +100,9 @@ struct Lease {
 /// The lease table.
 #[derive(Debug, Default)]
 pub(super) struct Leases {
-    by_id: HashMap<u64, Lease>,
-    /// (deadline, id), soonest first.
-    by_deadline: BTreeSet<(u64, u64)>,
+    by_id: BTreeMap<u64, Lease>,
+    /// Changes for the leader's lessor, while one listens.
+    changes: Option<Vec<LeaseChange>>,
 }
 
 fn record_key(id: u64) -> Vec<u8> {
@@ -64,6 +118,14 @@ pub(super) fn attached_prefix(id: u64) -> Vec<u8> {
     k
 }
 
+/// The first stored key after every attachment of lease `id`.
+pub(super) fn attached_end(id: u64) -> Vec<u8> {
+    match id.checked_add(1) {
+        Some(next) => attached_prefix(next),
+        None => vec![ATTACHED + 1],
+    }
+}
+
 fn attached_key(id: u64, key: &[u8]) -> Vec<u8> {
     let mut k = vec![ATTACHED];
     k.extend_from_slice(&id.to_be_bytes());
@@ -71,10 +133,10 @@ fn attached_key(id: u64, key: &[u8]) -> Vec<u8> {
     k
 }
 
-fn record(ttl: u64, deadline: u64) -> [u8; 16] {
+fn record(ttl: u64, remaining: u64) -> [u8; 16] {
     let mut v = [0u8; 16];
     v[..8].copy_from_slice(&ttl.to_le_bytes());
-    v[8..].copy_from_slice(&deadline.to_le_bytes());
+    v[8..].copy_from_slice(&remaining.to_le_bytes());
     v
 }
 
@@ -82,7 +144,7 @@ fn id_of(k: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(k.get(1..9)?.try_into().ok()?))
 }
 
-/// A lease record's value, checked.
+/// A lease record's value, checked: time-to-live and remaining (ms).
 pub(super) fn decode_record(v: &[u8]) -> Option<(u64, u64)> {
     let v: &[u8; 16] = v.try_into().ok()?;
     Some((
@@ -117,7 +179,7 @@ impl Leases {
         let mut t = Leases::default();
         for pair in leases {
             let (k, v) = pair?;
-            let (Some((ttl, deadline)), Some(id)) =
+            let (Some((ttl, remaining)), Some(id)) =
                 (decode_record(&v), id_of(&k).filter(|_| k.len() == 9))
             else {
                 return Ok(None);
@@ -126,11 +188,10 @@ impl Leases {
                 id,
                 Lease {
                     ttl,
-                    deadline,
+                    remaining,
                     keys: 0,
                 },
             );
-            t.by_deadline.insert((deadline, id));
         }
         for pair in attached {
             let (k, _) = pair?;
@@ -150,42 +211,113 @@ impl Leases {
         self.by_id.len()
     }
 
-    /// Grants lease `id` for `ttl` ms from `now`.
-    pub(super) fn grant(
-        &mut self,
-        id: u64,
-        ttl: u64,
-        now: u64,
-        txn: &mut kvstore::Transaction<'_>,
-    ) {
-        let deadline = now.saturating_add(ttl);
+    fn info(id: u64, l: &Lease) -> LeaseInfo {
+        LeaseInfo {
+            id,
+            ttl_ms: l.ttl,
+            remaining_ms: (l.remaining != 0).then_some(l.remaining),
+            keys: l.keys,
+        }
+    }
+
+    /// Lease `id`, if held.
+    pub(super) fn get(&self, id: u64) -> Option<LeaseInfo> {
+        self.by_id.get(&id).map(|l| Leases::info(id, l))
+    }
+
+    /// Every lease held, by id.
+    pub(super) fn all(&self) -> Vec<LeaseInfo> {
+        self.by_id
+            .iter()
+            .map(|(&id, l)| Leases::info(id, l))
+            .collect()
+    }
+
+    /// Starts (or stops) noting changes for a lessor; a start discards
+    /// what was noted before.
+    pub(super) fn listen(&mut self, on: bool) {
+        self.changes = on.then(Vec::new);
+    }
+
+    /// Whether a lessor listens.
+    pub(super) fn listening(&self) -> bool {
+        self.changes.is_some()
+    }
+
+    /// The changes noted since the last call.
+    pub(super) fn take_changes(&mut self) -> Vec<LeaseChange> {
+        self.changes
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Whether changes wait for the lessor.
+    pub(super) fn changed(&self) -> bool {
+        self.changes.as_ref().is_some_and(|c| !c.is_empty())
+    }
+
+    /// Notes that the whole table was replaced.
+    pub(super) fn reloaded(&mut self) {
+        self.note(LeaseChange::Reloaded);
+    }
+
+    fn note(&mut self, c: LeaseChange) {
+        if let Some(changes) = &mut self.changes {
+            changes.push(c);
+        }
+    }
+
+    /// Grants lease `id` for `ttl` ms.
+    pub(super) fn grant(&mut self, id: u64, ttl: u64, txn: &mut kvstore::Transaction<'_>) {
         self.by_id.insert(
             id,
             Lease {
                 ttl,
-                deadline,
+                remaining: 0,
                 keys: 0,
             },
         );
-        self.by_deadline.insert((deadline, id));
-        txn.put(&record_key(id), &record(ttl, deadline));
+        txn.put(&record_key(id), &record(ttl, 0));
+        self.note(LeaseChange::Granted { id, ttl_ms: ttl });
     }
 
-    /// Renews lease `id` for its time-to-live from `now`; `false` if there
-    /// is none.
-    pub(super) fn keep_alive(
+    /// A keep-alive that reached the log: lease `id`'s checkpointed
+    /// remaining time-to-live is cleared (the leader counts its whole
+    /// time-to-live from the renewal); `false` if there is no such lease.
+    pub(super) fn keep_alive(&mut self, id: u64, txn: &mut kvstore::Transaction<'_>) -> bool {
+        if !self.set_remaining(id, 0, txn) {
+            return false;
+        }
+        let ttl_ms = self.by_id.get(&id).map_or(0, |l| l.ttl);
+        self.note(LeaseChange::Renewed { id, ttl_ms });
+        true
+    }
+
+    /// Records lease `id`'s remaining time-to-live (ms, at least 1), as
+    /// the leader checkpointed it; `false` if there is no such lease.
+    pub(super) fn checkpoint(
         &mut self,
         id: u64,
-        now: u64,
+        remaining: u64,
+        txn: &mut kvstore::Transaction<'_>,
+    ) -> bool {
+        self.set_remaining(id, remaining.max(1), txn)
+    }
+
+    fn set_remaining(
+        &mut self,
+        id: u64,
+        remaining: u64,
         txn: &mut kvstore::Transaction<'_>,
     ) -> bool {
         let Some(l) = self.by_id.get_mut(&id) else {
             return false;
         };
-        self.by_deadline.remove(&(l.deadline, id));
-        l.deadline = now.saturating_add(l.ttl).max(l.deadline);
-        self.by_deadline.insert((l.deadline, id));
-        txn.put(&record_key(id), &record(l.ttl, l.deadline));
+        if l.remaining != remaining {
+            l.remaining = remaining;
+            txn.put(&record_key(id), &record(l.ttl, remaining));
+        }
         true
     }
 
@@ -209,33 +341,28 @@ impl Leases {
         if from == to {
             return;
         }
-        if let Some(l) = from.and_then(|id| self.by_id.get_mut(&id)) {
-            l.keys = l.keys.saturating_sub(1);
-            txn.delete(&attached_key(from.unwrap_or_default(), key));
+        if let Some(id) = from {
+            if let Some(l) = self.by_id.get_mut(&id) {
+                l.keys = l.keys.saturating_sub(1);
+            }
+            txn.delete(&attached_key(id, key));
         }
-        if let Some(l) = to.and_then(|id| self.by_id.get_mut(&id)) {
-            l.keys += 1;
-            txn.put(&attached_key(to.unwrap_or_default(), key), &[]);
+        if let Some(id) = to {
+            if let Some(l) = self.by_id.get_mut(&id) {
+                l.keys += 1;
+                txn.put(&attached_key(id, key), &[]);
+            }
         }
     }
 
-    /// Ends lease `id`: its record is removed in `txn`; `keys` are the
-    /// keys attached to it, whose attachments are removed too (the caller
-    /// deletes the keys). `false` if there is no such lease.
-    pub(super) fn revoke(
-        &mut self,
-        id: u64,
-        keys: &[Vec<u8>],
-        txn: &mut kvstore::Transaction<'_>,
-    ) -> bool {
-        let Some(l) = self.by_id.remove(&id) else {
+    /// Ends lease `id` once its keys are deleted: its record is removed
+    /// in `txn`. `false` if there is no such lease.
+    pub(super) fn end(&mut self, id: u64, txn: &mut kvstore::Transaction<'_>) -> bool {
+        if self.by_id.remove(&id).is_none() {
             return false;
-        };
-        self.by_deadline.remove(&(l.deadline, id));
-        txn.delete(&record_key(id));
-        for k in keys {
-            txn.delete(&attached_key(id, k));
         }
+        txn.delete(&record_key(id));
+        self.note(LeaseChange::Ended { id });
         true
     }
 
@@ -243,24 +370,42 @@ impl Leases {
     pub(super) fn holds(&self, id: u64) -> bool {
         self.by_id.contains_key(&id)
     }
+}
 
-    /// The leases past their deadline at `now`, soonest first, while their
-    /// keys stay within [`EXPIRY_BUDGET`] (always at least one lease).
-    pub(super) fn expired(&self, now: u64) -> Vec<u64> {
-        let mut out = Vec::new();
-        let mut keys = 0;
-        for &(deadline, id) in &self.by_deadline {
-            if deadline >= now {
-                break;
-            }
-            let n = self.by_id.get(&id).map_or(0, |l| l.keys);
-            if !out.is_empty() && keys + n > EXPIRY_BUDGET {
-                break;
-            }
-            keys += n;
-            out.push(id);
-        }
-        out
+impl super::StateMachine {
+    /// Lease `id`, as applied here.
+    pub fn lease(&self, id: u64) -> Option<LeaseInfo> {
+        self.inner.state.lock().leases.get(id)
+    }
+
+    /// Starts noting the lease table's changes for a lessor (the leader's,
+    /// [`crate::lessor`]) and returns the table as it is now: every change
+    /// applied after it is noted ([`crate::StateMachine::take_lease_changes`]).
+    pub fn listen_to_leases(&self) -> Vec<LeaseInfo> {
+        let mut st = self.inner.state.lock();
+        st.leases.listen(true);
+        st.leases.all()
+    }
+
+    /// Stops noting the lease table's changes.
+    pub fn stop_listening_to_leases(&self) {
+        self.inner.state.lock().leases.listen(false);
+    }
+
+    /// The lease table's changes noted since the last call.
+    pub fn take_lease_changes(&self) -> Vec<LeaseChange> {
+        self.inner.state.lock().leases.take_changes()
+    }
+
+    /// Waits until changes were noted (or were, since the last wait).
+    pub async fn lease_changes(&self) {
+        self.inner.lease_changed.notified().await;
+    }
+
+    /// The log's clock, as applied here (ms; what the last `Clock`
+    /// command said, never back).
+    pub fn log_clock(&self) -> u64 {
+        self.inner.state.lock().sessions.clock
     }
 }
 
@@ -280,5 +425,8 @@ mod tests {
         assert!(valid(&attached_key(a, b"k"), &[]));
         assert!(!valid(&attached_key(a, b""), &[]));
         assert!(!valid(&attached_key(a, b"k"), b"x"));
+        assert!(attached_key(a, b"\x7e\x7e") < attached_end(a));
+        assert!(attached_end(a) <= attached_prefix(a + 1));
+        assert_eq!(attached_end(u64::MAX), vec![ATTACHED + 1]);
     }
 }

@@ -3,6 +3,13 @@
 //! time-to-live the leader put in the log — so the table stays about
 //! (new clients per second × TTL), and every replica holds the same one.
 //!
+//! The log's clock is what the leaders wrote into it
+//! ([`crate::types::Command::Clock`]): each leader goes on from the clock
+//! its log holds when it takes over, by its own monotonic clock, so the
+//! log's clock never runs faster than real time and a leader whose wall
+//! clock is ahead expires nothing early (the time between two leaders is
+//! not counted: a session may live a little longer, never shorter).
+//!
 //! A request `(client, seq)` is applied when `seq` is the session's next
 //! (any higher number: a client may give up on a request and move on); a
 //! client without a session opens one with `seq = 1`. The session's last
@@ -18,7 +25,7 @@
 //! comparisons held (1: 0 or 1), so snapshots carry the table.
 
 use crate::types::{layout, RequestId, Revision, Verdict};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One client's session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +44,7 @@ pub(super) struct Session {
 #[derive(Debug, Default)]
 pub(super) struct Sessions {
     /// Client id to its session.
-    by_id: HashMap<u64, Session>,
+    by_id: BTreeMap<u64, Session>,
     /// (last activity, client id), oldest first: what expires next.
     by_time: BTreeSet<(u64, u64)>,
     /// The log's clock: the latest `Clock` applied (ms).

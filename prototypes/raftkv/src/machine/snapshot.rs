@@ -29,7 +29,7 @@ use tokio::io::{AsyncRead, AsyncSeek, AsyncWrite, ReadBuf};
 /// The directory of snapshot files inside a state machine's directory.
 pub const SNAPSHOT_DIR: &str = "snapshots";
 const MAGIC: &[u8; 4] = b"RKS1";
-const VERSION: u16 = 2;
+const VERSION: u16 = 3;
 /// Bytes of the fixed header before the meta.
 const HEADER: usize = 16;
 /// Bytes of the meta at most.
@@ -573,20 +573,23 @@ impl StateMachine {
             remove_tree(&*inner.vfs, &new_dir)?;
         }
         let store = Store::open_with(inner.vfs.clone(), &new_dir, inner.options)?;
-        let filled = fill(&store, &*file.file, start);
-        if let Err(e) = filled {
-            // Not named by `CURRENT`: nothing to keep.
-            drop(store);
-            remove_tree(&*inner.vfs, &new_dir)?;
-            return Err(e);
-        }
+        let partial = fill(&store, &*file.file, start).and_then(|held| partial_of(held, meta));
+        let partial = match partial {
+            Ok(p) => p,
+            Err(e) => {
+                // Not named by `CURRENT`: nothing to keep.
+                drop(store);
+                remove_tree(&*inner.vfs, &new_dir)?;
+                return Err(e);
+            }
+        };
         // A crash here leaves a new store without its applied state, which
         // `CURRENT` does not name: the next open removes it.
         fail::fail_point!("raftkv::install", |_| std::process::abort());
         let applied = AppliedState {
             log_id: meta.last_log_id,
             membership: meta.last_membership.clone(),
-            partial: None,
+            partial,
         };
         let state = postcard::to_stdvec(&applied).map_err(corrupt)?;
         let mut txn = store.transaction();
@@ -609,7 +612,13 @@ impl StateMachine {
         st.applied = applied;
         st.sessions = loaded.sessions;
         st.history = loaded.history;
+        let listening = st.leases.listening();
         st.leases = loaded.leases;
+        if listening {
+            st.leases.listen(true);
+            st.leases.reloaded();
+            inner.lease_changed.notify_one();
+        }
         drop(st);
         if let Some(l) = meta.last_log_id {
             inner.applied_index.send_replace(l.index);
@@ -636,22 +645,46 @@ impl StateMachine {
 /// Fills a new store from a snapshot file's chunks by a sorted bulk load
 /// (the file holds the keys in order, as the build's iterator read them;
 /// a key out of order is a damaged file), checking every pair. Durable on
-/// return.
-fn fill(store: &Store, file: &dyn VfsFile, start: u64) -> Result<(), Error> {
+/// return. Returns the `m/applied` the file holds (not loaded: the
+/// install writes its own).
+fn fill(store: &Store, file: &dyn VfsFile, start: u64) -> Result<Option<Vec<u8>>, Error> {
     let mut load = store.bulk_load()?;
+    let mut applied = None;
     for chunk in Chunks::new(file, start)? {
         for (k, v) in chunk? {
             if !ours(&k, &v) {
                 return Err(corrupt("snapshot: a key that is not raftkv's"));
             }
-            if k != layout::APPLIED {
-                load.push(&k, &v).map_err(|e| match e {
-                    kvstore::Error::OutOfOrder => corrupt("snapshot: keys out of order"),
-                    e => e.into(),
-                })?;
+            if k == layout::APPLIED {
+                applied = Some(v);
+                continue;
             }
+            load.push(&k, &v).map_err(|e| match e {
+                kvstore::Error::OutOfOrder => corrupt("snapshot: keys out of order"),
+                e => e.into(),
+            })?;
         }
     }
     load.finish()?;
-    Ok(())
+    Ok(applied)
+}
+
+/// The partial mark of a snapshot built between two apply steps
+/// (`step.rs`): the entry after its last log id, applied in part. The
+/// node that installs it goes on from there when that entry is applied.
+fn partial_of(held: Option<Vec<u8>>, meta: &Meta) -> Result<Option<Partial>, Error> {
+    let Some(v) = held else {
+        return Ok(None);
+    };
+    let held: AppliedState =
+        postcard::from_bytes(&v).map_err(|e| corrupt(format!("snapshot: m/applied: {e}")))?;
+    if held.log_id != meta.last_log_id {
+        return Err(corrupt("snapshot: m/applied is not the meta's log id"));
+    }
+    match held.partial {
+        Some(p) if Some(p.index) != meta.last_log_id.map(|l| l.index + 1) => Err(corrupt(
+            "snapshot: a partial mark not in the entry after the last log id",
+        )),
+        p => Ok(p),
+    }
 }
