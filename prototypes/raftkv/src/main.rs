@@ -96,6 +96,11 @@ enum Cmd {
         /// long, is closed; seconds.
         #[arg(long, default_value_t = raftkv::server::HEADER_TIMEOUT.as_secs())]
         connection_timeout_s: u64,
+        /// How often the leader writes the remaining time-to-live of long
+        /// leases into the log, so that a new leader does not give them
+        /// their whole time-to-live again, seconds.
+        #[arg(long, default_value_t = 300)]
+        lease_checkpoint_s: u64,
         /// Free space kept on the directory's filesystem, MiB: below it,
         /// writes that add data are answered 507 (`nospace`), reads and
         /// deletes go on; writes resume at twice it.
@@ -297,6 +302,7 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
         peer_secret_file,
         admin_timeout_s,
         connection_timeout_s,
+        lease_checkpoint_s,
         space_reserve_mib,
         ..
     } = cmd
@@ -320,9 +326,13 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
         &vfs,
         &peer_secret_file,
     )?);
-    if admin_timeout_s == 0 || connection_timeout_s == 0 {
-        return Err("--admin-timeout-s and --connection-timeout-s must be positive".into());
+    if admin_timeout_s == 0 || connection_timeout_s == 0 || lease_checkpoint_s == 0 {
+        return Err(
+            "--admin-timeout-s, --connection-timeout-s and --lease-checkpoint-s must be positive"
+                .into(),
+        );
     }
+    o.lease_checkpoint_interval = Duration::from_secs(lease_checkpoint_s);
     o.admin_timeout = Duration::from_secs(admin_timeout_s);
     o.space_reserve = space_reserve_mib << 20;
     let t = Duration::from_secs(connection_timeout_s);
