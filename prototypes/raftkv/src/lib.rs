@@ -283,6 +283,7 @@ pub mod client;
 pub mod compare;
 pub mod faults;
 pub mod history;
+pub mod kv;
 pub mod lessor;
 pub mod local;
 pub mod logstore;
