@@ -461,18 +461,31 @@ fn clock_seed() -> u64 {
         .map_or(1, |d| d.as_secs())
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn faults(
-    names: Vec<String>,
-    minutes: Option<f64>,
-    runs: usize,
-    seed: Option<u64>,
-    short: bool,
-    lag: raftkv::faults::Lag,
-    out: PathBuf,
-    json: Option<PathBuf>,
-) -> Result<(), String> {
-    use raftkv::faults::{Campaign, Fault, Params};
+async fn faults(cmd: Cmd) -> Result<(), String> {
+    use raftkv::faults::{Campaign, Fault, Lag, Params};
+    let Cmd::Faults {
+        faults: names,
+        minutes,
+        runs,
+        seed,
+        short,
+        out,
+        json,
+        lag_keys,
+        lag_value_bytes,
+        lag_mib,
+        lag_node_arg,
+    } = cmd
+    else {
+        return Err("not the faults command".into());
+    };
+    let lag = Lag {
+        keys: lag_keys,
+        value_bytes: lag_value_bytes,
+        behind_bytes: lag_mib << 20,
+        serve_args: lag_node_arg,
+        ..Lag::small()
+    };
     let faults = if names.is_empty() {
         Fault::ALL.to_vec()
     } else {
@@ -614,28 +627,7 @@ fn main() -> ExitCode {
                 no_restart,
                 serve_args,
             } => cluster(nodes, dir, base_port, no_restart, serve_args).await,
-            Cmd::Faults {
-                faults: names,
-                minutes,
-                runs,
-                seed,
-                short,
-                out,
-                json,
-                lag_keys,
-                lag_value_bytes,
-                lag_mib,
-                lag_node_arg,
-            } => {
-                let lag = raftkv::faults::Lag {
-                    keys: lag_keys,
-                    value_bytes: lag_value_bytes,
-                    behind_bytes: lag_mib << 20,
-                    serve_args: lag_node_arg,
-                    ..raftkv::faults::Lag::small()
-                };
-                interruptible(faults(names, minutes, runs, seed, short, lag, out, json)).await
-            }
+            c @ Cmd::Faults { .. } => interruptible(faults(c)).await,
             Cmd::Soak {
                 minutes,
                 kill_every,
