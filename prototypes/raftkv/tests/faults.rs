@@ -6,7 +6,8 @@
 //! `failpoints` feature (`cargo test -p raftkv --features failpoints
 //! --test faults`; `cargo xtask test` runs it); `cargo xtask raft-faults
 //! --minutes N` runs random seeds for a time budget. The lagging follower,
-//! run by name only, is run here at its small scale, after the matrix.
+//! run by name only, is run here at its small scale, before or after the
+//! matrix (never beside it).
 
 use raftkv::faults::{campaign, run_case, table, Campaign, Fault, Params};
 
