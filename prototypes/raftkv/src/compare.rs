@@ -19,6 +19,7 @@
 
 mod replace;
 pub use replace::Replacement;
+pub(crate) use replace::{metric, sampler};
 
 use crate::bench::{run_level, Level, System};
 use crate::local::LocalCluster as Cluster;
@@ -105,7 +106,7 @@ pub struct Report {
 }
 
 /// A field of `/proc/PID/status` in kB (`VmRSS`, `VmHWM`), as MiB.
-fn status_mib(pid: Option<u32>, field: &str) -> f64 {
+pub(crate) fn status_mib(pid: Option<u32>, field: &str) -> f64 {
     let Some(pid) = pid else { return 0.0 };
     let Ok(s) = read_small(Path::new(&format!("/proc/{pid}/status"))) else {
         return 0.0;

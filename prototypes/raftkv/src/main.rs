@@ -159,6 +159,22 @@ enum Cmd {
         /// Also write every run's report here, as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// lagging-follower: keys loaded before the follower stops
+        /// (issue 58's full run: 1000000).
+        #[arg(long, default_value_t = raftkv::faults::Lag::small().keys)]
+        lag_keys: u64,
+        /// lagging-follower: bytes per value.
+        #[arg(long, default_value_t = raftkv::faults::Lag::small().value_bytes)]
+        lag_value_bytes: usize,
+        /// lagging-follower: MiB of puts the others take while the
+        /// follower is stopped (the full run: 1024).
+        #[arg(long, default_value_t = raftkv::faults::Lag::small().behind_bytes >> 20)]
+        lag_mib: u64,
+        /// lagging-follower: an argument for every node's `raftkv serve`
+        /// (repeat it: `--lag-node-arg=--snapshot-min-mib
+        /// --lag-node-arg=1000000` keeps the follower to appends).
+        #[arg(long, allow_hyphen_values = true)]
+        lag_node_arg: Vec<String>,
     },
     /// A local cluster kept by the supervisor of `cluster`, recorded
     /// clients, and `kill -9` of a random node every few seconds; every
@@ -455,17 +471,31 @@ fn clock_seed() -> u64 {
         .map_or(1, |d| d.as_secs())
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn faults(
-    names: Vec<String>,
-    minutes: Option<f64>,
-    runs: usize,
-    seed: Option<u64>,
-    short: bool,
-    out: PathBuf,
-    json: Option<PathBuf>,
-) -> Result<(), String> {
-    use raftkv::faults::{Campaign, Fault, Params};
+async fn faults(cmd: Cmd) -> Result<(), String> {
+    use raftkv::faults::{Campaign, Fault, Lag, Params};
+    let Cmd::Faults {
+        faults: names,
+        minutes,
+        runs,
+        seed,
+        short,
+        out,
+        json,
+        lag_keys,
+        lag_value_bytes,
+        lag_mib,
+        lag_node_arg,
+    } = cmd
+    else {
+        return Err("not the faults command".into());
+    };
+    let lag = Lag {
+        keys: lag_keys,
+        value_bytes: lag_value_bytes,
+        behind_bytes: lag_mib << 20,
+        serve_args: lag_node_arg,
+        ..Lag::small()
+    };
     let faults = if names.is_empty() {
         Fault::ALL.to_vec()
     } else {
@@ -484,10 +514,13 @@ async fn faults(
         runs,
         budget: minutes.map(|m| Duration::from_secs_f64(m * 60.0)),
         seed,
-        params: if short {
-            Params::short()
-        } else {
-            Params::campaign()
+        params: Params {
+            lag,
+            ..if short {
+                Params::short()
+            } else {
+                Params::campaign()
+            }
         },
         out,
     };
@@ -497,6 +530,11 @@ async fn faults(
     );
     let (reports, errors) = raftkv::faults::campaign(&c).await;
     println!("{}", raftkv::faults::table(&reports));
+    for r in &reports {
+        if let Some(l) = &r.lag {
+            println!("{}", raftkv::faults::lag::summary(l));
+        }
+    }
     if let Some(path) = json {
         let doc = serde_json::to_value(&reports).map_err(|e| e.to_string())?;
         bench_harness::write_json(&path, &doc)?;
@@ -599,15 +637,7 @@ fn main() -> ExitCode {
                 no_restart,
                 serve_args,
             } => cluster(nodes, dir, base_port, no_restart, serve_args).await,
-            Cmd::Faults {
-                faults: names,
-                minutes,
-                runs,
-                seed,
-                short,
-                out,
-                json,
-            } => interruptible(faults(names, minutes, runs, seed, short, out, json)).await,
+            c @ Cmd::Faults { .. } => interruptible(faults(c)).await,
             Cmd::Soak {
                 minutes,
                 kill_every,

@@ -5,12 +5,18 @@
 //! acknowledged writes, and each fault seen to happen. Needs the
 //! `failpoints` feature (`cargo test -p raftkv --features failpoints
 //! --test faults`; `cargo xtask test` runs it); `cargo xtask raft-faults
-//! --minutes N` runs random seeds for a time budget.
+//! --minutes N` runs random seeds for a time budget. The lagging follower,
+//! run by name only, is run here at its small scale, before or after the
+//! matrix (never beside it).
 
-use raftkv::faults::{campaign, table, Campaign, Fault, Params};
+use raftkv::faults::{campaign, run_case, table, Campaign, Fault, Params};
+
+/// The two tests one after the other: each loads the machine's two cores.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_fault_with_all_members_and_with_one_down_stays_linearizable() {
+    let _serial = SERIAL.lock().await;
     let out = tempfile::tempdir().unwrap();
     let c = Campaign {
         exe: env!("CARGO_BIN_EXE_raftkv").into(),
@@ -66,4 +72,55 @@ async fn every_fault_with_all_members_and_with_one_down_stays_linearizable() {
         }
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_stopped_through_a_large_load_catches_up_in_bounded_memory() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let p = Params::short();
+    assert!(Fault::parse("lagging-follower") == Some(Fault::LaggingFollower));
+    assert!(!Fault::ALL.contains(&Fault::LaggingFollower));
+    let r = run_case(
+        env!("CARGO_BIN_EXE_raftkv").as_ref(),
+        dir.path(),
+        Fault::LaggingFollower,
+        false,
+        20_261_207,
+        &p,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the run did not finish: {e}"));
+    let l = r.lag.as_ref().expect("a lagging-follower report");
+    println!("{}", raftkv::faults::lag::summary(l));
+    assert!(
+        l.catch_up_s.is_some(),
+        "not caught up within {} s: {:#?}",
+        l.bound_s,
+        r.events
+    );
+    assert!(
+        l.worst_rss_mib() <= p.lag.rss_limit_mib,
+        "{} MiB",
+        l.worst_rss_mib()
+    );
+    assert!(r.passed(), "{:#?}\n{:#?}", r.events, r.bad_histories);
+    // It was behind by what it was asked, and the memory was sampled.
+    assert!(l.bytes_behind >= p.lag.behind_bytes, "{}", l.bytes_behind);
+    assert!(l.entries_behind > 0);
+    assert_eq!(l.peak_rss_mib.len(), 3);
+    assert!(l.peak_rss_mib.iter().chain(&l.hwm_mib).all(|&m| m > 0.0));
+    assert!(
+        r.acked_writes >= 50,
+        "only {} acknowledged writes",
+        r.acked_writes
+    );
+    // At this scale it is caught up by appends (no snapshot by bytes
+    // below 64 MiB), each within the leader's byte budget.
+    assert_eq!(l.snapshot_installs, 0);
+    assert!(
+        l.largest_append_bytes <= (raftkv::network::APPEND_BUDGET + 64 * 1024) as u64,
+        "an append of {} bytes",
+        l.largest_append_bytes
+    );
 }

@@ -63,7 +63,7 @@ async fn post(http: &reqwest::Client, url: String, body: String) -> Result<Strin
 }
 
 /// Samples the peak `VmRSS` of `pids` (which may change) until `done`.
-fn sampler(
+pub(crate) fn sampler(
     pids: Arc<Mutex<Vec<Option<u32>>>>,
     done: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<Vec<f64>> {
@@ -179,7 +179,7 @@ pub(super) async fn replace(
 
 /// The value of the Prometheus sample `name` (with its labels) in `text`
 /// (0 if absent).
-fn metric(text: &str, name: &str) -> f64 {
+pub(crate) fn metric(text: &str, name: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
         .unwrap_or(0.0)

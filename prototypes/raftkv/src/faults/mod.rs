@@ -35,11 +35,13 @@
 
 mod change;
 pub mod cluster;
+pub mod lag;
 pub mod proxy;
 mod run;
 mod soak;
 pub mod workload;
 
+pub use lag::{CatchUp, Lag};
 pub use run::{campaign, run_case, table, Campaign};
 pub use soak::{soak, Soak, SoakReport};
 
@@ -83,6 +85,13 @@ pub enum Fault {
     /// learner, promoted, the old one removed), and the leader is killed
     /// while the change goes on.
     ReplaceMember,
+    /// A follower `SIGSTOP`ped while the others take a large load of
+    /// transactions, then resumed: it must catch up within a bound, every
+    /// node's memory within 512 MiB ([`lag`]). Not in [`Fault::ALL`] (its
+    /// load is too heavy for the short pass, and a cluster one member
+    /// down cannot take it): run by name, with its scale in
+    /// [`Params::lag`].
+    LaggingFollower,
     /// The leader's log flushes take 20–100 ms longer (failpoint).
     SlowFsyncLeader,
     /// A follower's log flushes take 20–100 ms longer (failpoint).
@@ -141,6 +150,15 @@ impl Fault {
         Fault::DiskFullLeader,
     ];
 
+    /// The faults run only when named (`raftkv faults --faults NAME`),
+    /// each with all members only.
+    pub const BY_NAME: [Fault; 1] = [Fault::LaggingFollower];
+
+    /// Whether it also runs with one member down.
+    pub fn with_one_down(self) -> bool {
+        !Fault::BY_NAME.contains(&self)
+    }
+
     /// Its name in tables and on the command line.
     pub fn name(self) -> String {
         serde_json::to_value(self)
@@ -151,7 +169,10 @@ impl Fault {
 
     /// The fault named `name`.
     pub fn parse(name: &str) -> Option<Fault> {
-        Fault::ALL.into_iter().find(|f| f.name() == name)
+        Fault::ALL
+            .into_iter()
+            .chain(Fault::BY_NAME)
+            .find(|f| f.name() == name)
     }
 
     /// Whether it arms a failpoint (a binary built with `failpoints`).
@@ -189,6 +210,9 @@ pub struct Params {
     pub check_budget: u64,
     /// More arguments for every `raftkv serve`.
     pub serve_args: Vec<String>,
+    /// The scale of [`Fault::LaggingFollower`] (its own `serve` arguments
+    /// included).
+    pub lag: Lag,
 }
 
 impl Params {
@@ -209,6 +233,7 @@ impl Params {
                 "--snapshot-logs".into(),
                 "300".into(),
             ],
+            lag: Lag::small(),
         }
     }
 
@@ -299,12 +324,15 @@ pub struct Report {
     /// The nodes' stderr, kept when the run did not pass.
     #[serde(skip)]
     pub log: Vec<String>,
+    /// What [`Fault::LaggingFollower`] measured.
+    pub lag: Option<CatchUp>,
 }
 
 impl Report {
-    /// Whether the run passed: no violation, nothing undecided.
+    /// Whether the run passed: no violation, nothing undecided (and a
+    /// lagging follower caught up within its bounds).
     pub fn passed(&self) -> bool {
-        self.violations == 0 && self.undecided == 0
+        self.violations == 0 && self.undecided == 0 && self.lag.as_ref().is_none_or(CatchUp::passed)
     }
 }
 

@@ -8,7 +8,6 @@ use crate::history::{self, Kind, Op, Verdict};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// Runs `fault` once against a new three-node cluster of `exe` in `dir`
@@ -25,8 +24,16 @@ pub async fn run_case(
     p: &Params,
 ) -> Result<Report, String> {
     let mut rng = Rng::new(seed ^ ((fault as u64) << 40) ^ u64::from(degraded));
-    let mut c = ProcCluster::start(exe, 3, dir, &p.serve_args).await?;
-    let r = drive(&mut c, fault, degraded, seed, &mut rng, p).await;
+    let (r, c) = if fault == Fault::LaggingFollower {
+        if degraded {
+            return Err("lagging-follower runs with all members only".into());
+        }
+        let mut c = ProcCluster::start(exe, 3, dir, &p.lag.serve_args).await?;
+        (super::lag::drive(&mut c, seed, p).await, c)
+    } else {
+        let mut c = ProcCluster::start(exe, 3, dir, &p.serve_args).await?;
+        (drive(&mut c, fault, degraded, seed, &mut rng, p).await, c)
+    };
     // The processes are killed when the cluster drops; keep what they said
     // if the run failed or could not finish.
     match r {
@@ -74,6 +81,9 @@ pub async fn campaign(c: &Campaign) -> (Vec<Report>, Vec<String>) {
     'outer: loop {
         for &fault in &c.faults {
             for degraded in [false, true] {
+                if degraded && !fault.with_one_down() {
+                    continue;
+                }
                 let over = match c.budget {
                     Some(b) => start.elapsed() >= b,
                     None => round >= c.runs,
@@ -99,6 +109,9 @@ pub async fn campaign(c: &Campaign) -> (Vec<Report>, Vec<String>) {
                             "{name}: {} ops, {} acked writes, {} violations, {} undecided",
                             r.ops, r.acked_writes, r.violations, r.undecided
                         );
+                        if let Some(l) = &r.lag {
+                            eprint!("{}", super::lag::summary(l));
+                        }
                         if !r.passed() {
                             keep(&c.out, &name, &r);
                         }
@@ -207,19 +220,8 @@ async fn drive(
     } else {
         None
     };
-    let (stop, stopped) = watch::channel(false);
-    let mut clients = Vec::new();
-    for id in 1..=p.clients {
-        clients.push(tokio::spawn(workload::client(
-            c.endpoints(),
-            100 + id,
-            p.keys,
-            seed,
-            base,
-            p.op_deadline,
-            stopped.clone(),
-        )));
-    }
+    let clients =
+        workload::Clients::start(&c.endpoints(), p.clients, p.keys, seed, base, p.op_deadline);
     tokio::time::sleep(p.warmup).await;
     let mut windows = Vec::new();
     let mut probes = Vec::new();
@@ -245,9 +247,8 @@ async fn drive(
         windows.push((start, nanos(base.elapsed())));
         tokio::time::sleep(p.settle).await;
     }
-    let _ = stop.send(true);
-    let mut recs = Vec::new();
-    for t in clients.into_iter().chain(probes) {
+    let mut recs = clients.stop().await?;
+    for t in probes {
         recs.extend(t.await.map_err(|e| e.to_string())?);
     }
     // Everything healed and running (but the member down for the run, and
@@ -376,7 +377,7 @@ pub(super) fn check_all(recs: &[Rec], budget: u64) -> Checked {
 }
 
 /// Checks each key's history and measures the run.
-fn measure(
+pub(super) fn measure(
     fault: Fault,
     degraded: bool,
     seed: u64,
@@ -443,6 +444,7 @@ fn measure(
         events,
         bad_histories,
         log: Vec::new(),
+        lag: None,
     }
 }
 

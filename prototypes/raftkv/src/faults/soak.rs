@@ -12,7 +12,6 @@ use crate::local::{LogTail, NodeCommand, Restart};
 use serde::Serialize;
 use std::path::Path;
 use std::time::Duration;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// How a soak runs.
@@ -77,20 +76,8 @@ pub async fn soak(s: &Soak, dir: &Path) -> Result<SoakReport, String> {
     ));
     let probe = Client::new(&endpoints, 0).map_err(|e| e.to_string())?;
     let base = Instant::now();
-    let (stop, stop_rx) = watch::channel(false);
-    let mut clients = Vec::new();
     let deadline = Params::short().op_deadline;
-    for id in 1..=s.clients {
-        clients.push(tokio::spawn(workload::client(
-            endpoints.clone(),
-            100 + id,
-            s.keys,
-            s.seed,
-            base,
-            deadline,
-            stop_rx.clone(),
-        )));
-    }
+    let clients = workload::Clients::start(&endpoints, s.clients, s.keys, s.seed, base, deadline);
     let mut kills = 0;
     while base.elapsed() + s.kill_every <= s.duration {
         tokio::time::sleep(s.kill_every).await;
@@ -114,11 +101,7 @@ pub async fn soak(s: &Soak, dir: &Path) -> Result<SoakReport, String> {
             }
         }
     }
-    let _ = stop.send(true);
-    let mut recs: Vec<Rec> = Vec::new();
-    for t in clients {
-        recs.extend(t.await.map_err(|e| e.to_string())?);
-    }
+    let mut recs: Vec<Rec> = clients.stop().await?;
     let failure = super::run::final_reads(&endpoints, &mut recs, base)
         .await
         .err();

@@ -37,6 +37,51 @@ pub fn key_name(k: u32) -> String {
     format!("key-{k}")
 }
 
+/// Recorded clients at work until stopped.
+#[derive(Debug)]
+pub struct Clients {
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<Vec<Rec>>>,
+}
+
+impl Clients {
+    /// Starts clients 101 to 100 + `n` ([`client`]) on keys `0..keys`.
+    pub fn start(
+        endpoints: &[String],
+        n: u64,
+        keys: u32,
+        seed: u64,
+        base: Instant,
+        deadline: Duration,
+    ) -> Clients {
+        let (stop, stopped) = watch::channel(false);
+        let tasks = (1..=n)
+            .map(|id| {
+                tokio::spawn(client(
+                    endpoints.to_vec(),
+                    100 + id,
+                    keys,
+                    seed,
+                    base,
+                    deadline,
+                    stopped.clone(),
+                ))
+            })
+            .collect();
+        Clients { stop, tasks }
+    }
+
+    /// Stops them; what they recorded.
+    pub async fn stop(self) -> Result<Vec<Rec>, String> {
+        let _ = self.stop.send(true);
+        let mut recs = Vec::new();
+        for t in self.tasks {
+            recs.extend(t.await.map_err(|e| e.to_string())?);
+        }
+        Ok(recs)
+    }
+}
+
 /// Runs client `id` until `stop` turns true, each operation retried by the
 /// client up to `deadline`; returns what it recorded. Times are
 /// nanoseconds since `base`. An odd `id` sends every operation first to
