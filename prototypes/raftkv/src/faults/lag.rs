@@ -38,7 +38,7 @@ const TXN_TRIES: u32 = 30;
 
 /// Time the catch-up bound allows beyond moving the bytes: an election,
 /// a snapshot built on the leader before it is sent.
-const CATCH_UP_SLACK: Duration = Duration::from_secs(30);
+pub const CATCH_UP_SLACK: Duration = Duration::from_secs(30);
 
 /// How big a lagging-follower run is.
 #[derive(Debug, Clone, Serialize)]
