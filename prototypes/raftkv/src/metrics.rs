@@ -14,6 +14,7 @@
 //! | `raftkv_log_flush_duration_seconds` | histogram | an append to the Raft log until durable (etcd's `wal_fsync_duration_seconds`) |
 //! | `raftkv_snapshot_duration_seconds{op}` | histogram | building (`build`) or installing (`install`) a snapshot |
 //! | `raftkv_snapshot_bytes{op}` | gauge | the size of the last snapshot file built or installed |
+//! | `raftkv_snapshots_declined_total` | counter | snapshots the byte policy asked for and the node did not build: no room for one beside the disk-space reserve ([`crate::space::Space::room_for`]) |
 //! | `raftkv_request_duration_seconds{method,route,code}` | histogram | client and Raft requests served |
 //! | `raftkv_append_body_max_bytes` | gauge | the largest Raft append body this node sent (bounded by [`crate::network::APPEND_BUDGET`] and one entry) |
 
@@ -44,6 +45,8 @@ pub struct Metrics {
     term: IntGauge,
     is_leader: IntGauge,
     leader_changes: IntCounter,
+    /// Snapshots not built for want of disk space.
+    pub snapshots_declined: IntCounter,
     /// Appends to the Raft log until durable.
     pub log_flush: Histogram,
     snapshot_seconds: HistogramVec,
@@ -91,6 +94,10 @@ impl Metrics {
             leader_changes: counter(
                 "raftkv_leader_changes_total",
                 "Changes of the leader this node knows of",
+            )?,
+            snapshots_declined: counter(
+                "raftkv_snapshots_declined_total",
+                "Snapshots not built for want of disk space",
             )?,
             log_flush: Histogram::with_opts(histogram(
                 "raftkv_log_flush_duration_seconds",

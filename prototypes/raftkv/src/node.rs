@@ -295,19 +295,28 @@ async fn refuse_forgotten_member(o: &NodeOptions, cluster: u64) -> Result<(), Er
 
 /// The tasks that run beside a node until it stops: the metrics watcher,
 /// and, with the byte policy, the one that has openraft build the
-/// snapshots the state machine asks for.
+/// snapshots the state machine asks for — when there is room for one: a
+/// snapshot takes about the store's size, and one that would eat the
+/// disk-space reserve is declined (counted; the next entry applied asks
+/// again), so the node keeps its log rather than fill its disk.
 fn background_tasks(
     o: &NodeOptions,
-    raft: &Raft,
-    machine: &StateMachine,
+    (raft, machine): (&Raft, &StateMachine),
+    space: &Arc<crate::space::Space>,
     metrics: &Arc<crate::metrics::Metrics>,
 ) -> Vec<Arc<tokio::task::AbortHandle>> {
     let snapshotter = o.snapshot_logs.is_none().then(|| {
         machine.snapshot_by_bytes(o.snapshot_min_bytes);
         let (raft, machine) = (raft.clone(), machine.clone());
+        let (space, metrics) = (space.clone(), metrics.clone());
         let task = tokio::spawn(async move {
             loop {
                 machine.snapshot_due().await;
+                if !space.room_for(machine.store_bytes()) {
+                    machine.snapshot_declined();
+                    metrics.snapshots_declined.inc();
+                    continue;
+                }
                 if raft.trigger().snapshot().await.is_err() {
                     return; // Raft stopped.
                 }
@@ -510,7 +519,12 @@ impl Node {
             o.session_ttl,
             metrics.clone(),
         );
-        let mut tasks = background_tasks(&o, &raft, &machine, &metrics);
+        let space = Arc::new(crate::space::Space::new(
+            vfs.clone(),
+            o.dir.clone(),
+            o.space_reserve,
+        ));
+        let mut tasks = background_tasks(&o, (&raft, &machine), &space, &metrics);
         let leasing = tokio::spawn(lessor.clone().run(raft.clone(), proposer.clone(), o.id));
         tasks.push(Arc::new(leasing.abort_handle()));
         Ok(Node {
@@ -528,11 +542,7 @@ impl Node {
             peer_secret: o.peer_secret,
             timeouts: o.timeouts,
             admin_timeout: o.admin_timeout,
-            space: Arc::new(crate::space::Space::new(
-                vfs.clone(),
-                o.dir.clone(),
-                o.space_reserve,
-            )),
+            space,
             tasks,
         })
     }

@@ -80,6 +80,16 @@ impl Space {
         self.alarm.load(Ordering::Relaxed)
     }
 
+    /// Whether `bytes` more fit on the disk with the reserve still free
+    /// after them (`true` if the free space cannot be read: the write
+    /// itself then says). A snapshot is built only if it fits: a node
+    /// whose snapshot would eat the reserve keeps its log instead, which
+    /// costs it nothing it has not already paid for.
+    pub fn room_for(&self, bytes: u64) -> bool {
+        self.free()
+            .is_none_or(|f| f >= bytes.saturating_add(self.reserve))
+    }
+
     /// Whether the disk is under half the reserve: too full to take a
     /// leader's entries.
     pub fn exhausted(&self) -> bool {
@@ -113,5 +123,7 @@ mod tests {
         assert!(!s.full(), "2,100 free: cleared");
         f.set_len(8_500).unwrap();
         assert!(!s.full(), "1,500 free: above the reserve");
+        assert!(s.room_for(500), "1,500 free: 500 and the reserve fit");
+        assert!(!s.room_for(501), "1,500 free: 501 would eat the reserve");
     }
 }

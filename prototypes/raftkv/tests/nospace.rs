@@ -110,3 +110,88 @@ async fn a_full_disk_refuses_writes_serves_reads_and_deletes_and_recovers() {
     let _ = stop.send(());
     served.await.unwrap().unwrap();
 }
+
+/// The counter of declined snapshots, read off `/metrics`.
+async fn declined(http: &reqwest::Client, base: &str) -> u64 {
+    let text = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("raftkv_snapshots_declined_total "))
+        .expect("the counter is exported")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// A snapshot takes about the store's size: a node whose disk has room
+/// for its writes but not for a snapshot beside the reserve declines to
+/// build one (it keeps its log), and builds it once room returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_snapshot_is_built_into_the_reserve() {
+    let sim = SimVfs::new();
+    let addr = format!("127.0.0.1:{}", common::free_port());
+    let mut o = NodeOptions::new(1, "/node", addr.clone());
+    o.peers = BTreeMap::from([(1, addr.clone())]);
+    o.init = true;
+    o.vfs = Arc::new(sim.clone());
+    o.space_reserve = 4 << 20;
+    o.snapshot_min_bytes = 256 << 10;
+    let listener = tokio::net::TcpListener::bind(&addr).await.unwrap();
+    let node = Arc::new(Node::start(o).await.unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(raftkv::serve(node.clone(), listener, async {
+        let _ = stopped.await;
+    }));
+    let base = format!("http://{addr}");
+    let http = reqwest::Client::new();
+    let mut client = raftkv::client::Client::new(std::slice::from_ref(&addr), 1).unwrap();
+    client.put("first", b"led").await.unwrap();
+    let value = vec![b'v'; 16 << 10];
+    // A store of about 1 MiB, then room for the writes and the reserve,
+    // not for a snapshot beside them.
+    for i in 0..64 {
+        let (code, _) = answer(http.put(format!("{base}/kv/k{i}")).body(value.clone())).await;
+        assert_eq!(code, 200, "load k{i}");
+    }
+    let store = node.machine.store_bytes();
+    assert!(store >= 1 << 20, "a store of {store} bytes");
+    sim.set_space_limit(Some(sim.space_used() + (4 << 20) + store / 4));
+    // Overwrites of the same keys: the store keeps its size while the
+    // bytes applied reach it, and the byte policy asks for a snapshot.
+    let mut i = 0;
+    while declined(&http, &base).await == 0 {
+        assert!(i < 2_000, "no snapshot asked for after {i} overwrites");
+        let (code, err) = answer(
+            http.put(format!("{base}/kv/k{}", i % 64))
+                .body(value.clone()),
+        )
+        .await;
+        assert_eq!((code, err), (200, None), "overwrite {i}");
+        i += 1;
+    }
+    let s = status(&http, &base).await;
+    assert_eq!(s.snapshot_index, None, "declined, so none built");
+    assert!(!s.nospace);
+
+    // Room returns: the next entries ask again, and one is built.
+    sim.set_space_limit(None);
+    let mut j = 0;
+    while status(&http, &base).await.snapshot_index.is_none() {
+        assert!(j < 2_000, "no snapshot after room returned and {j} writes");
+        let (code, _) = answer(
+            http.put(format!("{base}/kv/k{}", j % 64))
+                .body(value.clone()),
+        )
+        .await;
+        assert_eq!(code, 200, "overwrite {j} with room");
+        j += 1;
+    }
+    let _ = stop.send(());
+    served.await.unwrap().unwrap();
+}
