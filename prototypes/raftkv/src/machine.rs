@@ -438,6 +438,19 @@ impl StateMachine {
         Ok(page)
     }
 
+    /// The byte policy's snapshot was not built (no room for it): the
+    /// next entry applied asks again, if the policy still says so.
+    pub fn snapshot_declined(&self) {
+        self.inner.state.lock().snapshot_asked = false;
+    }
+
+    /// The size of the store's data file: about what a snapshot of it
+    /// takes on disk.
+    pub fn store_bytes(&self) -> u64 {
+        let st = self.inner.state.lock();
+        u64::from(st.store.cache_stats().file_pages) * kvstore::PAGE_SIZE as u64
+    }
+
     /// Client sessions held (the table the log's clock bounds).
     pub fn sessions(&self) -> usize {
         self.inner.state.lock().sessions.len()

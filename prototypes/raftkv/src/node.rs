@@ -10,6 +10,7 @@
 
 use crate::machine::{self, StateMachine};
 use crate::network::Network;
+use crate::space::Space;
 use crate::types::{NodeId, Raft};
 use journal_core::vfs::{OsVfs, Vfs};
 use openraft::async_runtime::WatchReceiver;
@@ -302,7 +303,7 @@ async fn refuse_forgotten_member(o: &NodeOptions, cluster: u64) -> Result<(), Er
 fn background_tasks(
     o: &NodeOptions,
     (raft, machine): (&Raft, &StateMachine),
-    space: &Arc<crate::space::Space>,
+    space: &Arc<Space>,
     metrics: &Arc<crate::metrics::Metrics>,
 ) -> Vec<Arc<tokio::task::AbortHandle>> {
     let snapshotter = o.snapshot_logs.is_none().then(|| {
@@ -519,11 +520,7 @@ impl Node {
             o.session_ttl,
             metrics.clone(),
         );
-        let space = Arc::new(crate::space::Space::new(
-            vfs.clone(),
-            o.dir.clone(),
-            o.space_reserve,
-        ));
+        let space = Arc::new(Space::new(vfs.clone(), o.dir.clone(), o.space_reserve));
         let mut tasks = background_tasks(&o, (&raft, &machine), &space, &metrics);
         let leasing = tokio::spawn(lessor.clone().run(raft.clone(), proposer.clone(), o.id));
         tasks.push(Arc::new(leasing.abort_handle()));

@@ -533,19 +533,6 @@ impl StateMachine {
         self.inner.snapshot_due.notified().await;
     }
 
-    /// The byte policy's snapshot was not built (no room for it): the
-    /// next entry applied asks again, if the policy still says so.
-    pub fn snapshot_declined(&self) {
-        self.inner.state.lock().snapshot_asked = false;
-    }
-
-    /// The size of the store's data file: about what a snapshot of it
-    /// takes on disk.
-    pub fn store_bytes(&self) -> u64 {
-        let st = self.inner.state.lock();
-        u64::from(st.store.cache_stats().file_pages) * kvstore::PAGE_SIZE as u64
-    }
-
     /// Whether the byte policy asked for a snapshot not yet built.
     pub fn snapshot_asked(&self) -> bool {
         self.inner.state.lock().snapshot_asked
