@@ -188,6 +188,12 @@ impl Fault {
     }
 }
 
+/// How long a run's load may go on after its last settle to reach
+/// [`Params::min_acked`]: a cluster that cannot acknowledge that many
+/// writes this long after every fault healed is stuck, and the run says
+/// so.
+pub const MIN_ACKED_WAIT: Duration = Duration::from_secs(30);
+
 /// How long and how hard a run is.
 #[derive(Debug, Clone)]
 pub struct Params {
@@ -204,6 +210,9 @@ pub struct Params {
     pub hold: (Duration, Duration),
     /// Load after each heal.
     pub settle: Duration,
+    /// After the last settle, the load goes on (up to [`MIN_ACKED_WAIT`])
+    /// until the clients had this many writes acknowledged in the run.
+    pub min_acked: usize,
     /// How long a client retries one operation.
     pub op_deadline: Duration,
     /// Search steps per key before it is undecided.
@@ -225,6 +234,7 @@ impl Params {
             warmup: Duration::from_millis(500),
             hold: (Duration::from_millis(500), Duration::from_millis(1500)),
             settle: Duration::from_millis(800),
+            min_acked: 25,
             op_deadline: Duration::from_secs(4),
             check_budget: 2_000_000,
             serve_args: vec![

@@ -247,6 +247,16 @@ async fn drive(
         windows.push((start, nanos(base.elapsed())));
         tokio::time::sleep(p.settle).await;
     }
+    if !clients
+        .acked_at_least(p.min_acked, super::MIN_ACKED_WAIT)
+        .await
+    {
+        events.push(stamp(&format!(
+            "fewer than {} writes acknowledged {} s after the last heal",
+            p.min_acked,
+            super::MIN_ACKED_WAIT.as_secs()
+        )));
+    }
     let mut recs = clients.stop().await?;
     for t in probes {
         recs.extend(t.await.map_err(|e| e.to_string())?);

@@ -7,6 +7,7 @@
 use crate::client::{Client, ClientError};
 use crate::history::{Kind, Op};
 use crate::types::{Expect, Revision};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -41,6 +42,8 @@ pub fn key_name(k: u32) -> String {
 #[derive(Debug)]
 pub struct Clients {
     stop: watch::Sender<bool>,
+    /// Writes acknowledged so far, by all the clients.
+    acked: Arc<watch::Sender<usize>>,
     tasks: Vec<tokio::task::JoinHandle<Vec<Rec>>>,
 }
 
@@ -55,6 +58,7 @@ impl Clients {
         deadline: Duration,
     ) -> Clients {
         let (stop, stopped) = watch::channel(false);
+        let acked = Arc::new(watch::Sender::new(0));
         let tasks = (1..=n)
             .map(|id| {
                 tokio::spawn(client(
@@ -64,11 +68,22 @@ impl Clients {
                     seed,
                     base,
                     deadline,
-                    stopped.clone(),
+                    (stopped.clone(), acked.clone()),
                 ))
             })
             .collect();
-        Clients { stop, tasks }
+        Clients { stop, acked, tasks }
+    }
+
+    /// Waits until the clients have had `n` writes acknowledged in all,
+    /// or `limit` passed; whether they did. (A run that ends before its
+    /// clients did anything checks nothing: on a loaded machine a fixed
+    /// time may not be enough, so a run waits for work, not for time.)
+    pub async fn acked_at_least(&self, n: usize, limit: Duration) -> bool {
+        let mut rx = self.acked.subscribe();
+        tokio::time::timeout(limit, rx.wait_for(|&c| c >= n))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// Stops them; what they recorded.
@@ -83,7 +98,8 @@ impl Clients {
 }
 
 /// Runs client `id` until `stop` turns true, each operation retried by the
-/// client up to `deadline`; returns what it recorded. Times are
+/// client up to `deadline`, counting its acknowledged puts in `acked`;
+/// returns what it recorded. Times are
 /// nanoseconds since `base`. An odd `id` sends every operation first to
 /// its home node (`id` modulo the nodes), as clients spread over the
 /// members do, and follows a redirect to the leader from there; an even
@@ -95,7 +111,7 @@ pub async fn client(
     seed: u64,
     base: Instant,
     deadline: Duration,
-    stop: watch::Receiver<bool>,
+    (stop, acked): (watch::Receiver<bool>, Arc<watch::Sender<usize>>),
 ) -> Vec<Rec> {
     let mut out = Vec::new();
     let Ok(mut c) = Client::new(&endpoints, id) else {
@@ -123,6 +139,9 @@ pub async fn client(
             // unknown is never wrong for the checker.
             let r = c.put(&name, &value).await;
             let ok = r.is_ok();
+            if ok {
+                acked.send_modify(|a| *a += 1);
+            }
             out.push(Rec {
                 key,
                 op: Op {
