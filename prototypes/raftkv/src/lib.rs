@@ -278,7 +278,9 @@
 
 pub mod api;
 pub mod auth;
+pub mod autocompact;
 pub mod bench;
+pub mod check;
 pub mod client;
 pub mod compare;
 pub mod faults;
@@ -299,9 +301,8 @@ mod types;
 pub use machine::StateMachine;
 pub use node::{Node, NodeOptions};
 pub use types::{
-    check_key, check_txn, check_value, Applied, BadInput, Batch, Command, Compare, Expect, NodeId,
-    Raft, RequestId, Revision, TxnOp, TypeConfig, Verdict, MAX_CHECKPOINT_LEASES, MAX_KEY,
-    MAX_TXN_BYTES, MAX_TXN_OPS, MAX_VALUE,
+    Answer, Applied, Batch, Command, Expect, NodeId, Raft, RequestId, TypeConfig, Verdict,
+    MAX_CHECKPOINT_LEASES, MAX_KEY, MAX_VALUE,
 };
 
 use openraft::async_runtime::WatchReceiver;

@@ -423,11 +423,11 @@ mod tests {
                 },
                 index,
             ),
-            payload: EntryPayload::Normal(Batch(vec![Command::Put {
-                key: b"k".to_vec(),
-                value: vec![7; value],
-                id: None,
-            }])),
+            payload: EntryPayload::Normal(Batch(vec![Command::put(
+                b"k".to_vec(),
+                vec![7; value],
+                None,
+            )])),
         };
         AppendEntriesRequest {
             vote: Vote::new_committed(1, 1),

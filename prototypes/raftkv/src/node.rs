@@ -7,6 +7,9 @@
 //!   another cluster's id or another node id is refused;
 //! - `log/`: the Raft log, a journal ([`openraft_log::JournalLogStore`]);
 //! - `state/`: the state machine ([`crate::StateMachine`]).
+//!
+//! The calls etcd's services make of a node (ranges, writes,
+//! compactions, watches, leases, hashes, status) are in [`kv`].
 
 use crate::machine::{self, StateMachine};
 use crate::network::Network;
@@ -19,6 +22,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+
+pub mod kv;
+pub use kv::{Header, KvStatus, LeaseTimeToLive};
 
 /// The identity file's name.
 pub const ID_FILE: &str = "raftkv.id";
@@ -71,10 +77,11 @@ pub struct NodeOptions {
     /// etcd's), so a new leader gives a lease what was left of it rather
     /// than its whole time-to-live ([`crate::lessor`]).
     pub lease_checkpoint_interval: Duration,
-    /// Events the watch history keeps, about: a watch from before them
-    /// answers `410`. Default 0: no history, no watch (see
-    /// [`machine::SUGGESTED_RETENTION`]).
-    pub watch_history: u64,
+    /// How old versions are compacted ([`crate::autocompact`]; etcd's
+    /// `--auto-compaction-mode` and `--auto-compaction-retention`).
+    /// Default: the last 10,000 revisions kept, compacted every five
+    /// minutes; `None`: never (versions are kept until a client compacts).
+    pub auto_compaction: Option<crate::autocompact::AutoCompaction>,
     /// Writes waiting for a Raft entry before more are answered `503`
     /// (default [`crate::propose::MAX_PENDING`]).
     pub max_pending_writes: usize,
@@ -118,7 +125,10 @@ impl NodeOptions {
             snapshot_min_bytes: 64 << 20,
             session_ttl: Duration::from_secs(600),
             lease_checkpoint_interval: Duration::from_secs(300),
-            watch_history: 0,
+            auto_compaction: Some(crate::autocompact::AutoCompaction::Revision {
+                retention: 10_000,
+                interval: crate::autocompact::REVISION_INTERVAL,
+            }),
             max_pending_writes: crate::propose::MAX_PENDING,
             max_client_requests: crate::api::MAX_CLIENT_REQUESTS,
             peer_secret: None,
@@ -469,7 +479,6 @@ impl Node {
         let metrics =
             Arc::new(crate::metrics::Metrics::new().map_err(|e| Error::Options(e.to_string()))?);
         machine.set_metrics(metrics.clone());
-        machine.keep_events(o.watch_history);
         let flushes = metrics.clone();
         let log = log
             .with_purge_gate(machine.purge_gate())
@@ -513,6 +522,14 @@ impl Node {
         let mut tasks = background_tasks(&o, &raft, &machine, &metrics);
         let leasing = tokio::spawn(lessor.clone().run(raft.clone(), proposer.clone(), o.id));
         tasks.push(Arc::new(leasing.abort_handle()));
+        let compacting = tokio::spawn(crate::autocompact::run(
+            raft.clone(),
+            proposer.clone(),
+            machine.clone(),
+            o.id,
+            o.auto_compaction,
+        ));
+        tasks.push(Arc::new(compacting.abort_handle()));
         Ok(Node {
             id: o.id,
             cluster,
