@@ -167,8 +167,10 @@ fn recorded_log() -> Vec<Entry> {
         }
         if index % 10 == 7 {
             // Compactions, some refused (at or below the last one, or
-            // past the store's revision).
-            let revision = (index * index / 3) as i64;
+            // past the store's revision); from index 37 on past the
+            // second fill (the store is then above 5,000), so one takes
+            // several entries' removals.
+            let revision = (index * index / 3 + if index > 30 { 4000 } else { 0 }) as i64;
             for revision in [revision, revision, i64::MAX / 2] {
                 cmds.push(Command::Compact {
                     revision,

@@ -238,6 +238,7 @@ pub(super) fn precheck(
             }))
         }
         RequestOp::Range(_) | RequestOp::DeleteRange(_) => Ok(None),
+        RequestOp::Put(p) if !p.ignore_value && !p.ignore_lease && p.lease == 0 => Ok(None),
         RequestOp::Put(p) => {
             let current = view::entry(w, &p.key)?.filter(|e| !e.tombstone);
             if (p.ignore_value || p.ignore_lease) && current.is_none() {

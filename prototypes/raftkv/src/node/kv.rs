@@ -306,6 +306,8 @@ impl Node {
         let held = self.machine.lease(id).ok_or(KvError::LeaseNotFound)?;
         let left = match self.lessor.deadline(id) {
             Some(at) => at.saturating_duration_since(tokio::time::Instant::now()),
+            // (Granted so recently that the lessor has not taken it in.)
+            None if self.lessor.is_primary() => std::time::Duration::from_millis(held.ttl_ms),
             None => return Err(KvError::NotLeader),
         };
         let keys = if keys {
