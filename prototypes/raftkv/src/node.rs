@@ -340,6 +340,28 @@ fn background_tasks(
     [Some(watcher), snapshotter].into_iter().flatten().collect()
 }
 
+/// The tasks that act while the node leads: the lessor (lease expiries
+/// and checkpoints) and the compactor ([`crate::autocompact`]).
+fn leader_tasks(
+    o: &NodeOptions,
+    (raft, machine): (&Raft, &StateMachine),
+    proposer: &crate::propose::Proposer,
+    lessor: &Arc<crate::lessor::Lessor>,
+) -> Vec<Arc<tokio::task::AbortHandle>> {
+    let leasing = tokio::spawn(lessor.clone().run(raft.clone(), proposer.clone(), o.id));
+    let compacting = tokio::spawn(crate::autocompact::run(
+        raft.clone(),
+        proposer.clone(),
+        machine.clone(),
+        o.id,
+        o.auto_compaction,
+    ));
+    vec![
+        Arc::new(leasing.abort_handle()),
+        Arc::new(compacting.abort_handle()),
+    ]
+}
+
 /// openraft's configuration for a node: the options' timeouts and
 /// snapshot policy (openraft's by entries, or none: the byte policy
 /// triggers snapshots), 1,000 entries kept behind a snapshot.
@@ -520,16 +542,7 @@ impl Node {
             metrics.clone(),
         );
         let mut tasks = background_tasks(&o, &raft, &machine, &metrics);
-        let leasing = tokio::spawn(lessor.clone().run(raft.clone(), proposer.clone(), o.id));
-        tasks.push(Arc::new(leasing.abort_handle()));
-        let compacting = tokio::spawn(crate::autocompact::run(
-            raft.clone(),
-            proposer.clone(),
-            machine.clone(),
-            o.id,
-            o.auto_compaction,
-        ));
-        tasks.push(Arc::new(compacting.abort_handle()));
+        tasks.extend(leader_tasks(&o, (&raft, &machine), &proposer, &lessor));
         Ok(Node {
             id: o.id,
             cluster,
