@@ -282,6 +282,7 @@ pub mod bench;
 pub mod client;
 pub mod compare;
 pub mod faults;
+pub mod grpc;
 pub mod history;
 pub mod kv;
 pub mod lessor;
@@ -321,7 +322,11 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
-    let app = api::router(node.clone());
+    let etcd = Arc::new(grpc::Etcd::new(node.clone(), node.clone()));
+    let app = server::Apps {
+        http: api::router(node.clone()).merge(grpc::gateway::routes(etcd.clone())),
+        grpc: Some(grpc::router_on(etcd)),
+    };
     let (fatal_tx, mut fatal_rx) = tokio::sync::oneshot::channel::<String>();
     let mut metrics = node.raft.metrics();
     tokio::spawn(async move {
