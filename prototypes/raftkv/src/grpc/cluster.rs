@@ -6,7 +6,8 @@
 //! and client URL are both `http://<its address>` (one port serves the
 //! Raft RPCs and the clients), and its name is `raftkv-<id>` once it has
 //! started — known to the leader as a member whose log it has matched —
-//! and empty before, as etcd lists a member added but not yet started.
+//! and empty before, with no client URL, as etcd lists a member added but
+//! not yet started.
 //! `MemberAdd` picks the new member's id (one above the highest): start
 //! the node with `raftkv serve --id <that id>` (etcdctl prints it in
 //! hex). A voter is added at once (openraft's joint change), as etcd adds
@@ -76,7 +77,8 @@ pub fn members(me: NodeId, m: &RaftMetrics<crate::TypeConfig>) -> Vec<pb::Member
                     String::new()
                 },
                 peer_ur_ls: vec![url.clone()],
-                client_ur_ls: vec![url],
+                // A member publishes its client URLs when it starts.
+                client_ur_ls: if started { vec![url] } else { Vec::new() },
                 is_learner: !voters.contains(id),
             }
         })

@@ -153,6 +153,7 @@ impl<B: EtcdBackend> MaintenanceService<B> {
             }
         }
         alarms.retain(wanted);
+        alarms.sort_by_key(|a| (a.member_id, a.alarm));
         Ok(pb::AlarmResponse {
             header: Some(etcd.header_now()),
             alarms,
