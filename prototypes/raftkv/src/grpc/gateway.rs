@@ -33,7 +33,7 @@ use crate::node::Node;
 use axum::body::Bytes;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{post, MethodRouter};
 use axum::Router;
 use etcd_api::etcdserverpb as pb;
 use futures_util::{Stream, StreamExt};
@@ -154,133 +154,78 @@ fn held_open<T: Send + 'static>(
     futures_util::stream::iter(msgs.into_iter().map(Ok)).chain(futures_util::stream::pending())
 }
 
-/// The gateway's routes, on the services of `etcd`.
-pub fn routes(etcd: Arc<Etcd<Node>>) -> Router {
-    let mut r = Router::new();
-    macro_rules! route {
-        ($path:expr, $svc:ident, $req:ty, |$s:ident, $q:ident| $call:expr) => {{
-            let etcd = etcd.clone();
-            r = r.route(
-                $path,
-                post(move |body: Bytes| {
-                    let $s = $svc(etcd.clone());
-                    async move {
-                        unary(body, |$q: tonic::Request<$req>| async move { $call.await }).await
-                    }
-                }),
-            );
-        }};
-    }
-    route!("/v3/kv/range", KvService, pb::RangeRequest, |s, q| s
-        .range(q));
-    route!("/v3/kv/put", KvService, pb::PutRequest, |s, q| s.put(q));
-    route!(
-        "/v3/kv/deleterange",
-        KvService,
-        pb::DeleteRangeRequest,
-        |s, q| s.delete_range(q)
-    );
-    route!("/v3/kv/txn", KvService, pb::TxnRequest, |s, q| s.txn(q));
-    route!(
-        "/v3/kv/compaction",
-        KvService,
-        pb::CompactionRequest,
-        |s, q| s.compact(q)
-    );
-    route!(
+/// A unary call's route: the service `make` makes on `etcd`, `call`ed
+/// with the body's message.
+fn unary_route<S, Req, Resp, F, Fut>(
+    etcd: &Arc<Etcd<Node>>,
+    make: fn(Arc<Etcd<Node>>) -> S,
+    call: F,
+) -> MethodRouter
+where
+    S: Send + 'static,
+    Req: DeserializeOwned + Default + Send + 'static,
+    Resp: Serialize + Send + 'static,
+    F: Fn(S, tonic::Request<Req>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<Resp, Status>> + Send + 'static,
+{
+    let etcd = etcd.clone();
+    post(move |body: Bytes| {
+        let s = make(etcd.clone());
+        let call = call.clone();
+        async move { unary(body, move |q| call(s, q)).await }
+    })
+}
+
+/// The KV calls' routes.
+fn kv_routes(etcd: &Arc<Etcd<Node>>) -> Router {
+    let kv = KvService;
+    Router::new()
+        .route(
+            "/v3/kv/range",
+            unary_route(etcd, kv, |s, q| async move { s.range(q).await }),
+        )
+        .route(
+            "/v3/kv/put",
+            unary_route(etcd, kv, |s, q| async move { s.put(q).await }),
+        )
+        .route(
+            "/v3/kv/deleterange",
+            unary_route(etcd, kv, |s, q| async move { s.delete_range(q).await }),
+        )
+        .route(
+            "/v3/kv/txn",
+            unary_route(etcd, kv, |s, q| async move { s.txn(q).await }),
+        )
+        .route(
+            "/v3/kv/compaction",
+            unary_route(etcd, kv, |s, q| async move { s.compact(q).await }),
+        )
+}
+
+/// The Lease calls' routes (the keep-alive stream's too).
+fn lease_routes(etcd: &Arc<Etcd<Node>>) -> Router {
+    let l = LeaseService;
+    let mut r = Router::new().route(
         "/v3/lease/grant",
-        LeaseService,
-        pb::LeaseGrantRequest,
-        |s, q| s.grant(q)
+        unary_route(etcd, l, |s, q| async move { s.grant(q).await }),
     );
-    for path in ["/v3/lease/revoke", "/v3/kv/lease/revoke"] {
-        route!(path, LeaseService, pb::LeaseRevokeRequest, |s, q| s
-            .revoke(q));
+    for prefix in ["/v3/lease", "/v3/kv/lease"] {
+        r = r
+            .route(
+                &format!("{prefix}/revoke"),
+                unary_route(etcd, l, |s, q| async move { s.revoke(q).await }),
+            )
+            .route(
+                &format!("{prefix}/timetolive"),
+                unary_route(etcd, l, |s, q| async move { s.time_to_live(q).await }),
+            )
+            .route(
+                &format!("{prefix}/leases"),
+                unary_route(etcd, l, |s, q| async move { s.leases(q).await }),
+            );
     }
-    for path in ["/v3/lease/timetolive", "/v3/kv/lease/timetolive"] {
-        route!(path, LeaseService, pb::LeaseTimeToLiveRequest, |s, q| s
-            .time_to_live(q));
-    }
-    for path in ["/v3/lease/leases", "/v3/kv/lease/leases"] {
-        route!(path, LeaseService, pb::LeaseLeasesRequest, |s, q| s
-            .leases(q));
-    }
-    route!(
-        "/v3/cluster/member/add",
-        ClusterService,
-        pb::MemberAddRequest,
-        |s, q| s.add(q)
-    );
-    route!(
-        "/v3/cluster/member/remove",
-        ClusterService,
-        pb::MemberRemoveRequest,
-        |s, q| s.remove(q)
-    );
-    route!(
-        "/v3/cluster/member/update",
-        ClusterService,
-        pb::MemberUpdateRequest,
-        |s, q| s.update(q)
-    );
-    route!(
-        "/v3/cluster/member/list",
-        ClusterService,
-        pb::MemberListRequest,
-        |s, q| s.list(q)
-    );
-    route!(
-        "/v3/cluster/member/promote",
-        ClusterService,
-        pb::MemberPromoteRequest,
-        |s, q| s.promote(q)
-    );
-    route!(
-        "/v3/maintenance/alarm",
-        MaintenanceService,
-        pb::AlarmRequest,
-        |s, q| s.alarm(q)
-    );
-    route!(
-        "/v3/maintenance/status",
-        MaintenanceService,
-        pb::StatusRequest,
-        |s, q| s.status(q)
-    );
-    route!(
-        "/v3/maintenance/defragment",
-        MaintenanceService,
-        pb::DefragmentRequest,
-        |s, _q| s.defragment()
-    );
-    for path in ["/v3/maintenance/hash", "/v3/maintenance/hashkv"] {
-        route!(path, MaintenanceService, pb::HashKvRequest, |s, q| s
-            .hash_kv(q.into_inner().revision));
-    }
-    route!(
-        "/v3/maintenance/transfer-leadership",
-        MaintenanceService,
-        pb::MoveLeaderRequest,
-        |s, q| s.move_leader(q)
-    );
     let e = etcd.clone();
-    r = r.route(
-        "/v3/watch",
-        post(move |body: Bytes| {
-            let s = WatchService(e.clone());
-            async move {
-                match parse_many::<pb::WatchRequest>(&body) {
-                    Ok(msgs) => match s.open_stream(held_open(msgs)).await {
-                        Ok(out) => lines(out),
-                        Err(st) => error(&st),
-                    },
-                    Err(st) => error(&st),
-                }
-            }
-        }),
-    );
-    let e = etcd.clone();
-    r = r.route(
+    r.route(
         "/v3/lease/keepalive",
         post(move |body: Bytes| {
             let s = LeaseService(e.clone());
@@ -294,9 +239,73 @@ pub fn routes(etcd: Arc<Etcd<Node>>) -> Router {
                 }
             }
         }),
-    );
-    let e = etcd;
-    r = r.route(
+    )
+}
+
+/// The Cluster calls' routes.
+fn cluster_routes(etcd: &Arc<Etcd<Node>>) -> Router {
+    let c = ClusterService;
+    Router::new()
+        .route(
+            "/v3/cluster/member/add",
+            unary_route(etcd, c, |s, q| async move { s.add(q).await }),
+        )
+        .route(
+            "/v3/cluster/member/remove",
+            unary_route(etcd, c, |s, q| async move { s.remove(q).await }),
+        )
+        .route(
+            "/v3/cluster/member/update",
+            unary_route(etcd, c, |s, q| async move { s.update(q).await }),
+        )
+        .route(
+            "/v3/cluster/member/list",
+            unary_route(etcd, c, |s, q| async move { s.list(q).await }),
+        )
+        .route(
+            "/v3/cluster/member/promote",
+            unary_route(etcd, c, |s, q| async move { s.promote(q).await }),
+        )
+}
+
+/// The Maintenance calls' routes (the snapshot stream's too).
+fn maintenance_routes(etcd: &Arc<Etcd<Node>>) -> Router {
+    let m = MaintenanceService;
+    let mut r = Router::new()
+        .route(
+            "/v3/maintenance/alarm",
+            unary_route(etcd, m, |s, q| async move { s.alarm(q).await }),
+        )
+        .route(
+            "/v3/maintenance/status",
+            unary_route(etcd, m, |s, q| async move { s.status(q).await }),
+        )
+        .route(
+            "/v3/maintenance/defragment",
+            unary_route(
+                etcd,
+                m,
+                |s, _: tonic::Request<pb::DefragmentRequest>| async move { s.defragment().await },
+            ),
+        )
+        .route(
+            "/v3/maintenance/transfer-leadership",
+            unary_route(etcd, m, |s, q| async move { s.move_leader(q).await }),
+        );
+    for path in ["/v3/maintenance/hash", "/v3/maintenance/hashkv"] {
+        r = r.route(
+            path,
+            unary_route(
+                etcd,
+                m,
+                |s, q: tonic::Request<pb::HashKvRequest>| async move {
+                    s.hash_kv(q.into_inner().revision).await
+                },
+            ),
+        );
+    }
+    let e = etcd.clone();
+    r.route(
         "/v3/maintenance/snapshot",
         post(move || {
             let s = MaintenanceService(e.clone());
@@ -307,9 +316,32 @@ pub fn routes(etcd: Arc<Etcd<Node>>) -> Router {
                 }
             }
         }),
-    );
-    r.route(
-        "/v3/auth/{*call}",
-        post(|| async { error(&Status::unimplemented(super::AUTH_UNIMPLEMENTED)) }),
     )
+}
+
+/// The gateway's routes, on the services of `etcd`.
+pub fn routes(etcd: Arc<Etcd<Node>>) -> Router {
+    let e = etcd.clone();
+    let watch = post(move |body: Bytes| {
+        let s = WatchService(e.clone());
+        async move {
+            match parse_many::<pb::WatchRequest>(&body) {
+                Ok(msgs) => match s.open_stream(held_open(msgs)).await {
+                    Ok(out) => lines(out),
+                    Err(st) => error(&st),
+                },
+                Err(st) => error(&st),
+            }
+        }
+    });
+    Router::new()
+        .merge(kv_routes(&etcd))
+        .merge(lease_routes(&etcd))
+        .merge(cluster_routes(&etcd))
+        .merge(maintenance_routes(&etcd))
+        .route("/v3/watch", watch)
+        .route(
+            "/v3/auth/{*call}",
+            post(|| async { error(&Status::unimplemented(super::AUTH_UNIMPLEMENTED)) }),
+        )
 }
