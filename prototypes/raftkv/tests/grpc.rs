@@ -49,7 +49,7 @@ async fn every_header_names_the_cluster_the_member_and_the_term() {
         assert_eq!(s.leader, c.nodes[leader].id);
         assert_eq!(h.raft_term, s.raft_term);
         assert!(h.raft_term >= 1);
-        assert_eq!(s.is_learner, false);
+        assert!(!s.is_learner);
         assert!(s.db_size > 0, "the store's files take room");
         clusters.insert(h.cluster_id);
         // A follower forwards the member list to the leader: the same
