@@ -218,3 +218,51 @@ async fn the_json_gateway_answers_as_etcds_and_the_http_api_stays() {
     let r = http.get(format!("{base}/status")).send().await.unwrap();
     assert_eq!(r.status(), 200);
 }
+
+/// Whether the server closes `s` within `within` (what it sends before,
+/// an HTTP/2 GOAWAY say, is read and passed over).
+fn closed_within(s: &mut std::net::TcpStream, within: Duration) -> bool {
+    use std::io::Read;
+    let end = std::time::Instant::now() + within;
+    let mut buf = [0u8; 256];
+    loop {
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        s.set_read_timeout(Some(left)).unwrap();
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_http2_connection_is_closed_at_its_deadline() {
+    use std::io::Write;
+    let c = Cluster::start(1, &["--connection-timeout-s", "2"]);
+    let addr = &c.nodes[0].addr;
+    // HTTP/2's preface and nothing more: the connection is HTTP/2, idle.
+    let mut idle = std::net::TcpStream::connect(addr).unwrap();
+    idle.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
+    assert!(
+        closed_within(&mut idle, Duration::from_secs(10)),
+        "an idle HTTP/2 connection stays open"
+    );
+    // Nothing at all: closed too.
+    let mut silent = std::net::TcpStream::connect(addr).unwrap();
+    assert!(
+        closed_within(&mut silent, Duration::from_secs(10)),
+        "a silent connection stays open"
+    );
+    // A gRPC call still works on a new one.
+    let ch = channel(addr).await;
+    let s = MaintenanceClient::new(ch)
+        .status(pb::StatusRequest {})
+        .await
+        .unwrap();
+    assert_eq!(s.into_inner().header.unwrap().member_id, 1);
+}
