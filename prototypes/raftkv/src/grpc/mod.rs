@@ -50,7 +50,7 @@ mod kv;
 mod lease;
 mod maintenance;
 mod node;
-mod watch;
+pub mod watch;
 
 pub use backend::{BackendError, BackendResult, EtcdBackend};
 pub use watch::{MAX_STREAM_WATCHERS, PROGRESS_INTERVAL, WATCH_PAGE};
