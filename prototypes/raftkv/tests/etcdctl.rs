@@ -174,11 +174,14 @@ fn txn_compares_and_branches() {
     let _s = serial();
     let p = Pair::start(1, &[]);
     compare("txn", &p, |t| {
-        t.txn("create(\"k\") = \"0\"\n\nput k v1\n\nget k\n");
-        t.txn("create(\"k\") = \"0\"\n\nput k v1\n\nget k\n");
-        t.txn("value(\"k\") = \"v1\"\nversion(\"k\") = \"1\"\n\nput k v2 --prev-kv\ndel missing\n\nget k\n");
-        t.txn("mod(\"k\") > \"1\"\nvalue(\"k\") != \"v2\"\n\nput never here\n\nget k -w json\nput k v3\n");
-        t.txn("lease(\"k\") = \"0\"\n\nget k --print-value-only\n\n\n");
+        // Compares, a blank line, the success requests, a blank line, the
+        // failure requests, a blank line.
+        t.txn("create(\"k\") = \"0\"\n\nput k v1\n\nget k\n\n");
+        t.txn("create(\"k\") = \"0\"\n\nput k v1\n\nget k\n\n");
+        t.txn("value(\"k\") = \"v1\"\nversion(\"k\") = \"1\"\n\nput k v2 --prev-kv\ndel missing\n\nget k\n\n");
+        t.txn("mod(\"k\") > \"1\"\nvalue(\"k\") != \"v2\"\n\nput never here\n\nget k --rev=2\nput k v3\n\n");
+        t.txn("lease(\"k\") = \"0\"\n\nget k --print-value-only\ndel k --prev-kv\n\n\n");
+        t.txn("mod(\"k\") = \"2\"\n\nput k v4\n\n\n");
         t.run(&["get", "k"]);
     });
 }
@@ -625,8 +628,9 @@ fn compaction() {
         t.run(&["compaction", "2"]);
         t.run(&["compaction", "--physical", "4"]);
         t.run(&["compaction", "100"]);
-        let w = Running::start(&t.side.endpoints, &["watch", "--rev=2", "k"]);
-        let lines = w.lines(1);
+        // Behind the compaction: told on stderr, and the watch ends.
+        let w = Running::start_with_stderr(&t.side.endpoints, &["watch", "--rev=2", "k"]);
+        let lines = w.lines(2);
         t.text += &format!("watch --rev=2 k: {lines:?}\n");
     });
 }

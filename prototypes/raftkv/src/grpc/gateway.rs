@@ -43,6 +43,9 @@ use std::future::Future;
 use std::sync::Arc;
 use tonic::{Code, Status};
 
+/// The largest body: etcd's largest request, in base64, and its JSON.
+pub const MAX_BODY: usize = crate::kv::MAX_REQUEST_BYTES / 3 * 4 + (64 << 10);
+
 /// grpc-gateway's HTTP status for a gRPC code.
 pub fn http_status(code: Code) -> StatusCode {
     match code {
@@ -224,8 +227,13 @@ fn lease_routes(etcd: &Arc<Etcd<Node>>) -> Router {
                 unary_route(etcd, l, |s, q| async move { s.leases(q).await }),
             );
     }
+    r
+}
+
+/// The keep-alive stream's route.
+fn lease_stream_route(etcd: &Arc<Etcd<Node>>) -> Router {
     let e = etcd.clone();
-    r.route(
+    Router::new().route(
         "/v3/lease/keepalive",
         post(move |body: Bytes| {
             let s = LeaseService(e.clone());
@@ -304,8 +312,13 @@ fn maintenance_routes(etcd: &Arc<Etcd<Node>>) -> Router {
             ),
         );
     }
+    r
+}
+
+/// The snapshot stream's route.
+fn snapshot_route(etcd: &Arc<Etcd<Node>>) -> Router {
     let e = etcd.clone();
-    r.route(
+    Router::new().route(
         "/v3/maintenance/snapshot",
         post(move || {
             let s = MaintenanceService(e.clone());
@@ -334,12 +347,33 @@ pub fn routes(etcd: Arc<Etcd<Node>>) -> Router {
             }
         }
     });
-    Router::new()
+    // The unary calls hold one of the node's client permits, as the JSON
+    // API's requests do; a body may carry a value of etcd's largest
+    // request in base64.
+    let slots = etcd.node.client_slots.clone();
+    let bounded = axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| {
+            let slots = slots.clone();
+            async move {
+                match slots.try_acquire_owned() {
+                    Ok(_permit) => next.run(req).await,
+                    Err(_) => error(&Status::resource_exhausted("etcdserver: too many requests")),
+                }
+            }
+        },
+    );
+    let unary = Router::new()
         .merge(kv_routes(&etcd))
         .merge(lease_routes(&etcd))
         .merge(cluster_routes(&etcd))
         .merge(maintenance_routes(&etcd))
+        .layer(bounded);
+    Router::new()
+        .merge(unary)
+        .merge(lease_stream_route(&etcd))
+        .merge(snapshot_route(&etcd))
         .route("/v3/watch", watch)
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .route(
             "/v3/auth/{*call}",
             post(|| async { error(&Status::unimplemented(super::AUTH_UNIMPLEMENTED)) }),

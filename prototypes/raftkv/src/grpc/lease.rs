@@ -164,7 +164,11 @@ impl<B: EtcdBackend> LeaseService<B> {
                 .take_while(|r| std::future::ready(r.is_ok()))
                 .filter_map(|r| std::future::ready(r.ok()));
             let down = c.lease_keep_alive(forward::request(up)).await?.into_inner();
-            return Ok(Box::pin(down));
+            // Ended when this node stops, so its shutdown does not wait
+            // for the leader's stream.
+            let mut stopping = etcd.node.stopping.subscribe();
+            let stop = async move { super::watch::stopped(&mut stopping).await };
+            return Ok(Box::pin(down.take_until(stop)));
         }
         let mut inbound = inbound;
         let (tx, rx) = tokio::sync::mpsc::channel(KEEPALIVE_QUEUE);

@@ -178,6 +178,9 @@ type GrpcFuture = Pin<Box<dyn Future<Output = Result<GrpcResponse, Infallible>> 
 /// request to its etcd service by path.
 #[derive(Clone)]
 pub struct GrpcRouter {
+    /// The node's permits for client requests: a unary call holds one
+    /// until it is answered.
+    slots: Arc<tokio::sync::Semaphore>,
     kv: etcd_api::etcdserverpb::kv_server::KvServer<kv::KvService<Node>>,
     watch: etcd_api::etcdserverpb::watch_server::WatchServer<watch::WatchService<Node>>,
     lease: etcd_api::etcdserverpb::lease_server::LeaseServer<lease::LeaseService<Node>>,
@@ -201,6 +204,7 @@ pub fn router_on(etcd: Arc<Etcd<Node>>) -> GrpcRouter {
     // above the request limit (its framing).
     let max_in = crate::kv::MAX_REQUEST_BYTES + (64 << 10);
     GrpcRouter {
+        slots: etcd.node.client_slots.clone(),
         kv: kv_server::KvServer::new(kv::KvService(etcd.clone())).max_decoding_message_size(max_in),
         watch: watch_server::WatchServer::new(watch::WatchService(etcd.clone())),
         lease: lease_server::LeaseServer::new(lease::LeaseService(etcd.clone())),
@@ -218,9 +222,45 @@ impl GrpcRouter {
         Bd: http_body::Body<Data = bytes::Bytes> + Send + 'static,
         Bd::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
     {
+        let path = req.uri().path().to_owned();
+        let mut parts = path.trim_start_matches('/').split('/');
+        let service = parts.next().unwrap_or("");
+        let method = parts.next().unwrap_or("");
+        // A unary call takes one of the node's client permits while it is
+        // served, as an HTTP request does; beyond them, etcd's "too many
+        // requests". The streams are bounded by their own limits.
+        let streaming = matches!(
+            (service, method),
+            ("etcdserverpb.Watch", _)
+                | ("etcdserverpb.Lease", "LeaseKeepAlive")
+                | ("etcdserverpb.Maintenance", "Snapshot")
+        );
+        let permit = match streaming {
+            true => None,
+            false => match self.slots.clone().try_acquire_owned() {
+                Ok(p) => Some(p),
+                Err(_) => {
+                    let resp =
+                        Status::resource_exhausted("etcdserver: too many requests").into_http();
+                    return Box::pin(async move { Ok(resp) });
+                }
+            },
+        };
+        let call = self.dispatch(service, req);
+        Box::pin(async move {
+            let r = call.await;
+            drop(permit);
+            r
+        })
+    }
+
+    /// The service a request goes to, by its path's first part.
+    fn dispatch<Bd>(&self, service: &str, req: http::Request<Bd>) -> GrpcFuture
+    where
+        Bd: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+        Bd::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+    {
         use tower_service::Service;
-        let path = req.uri().path();
-        let service = path.trim_start_matches('/').split('/').next().unwrap_or("");
         match service {
             "etcdserverpb.KV" => Box::pin(self.kv.clone().call(req)),
             "etcdserverpb.Watch" => Box::pin(self.watch.clone().call(req)),

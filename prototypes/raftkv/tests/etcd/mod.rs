@@ -222,22 +222,33 @@ pub struct Running {
 
 impl Running {
     pub fn start(endpoints: &[String], args: &[&str]) -> Running {
+        Running::spawn(endpoints, args, false)
+    }
+
+    /// As [`Running::start`], with its stderr's lines (but its logs)
+    /// among the lines.
+    pub fn start_with_stderr(endpoints: &[String], args: &[&str]) -> Running {
+        Running::spawn(endpoints, args, true)
+    }
+
+    fn spawn(endpoints: &[String], args: &[&str], stderr: bool) -> Running {
         let mut child = command(endpoints, args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(if stderr {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .spawn()
             .unwrap();
-        let stdout = child.stdout.take().unwrap();
         let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(stdout).lines() {
-                let Ok(l) = l else { return };
-                if tx.send(l).is_err() {
-                    return;
-                }
-            }
-        });
+        let stdout = child.stdout.take().unwrap();
+        let out = tx.clone();
+        std::thread::spawn(move || forward_lines(stdout, out));
+        if let Some(err) = child.stderr.take() {
+            std::thread::spawn(move || forward_lines(err, tx));
+        }
         let stdin = child.stdin.take();
         Running {
             child,
@@ -266,6 +277,19 @@ impl Running {
             }
         }
         got
+    }
+}
+
+/// Sends the lines of `from` that are not JSON logs to `to`.
+fn forward_lines(from: impl std::io::Read, to: mpsc::Sender<String>) {
+    for l in BufReader::new(from).lines() {
+        let Ok(l) = l else { return };
+        if l.starts_with('{') && l.contains("\"level\"") {
+            continue;
+        }
+        if to.send(l).is_err() {
+            return;
+        }
     }
 }
 
