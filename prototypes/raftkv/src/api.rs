@@ -106,6 +106,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/raft/append", post(raft::append))
         .route("/raft/vote", post(raft::vote))
         .route("/raft/snapshot", post(raft::snapshot))
+        .route("/raft/transfer-leader", post(raft::transfer_leader))
         .layer(DefaultBodyLimit::max(MAX_RPC_BODY))
         // Before the body is read: a peer without the secret gets nothing
         // decoded.

@@ -24,6 +24,25 @@
 //! | `GET /metrics` | Prometheus text: proposals, applied index and apply lag, term, leader changes, log flush latency, snapshot durations and sizes, request latency by route ([`metrics`]) |
 //! | `POST /members` with `{"op":"add","id":4,"addr":"127.0.0.1:7004"}`, `{"op":"promote","id":4}` or `{"op":"remove","id":3}` | `200` once the change is committed (an added learner has caught up: within 1,000 entries of the leader); `503` with `x-raftkv-error: timeout` past the admin deadline (the change may still take effect) |
 //!
+//! # etcd's gRPC API
+//!
+//! The client port also speaks etcd v3's gRPC API — etcd 3.4's KV, Watch,
+//! Lease, Cluster and Maintenance services, on HTTP/2 cleartext beside the
+//! HTTP/1.1 API (one listener: [`server`]) — and etcd's JSON gateway
+//! (`POST /v3/kv/range`, `/v3/lease/grant`, …: [`grpc::gateway`]), over the
+//! same calls; so `etcdctl --endpoints=http://…` and etcd's client
+//! libraries work with nothing changed but the endpoint. Every answer's
+//! header carries etcd's `cluster_id`, `member_id`, `revision` and
+//! `raft_term`; errors are etcd's gRPC codes and messages; a follower
+//! forwards what needs the leader (never a redirect). The wire types come
+//! from the `etcd-api` crate (`.proto` files written to etcd 3.4's
+//! interface, compiled at build time without `protoc`). **etcd's Auth
+//! service is not served**: its calls answer `Unimplemented` (raftkv has
+//! no users or roles; the peers share a secret, [`auth`]). The services
+//! ask the node's store through [`grpc::EtcdBackend`]; see [`grpc`] for
+//! what each call does here (a member's id is its node id; `Defragment`
+//! compacts the Raft log; `Snapshot` streams raftkv's snapshot file).
+//!
 //! A `200` to a write or a linearizable read carries the header
 //! `x-raftkv-index` ([`api::INDEX_HEADER`]): the log index the write was
 //! applied in, or the read's read index.
@@ -163,9 +182,11 @@
 //! # etcd's calls
 //!
 //! What etcd's gRPC services ask of a node — ranges at a revision,
-//! writes with etcd's answers, compactions, watches, leases, `HashKV`,
-//! status — are the node-level calls of [`node::kv`], refused with
-//! etcd's errors ([`kv::KvError`]).
+//! writes with etcd's answers, compactions, watches, leases and `HashKV`
+//! — are the node-level calls of [`node::kv`], refused with
+//! etcd's errors ([`kv::KvError`]); [`grpc::EtcdBackend`] on [`Node`] is
+//! those calls, and the gRPC services and the JSON gateway ask nothing
+//! else of the store.
 //!
 //! # Leases
 //!
@@ -284,9 +305,9 @@
 //! cluster (`DIR/peer-secret`). The RPCs are on axum (server) and reqwest
 //! (client), both on hyper: the
 //! well-kept HTTP stack of the tokio ecosystem, so the clients' API and the
-//! Raft RPCs share one port and one server. (tonic was not measured: its
-//! protobuf build needs `protoc`, which a default build here must not
-//! need.)
+//! Raft RPCs share one port and one server. etcd's gRPC API is tonic on
+//! the same hyper server (its protobuf compiled by protox, so no `protoc`);
+//! the Raft RPCs stay HTTP/1.1 with postcard bodies.
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 // openraft's storage traits return its large `StorageError`.
@@ -300,6 +321,7 @@ pub mod check;
 pub mod client;
 pub mod compare;
 pub mod faults;
+pub mod grpc;
 pub mod history;
 pub mod kv;
 pub mod lessor;
@@ -338,7 +360,11 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
-    let app = api::router(node.clone());
+    let etcd = Arc::new(grpc::Etcd::new(node.clone(), node.clone()));
+    let app = server::Apps {
+        http: api::router(node.clone()).merge(grpc::gateway::routes(etcd.clone())),
+        grpc: Some(grpc::router_on(etcd)),
+    };
     let (fatal_tx, mut fatal_rx) = tokio::sync::oneshot::channel::<String>();
     let mut metrics = node.raft.metrics();
     tokio::spawn(async move {

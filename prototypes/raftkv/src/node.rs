@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub mod kv;
-pub use kv::{Header, KvStatus, LeaseTimeToLive};
+pub use kv::{Header, LeaseTimeToLive};
 
 /// The identity file's name.
 pub const ID_FILE: &str = "raftkv.id";

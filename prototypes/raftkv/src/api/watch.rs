@@ -4,7 +4,7 @@
 
 use super::text;
 use crate::kv::{self, EventType};
-use crate::machine::{Position, ReadError};
+use crate::machine::Position;
 use crate::node::Node;
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
@@ -127,15 +127,15 @@ impl Watcher {
         // Seen before reading: a revision applied after the read wakes
         // the wait.
         self.revisions.borrow_and_update();
-        let (machine, prefix, next) = (self.node.machine.clone(), self.prefix.clone(), self.next);
+        let (node, prefix, next) = (self.node.clone(), self.prefix.clone(), self.next);
         let page = tokio::task::spawn_blocking(move || {
             let end = prefix_end(&prefix);
-            machine.events(next, (&prefix, &end), false, (PAGE, SCAN))
+            node.events(next, (&prefix, &end), false, (PAGE, SCAN))
         })
         .await;
         match page {
             Err(e) => Step::End(ending(&e.to_string(), None)),
-            Ok(Err(ReadError::Kv(kv::KvError::Compacted { compact_revision }))) => {
+            Ok(Err(kv::KvError::Compacted { compact_revision })) => {
                 Step::End(ending("compacted", Some(compact_revision)))
             }
             Ok(Err(e)) => Step::End(ending(&e.to_string(), None)),

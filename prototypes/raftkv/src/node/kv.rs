@@ -10,11 +10,10 @@
 //! | [`Node::events`], [`Node::revisions`] | `Watch`: the changes of a key range from a position on, and the store's revisions to wait on (no polling) |
 //! | [`Node::hash_kv`] | `Maintenance.HashKV` ([`crate::StateMachine::hash_kv`]) |
 //! | [`Node::lease_grant`], [`Node::lease_revoke`], [`Node::lease_keep_alive`], [`Node::lease_time_to_live`], [`Node::lease_leases`] | `Lease` |
-//! | [`Node::kv_status`] | `Maintenance.Status` |
 //!
 //! What needs the leader — writes, linearizable reads, keep-alives,
 //! time-to-live — is answered [`KvError::NotLeader`] on another node
-//! ([`Node::leader`] names it; forwarding is the caller's), or
+//! (forwarding is the caller's: [`crate::grpc`]), or
 //! [`KvError::NoLeader`] when none is known. A write whose outcome is not
 //! known in time is [`KvError::Timeout`]: it may still take effect. The
 //! header's cluster and member ids are the node's ([`Node::cluster`],
@@ -25,7 +24,7 @@ use crate::check;
 use crate::kv::{self, KvError, RequestOp, ResponseOp};
 use crate::machine::{EventPage, Position, ReadError, Revisions};
 use crate::propose::Outcome;
-use crate::types::{Answer, Command, NodeId, Verdict};
+use crate::types::{Answer, Command, Verdict};
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{LinearizableReadError, RaftError};
 
@@ -50,25 +49,6 @@ pub struct LeaseTimeToLive {
     pub granted_ttl: i64,
     /// Its keys, if asked for, in key order.
     pub keys: Vec<Vec<u8>>,
-}
-
-/// What `Maintenance.Status` needs of a node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KvStatus {
-    /// The header (store revision, term).
-    pub header: Header,
-    /// The compaction's revision.
-    pub compact_revision: i64,
-    /// The leader this node knows of.
-    pub leader: Option<NodeId>,
-    /// The index of the last entry in its log.
-    pub raft_index: u64,
-    /// The index of the last entry it applied.
-    pub raft_applied_index: u64,
-    /// Bytes of its store's data file.
-    pub db_size: u64,
-    /// Whether it is a learner.
-    pub is_learner: bool,
 }
 
 fn read_error(e: ReadError) -> KvError {
@@ -97,14 +77,6 @@ impl Node {
             revision,
             raft_term: self.raft.metrics().borrow_watched().current_term,
         }
-    }
-
-    /// The leader this node knows of, and its address.
-    pub fn leader(&self) -> Option<(NodeId, String)> {
-        let m = self.raft.metrics().borrow_watched().clone();
-        let id = m.current_leader?;
-        let addr = m.membership_config.membership().get_node(&id)?.addr.clone();
-        Some((id, addr))
     }
 
     /// The read barrier of a linearizable read: leadership confirmed by a
@@ -329,29 +301,6 @@ impl Node {
     pub fn lease_leases(&self) -> (Vec<i64>, Header) {
         let ids = self.machine.lease_ids();
         (ids, self.header(self.machine.revisions().current))
-    }
-
-    /// What etcd's `Status` answers of this node.
-    pub fn kv_status(&self) -> KvStatus {
-        let m = self.raft.metrics().borrow_watched().clone();
-        let r = self.machine.revisions();
-        let is_learner = !m
-            .membership_config
-            .membership()
-            .voter_ids()
-            .any(|v| v == self.id);
-        KvStatus {
-            header: Header {
-                revision: r.current,
-                raft_term: m.current_term,
-            },
-            compact_revision: r.compact,
-            leader: m.current_leader,
-            raft_index: m.last_log_index.unwrap_or(0),
-            raft_applied_index: m.last_applied.map_or(0, |l| l.index),
-            db_size: self.machine.db_size(),
-            is_learner,
-        }
     }
 }
 
