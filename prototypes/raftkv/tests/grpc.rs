@@ -2,7 +2,8 @@
 //! `etcd-api` crate's own tonic clients (HTTP/2) and reqwest (HTTP/1.1)
 //! on the same ports: response headers, forwarding from followers, the
 //! lease keep-alive stream piped to the leader, Auth `Unimplemented`, the
-//! gateway's JSON and errors, and raftkv's own HTTP API beside them.
+//! gateway's JSON and errors, and raftkv's own HTTP API beside them; a
+//! watch from a past revision read from a follower's versions.
 
 mod common;
 
@@ -27,6 +28,13 @@ async fn channel(addr: &str) -> Channel {
 async fn start() -> (Cluster, usize, Vec<Channel>) {
     let c = Cluster::start(3, &[]);
     let leader = c.leader(None).await;
+    // Every member holds the leader's first entries (so the leader lists
+    // each as started: its log matched).
+    let probe = raftkv::client::Client::new(&c.endpoints(), 0).unwrap();
+    let applied = probe.status(&c.nodes[leader].addr).await.unwrap();
+    for i in 0..c.nodes.len() {
+        c.caught_up(i, applied.applied_index.unwrap_or(0)).await;
+    }
     let mut channels = Vec::new();
     for p in &c.nodes {
         channels.push(channel(&p.addr).await);
@@ -265,4 +273,117 @@ async fn an_idle_http2_connection_is_closed_at_its_deadline() {
         .await
         .unwrap();
     assert_eq!(s.into_inner().header.unwrap().member_id, 1);
+}
+
+/// Reads a watch stream until `n` events came (or an answer cancels it);
+/// the answers, events and all.
+async fn watch_answers(
+    channel: Channel,
+    create: pb::WatchCreateRequest,
+    n: usize,
+) -> Vec<pb::WatchResponse> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(pb::WatchRequest {
+        request_union: Some(pb::watch_request::RequestUnion::CreateRequest(create)),
+    })
+    .await
+    .unwrap();
+    let mut stream = pb::watch_client::WatchClient::new(channel)
+        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut answers = Vec::new();
+    let mut events = 0;
+    while events < n {
+        let next = tokio::time::timeout(Duration::from_secs(30), stream.message());
+        let r = next.await.expect("the watch went quiet").unwrap().unwrap();
+        events += r.events.len();
+        let canceled = r.canceled;
+        answers.push(r);
+        if canceled {
+            break;
+        }
+    }
+    drop(tx);
+    answers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_from_a_revision_reads_the_versions_each_revision_whole() {
+    let (_c, leader, ch) = start().await;
+    let mut kv = pb::kv_client::KvClient::new(ch[leader].clone());
+    for i in 0..300 {
+        let key = format!("big/{i:03}").into_bytes();
+        let put = pb::PutRequest {
+            key,
+            value: b"v".to_vec(),
+            ..Default::default()
+        };
+        kv.put(put).await.unwrap();
+    }
+    // Revisions 2..=301 the puts, 302 one deletion of 300 keys (more than
+    // a page of the history), 303 a put.
+    let del = pb::DeleteRangeRequest {
+        key: b"big/".to_vec(),
+        range_end: b"big0".to_vec(),
+        ..Default::default()
+    };
+    let d = kv.delete_range(del).await.unwrap().into_inner();
+    assert_eq!((d.deleted, d.header.unwrap().revision), (300, 302));
+    let put = pb::PutRequest {
+        key: b"big/after".to_vec(),
+        value: b"w".to_vec(),
+        ..Default::default()
+    };
+    kv.put(put).await.unwrap();
+    let create = |start_revision| pb::WatchCreateRequest {
+        key: b"big/".to_vec(),
+        range_end: b"big0".to_vec(),
+        start_revision,
+        ..Default::default()
+    };
+    // From a follower: its copy of the versions.
+    let follower = ch[(leader + 1) % 3].clone();
+    let answers = watch_answers(follower, create(2), 601).await;
+    let events: Vec<(i32, Vec<u8>, i64)> = answers
+        .iter()
+        .flat_map(|a| &a.events)
+        .map(|e| {
+            let kv = e.kv.as_ref().unwrap();
+            (e.r#type, kv.key.clone(), kv.mod_revision)
+        })
+        .collect();
+    let mut expected: Vec<(i32, Vec<u8>, i64)> = (0..300)
+        .map(|i| (0, format!("big/{i:03}").into_bytes(), 2 + i))
+        .collect();
+    expected.extend((0..300).map(|i| (1, format!("big/{i:03}").into_bytes(), 302)));
+    expected.push((0, b"big/after".to_vec(), 303));
+    assert_eq!(events.len(), expected.len(), "every change once");
+    assert!(events == expected, "every change once, in revision order");
+    // The deletion's 300 events came in one answer.
+    let split: Vec<usize> = answers
+        .iter()
+        .map(|a| {
+            a.events
+                .iter()
+                .filter(|e| e.kv.as_ref().unwrap().mod_revision == 302)
+                .count()
+        })
+        .filter(|n| *n > 0)
+        .collect();
+    assert_eq!(split, [300], "revision 302 split between answers");
+
+    // Compacted past the start: one answer, canceled, naming the
+    // compaction.
+    let compact = pb::CompactionRequest {
+        revision: 303,
+        physical: true,
+    };
+    kv.compact(compact).await.unwrap();
+    let answers = watch_answers(ch[leader].clone(), create(2), 1).await;
+    let last = answers.last().unwrap();
+    assert!(last.canceled, "{answers:?}");
+    assert_eq!(last.compact_revision, 303);
+    assert!(last.events.is_empty());
 }

@@ -12,8 +12,8 @@
 //! on this member, or the leader's answer).
 
 use crate::kv::{
-    DeleteRangeRequest, DeleteRangeResponse, KvError, PutRequest, PutResponse,
-    RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+    DeleteRangeRequest, DeleteRangeResponse, KvError, PutRequest, PutResponse, RangeRequest,
+    RangeResponse, TxnRequest, TxnResponse,
 };
 use std::future::Future;
 
