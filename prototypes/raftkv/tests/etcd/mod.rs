@@ -487,3 +487,80 @@ pub fn same(what: &str, raftkv: &str, etcd: &str) {
         "{what}: raftkv's output (left) differs from etcd 3.4's (right)\n--- raftkv\n{raftkv}--- etcd\n{etcd}"
     );
 }
+
+/// A transcript of commands run on one side.
+pub struct T<'a> {
+    /// The side it runs on.
+    pub side: &'a Side,
+    /// What was run and answered, normalized.
+    pub text: String,
+}
+
+impl<'a> T<'a> {
+    pub fn new(side: &'a Side) -> T<'a> {
+        T {
+            side,
+            text: String::new(),
+        }
+    }
+
+    /// Notes `o` (of `args`) normalized.
+    pub fn note(&mut self, args: &[&str], o: &Out) {
+        let lease = args.first() == Some(&"lease");
+        let shown: Vec<String> = args
+            .iter()
+            .map(|a| {
+                let a = self.side.norm(a);
+                match a.strip_prefix("--lease=") {
+                    Some(_) => "--lease=<LEASE>".to_owned(),
+                    None if lease => sub(&a, r"^[0-9a-f]{16}$", "<LEASE>"),
+                    None => a,
+                }
+            })
+            .collect();
+        self.text += &format!("$ etcdctl {}\n", shown.join(" "));
+        self.text += &norm_common(self.side, &o.text());
+    }
+
+    /// Runs `args` on every member and notes it.
+    pub fn run(&mut self, args: &[&str]) -> Out {
+        let o = self.side.ctl(args);
+        self.note(args, &o);
+        o
+    }
+
+    /// Runs a `txn` with `input` and notes it.
+    pub fn txn(&mut self, input: &str) -> Out {
+        let o = ctl_input(&self.side.endpoints, &["txn"], input);
+        self.note(&["txn", "<<", &input.replace('\n', "\\n")], &o);
+        o
+    }
+}
+
+/// What differs between any two clusters: ids and terms in headers,
+/// lease ids, sizes and timings.
+pub fn norm_common(side: &Side, s: &str) -> String {
+    let s = side.norm(s);
+    let s = leases(&s);
+    let s = sub(&s, r#""(cluster_id|member_id|raft_term)":\d+"#, r#""$1":N"#);
+    let s = sub(
+        &s,
+        r#""(ClusterID|MemberID|RaftTerm)" : \d+"#,
+        r#""$1" : N"#,
+    );
+    sub(&s, r"took = [0-9.]+[µmn]?s", "took = T")
+}
+
+/// The id a `lease grant` printed.
+pub fn lease_id(o: &Out) -> String {
+    o.stdout.split_whitespace().nth(1).unwrap_or("").to_owned()
+}
+
+/// Runs `f` on raftkv and on etcd and compares the transcripts.
+pub fn compare(what: &str, p: &Pair, f: impl Fn(&mut T)) {
+    let mut e = T::new(&p.e);
+    f(&mut e);
+    let mut r = T::new(&p.r);
+    f(&mut r);
+    same(what, &r.text, &e.text);
+}
