@@ -72,11 +72,7 @@ async fn main() {
         index += 1;
         let cmds = chunk
             .iter()
-            .map(|i| Command::Put {
-                key: format!("k/{i:010}").into_bytes(),
-                value: vec![(*i % 251) as u8; size],
-                id: None,
-            })
+            .map(|i| Command::put(format!("k/{i:010}"), vec![(*i % 251) as u8; size], None))
             .collect();
         let e = Entry {
             log_id: LogId::new(

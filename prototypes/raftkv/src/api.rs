@@ -8,7 +8,7 @@
 
 use crate::network::MAX_RPC_BODY;
 use crate::node::Node;
-use crate::types::{check_key, NodeId, RequestId, TypeConfig};
+use crate::types::{NodeId, RequestId, TypeConfig};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{header, StatusCode, Uri};
@@ -28,7 +28,7 @@ mod raft;
 mod range;
 mod watch;
 mod write;
-pub use lease::{LeaseGrant, LeaseReply};
+pub use lease::{LeaseGrant, LeaseReply, MAX_LEASE_TTL_S};
 pub use range::{KeyValue, RangeReply, RANGE_BYTES, RANGE_LIMIT};
 pub use watch::{WatchLine, MAX_WATCHERS};
 pub use write::{
@@ -83,8 +83,12 @@ fn timed_out(what: &str, after: Duration) -> Response {
 pub const INDEX_HEADER: &str = "x-raftkv-index";
 
 /// The header on a `200` to `GET /kv/{key}`: the revision the key was
-/// created at (its `ETag` is the revision it was last put at).
+/// created at (its `ETag` is the revision it was last changed at).
 pub const CREATE_HEADER: &str = "x-raftkv-create-revision";
+
+/// The header on a `200` to `GET /kv/{key}`: the key's version (changes
+/// since it was created, from 1).
+pub const VERSION_HEADER: &str = "x-raftkv-version";
 
 /// Client requests a node serves at once, by default; beyond, `503` with
 /// `Retry-After` (each may hold a body of up to [`MAX_CLIENT_BODY`]).
@@ -102,6 +106,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/raft/append", post(raft::append))
         .route("/raft/vote", post(raft::vote))
         .route("/raft/snapshot", post(raft::snapshot))
+        .route("/raft/transfer-leader", post(raft::transfer_leader))
         .layer(DefaultBodyLimit::max(MAX_RPC_BODY))
         // Before the body is read: a peer without the secret gets nothing
         // decoded.
@@ -309,7 +314,7 @@ struct WriteQuery {
     client: Option<u64>,
     seq: Option<u64>,
     /// The lease a `PUT` attaches its key to.
-    lease: Option<u64>,
+    lease: Option<i64>,
 }
 
 impl WriteQuery {
@@ -330,6 +335,9 @@ impl WriteQuery {
 struct ReadQuery {
     #[serde(default)]
     stale: bool,
+    /// The revision read at (0: the newest).
+    #[serde(default)]
+    revision: i64,
 }
 
 fn redirect(leader: Option<&BasicNode>, uri: &Uri) -> Response {
@@ -353,9 +361,36 @@ fn forward(f: &ForwardToLeader<TypeConfig>, uri: &Uri) -> Response {
 }
 
 fn key_bytes(key: &str) -> Result<Vec<u8>, Response> {
-    check_key(key.as_bytes()).map_err(|e| text(StatusCode::BAD_REQUEST, e.to_string()))?;
+    crate::check::check_key(key.as_bytes())
+        .map_err(|e| text(StatusCode::BAD_REQUEST, e.to_string()))?;
     Ok(key.as_bytes().to_vec())
 }
+
+/// The answer to a read the state machine refused: `410` for a revision
+/// compacted (with `x-raftkv-error: compacted`), `400` for one to come,
+/// `500` if the store failed.
+fn read_refused(e: crate::machine::ReadError) -> Response {
+    use crate::kv::KvError;
+    use crate::machine::ReadError;
+    match e {
+        ReadError::Kv(KvError::Compacted { compact_revision }) => {
+            let mut r = text(
+                StatusCode::GONE,
+                format!("{e}: the compaction is at revision {compact_revision}"),
+            );
+            r.headers_mut().insert(
+                ERROR_HEADER,
+                axum::http::HeaderValue::from_static(COMPACTED),
+            );
+            r
+        }
+        ReadError::Kv(e) => text(StatusCode::BAD_REQUEST, e.to_string()),
+        ReadError::Store(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// The [`ERROR_HEADER`] of a `410`: the revision asked for was compacted.
+pub const COMPACTED: &str = "compacted";
 
 /// The read index of a linearizable read: leadership confirmed by a
 /// majority (openraft's read index, `max(the leader's blank entry of its
@@ -404,15 +439,18 @@ async fn read(
             Err(r) => return r,
         }
     };
-    let mut r = match node.machine.entry(&key) {
-        Ok(Some((v, meta))) => {
-            let etag = format!("\"{}\"", meta.modified);
-            let create = meta.create.to_string();
-            let headers = [(header::ETAG.as_str(), etag), (CREATE_HEADER, create)];
-            (StatusCode::OK, headers, v).into_response()
+    let mut r = match node.machine.get_at(&key, q.revision) {
+        Ok(Some(kv)) => {
+            let etag = format!("\"{}\"", kv.mod_revision);
+            let headers = [
+                (header::ETAG.as_str(), etag),
+                (CREATE_HEADER, kv.create_revision.to_string()),
+                (VERSION_HEADER, kv.version.to_string()),
+            ];
+            (StatusCode::OK, headers, kv.value).into_response()
         }
         Ok(None) => text(StatusCode::NOT_FOUND, "no such key"),
-        Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => return read_refused(e),
     };
     if let Some(i) = index {
         r.headers_mut().insert(INDEX_HEADER, i.into());

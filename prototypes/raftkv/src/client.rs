@@ -13,7 +13,7 @@
 //! again; the client's next write opens a new session. Only a write every
 //! attempt of which was refused outright goes again under a new session.
 
-use crate::types::{Expect, Revision};
+use crate::types::Expect;
 use reqwest::StatusCode;
 use std::time::{Duration, Instant};
 
@@ -54,7 +54,7 @@ pub struct Client {
     last_error: Option<String>,
     /// The last answer's revision: a read's `ETag`, a write's
     /// [`crate::api::REVISION_HEADER`].
-    last_revision: Option<Revision>,
+    last_revision: Option<i64>,
     /// Sessions this client started again under a new id.
     renewals: u64,
     /// Whether an attempt of the last call may have reached the cluster
@@ -69,7 +69,7 @@ pub struct Client {
 struct Said {
     index: Option<u64>,
     error: Option<String>,
-    revision: Option<Revision>,
+    revision: Option<i64>,
 }
 
 enum Attempt {
@@ -165,7 +165,7 @@ impl Client {
             error: header(crate::api::ERROR_HEADER).map(str::to_owned),
             revision: header(crate::api::REVISION_HEADER)
                 .or_else(|| header(reqwest::header::ETAG.as_str()))
-                .and_then(|v| v.parse().ok()),
+                .and_then(|v| v.trim_matches('"').parse().ok()),
         };
         // A `503` with `Retry-After` is a bound of the request path: the
         // write was not taken. Any other may come after it was proposed.
@@ -362,11 +362,9 @@ impl Client {
         Ok(self.write(m, key, &[], Some(expect)).await?.1)
     }
 
-    /// A linearizable read of `key` and the revision it was last put at.
-    pub async fn get_entry(
-        &mut self,
-        key: &str,
-    ) -> Result<Option<(Vec<u8>, Revision)>, ClientError> {
+    /// A linearizable read of `key` and the revision it was last changed
+    /// at.
+    pub async fn get_entry(&mut self, key: &str) -> Result<Option<(Vec<u8>, i64)>, ClientError> {
         let value = self.get(key, false).await?;
         match (value, self.last_revision) {
             (None, _) => Ok(None),
@@ -375,9 +373,10 @@ impl Client {
         }
     }
 
-    /// The revision the last answer carried: a write's, or the `ETag` of
-    /// a value read.
-    pub fn last_revision(&self) -> Option<Revision> {
+    /// The revision the last answer carried: a write's (the store's
+    /// revision after it), or the `ETag` of a value read (the revision it
+    /// was last changed at).
+    pub fn last_revision(&self) -> Option<i64> {
         self.last_revision
     }
 

@@ -115,8 +115,8 @@ pub struct RangeResponse {
     pub kvs: Vec<KeyValue>,
     /// Whether more keys matched than `limit` let through.
     pub more: bool,
-    /// How many keys matched (the filters on revisions applied), before
-    /// `limit`.
+    /// How many keys the range holds at the revision read, before
+    /// `limit` and before the filters on revisions (as etcd 3.4 counts).
     pub count: i64,
 }
 
@@ -298,6 +298,10 @@ pub enum KvError {
     Timeout,
     /// The disk-space alarm is raised: writes that add data are refused.
     NoSpace,
+    /// A put would attach a key to a lease that holds raftkv's most keys
+    /// ([`crate::machine::MAX_LEASE_KEYS`]; etcd has no such bound): not
+    /// applied. (Added with the multi-version store.)
+    LeaseFull,
 }
 
 impl KvError {
@@ -322,7 +326,7 @@ impl KvError {
             // Unavailable
             KvError::NotLeader | KvError::NoLeader | KvError::Timeout => 14,
             // ResourceExhausted
-            KvError::NoSpace => 8,
+            KvError::NoSpace | KvError::LeaseFull => 8,
         }
     }
 
@@ -344,6 +348,7 @@ impl KvError {
             KvError::NoLeader => "etcdserver: no leader",
             KvError::Timeout => "etcdserver: request timed out",
             KvError::NoSpace => "etcdserver: mvcc: database space exceeded",
+            KvError::LeaseFull => "etcdserver: too many keys attached to the lease",
         }
     }
 }
@@ -355,6 +360,30 @@ impl std::fmt::Display for KvError {
 }
 
 impl std::error::Error for KvError {}
+
+/// What a watch [`Event`] is (etcd's `mvccpb.Event.EventType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventType {
+    /// The key was put.
+    Put,
+    /// The key was deleted.
+    Delete,
+}
+
+/// One change of the store, as a watch sends it (etcd's `mvccpb.Event`).
+/// A put's `kv` is the key's new version; a delete's holds the key and
+/// the deletion's revision as its `mod_revision`, every other field 0 or
+/// empty, as etcd's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// Put or delete.
+    pub kind: EventType,
+    /// The key's version the change made (a delete's: see above).
+    pub kv: KeyValue,
+    /// The key's version before the change, if asked for and still held
+    /// (not compacted).
+    pub prev_kv: Option<KeyValue>,
+}
 
 /// The most operations in a transaction's branch, and comparisons
 /// (etcd's `--max-txn-ops` default).

@@ -38,6 +38,7 @@
 //! whichever node leads then (nodes' clocks are assumed to run at about
 //! the same rate; they need not agree).
 
+use crate::kv::KvError;
 use crate::machine::{LeaseChange, LeaseInfo, StateMachine};
 use crate::propose::{Outcome, Proposer};
 use crate::types::{Command, NodeId, Raft, Verdict, MAX_CHECKPOINT_LEASES};
@@ -63,9 +64,9 @@ const WAIT: Duration = Duration::from_secs(5);
 #[derive(Debug, Default)]
 pub struct Deadlines {
     /// Lease id to (deadline, time-to-live).
-    by_id: BTreeMap<u64, (Instant, Duration)>,
+    by_id: BTreeMap<i64, (Instant, Duration)>,
     /// (deadline, id), soonest first.
-    by_time: BTreeSet<(Instant, u64)>,
+    by_time: BTreeSet<(Instant, i64)>,
 }
 
 fn ms(d: u64) -> Duration {
@@ -83,7 +84,7 @@ impl Deadlines {
         d
     }
 
-    fn set(&mut self, id: u64, at: Instant, ttl: Duration) {
+    fn set(&mut self, id: i64, at: Instant, ttl: Duration) {
         if let Some((old, _)) = self.by_id.insert(id, (at, ttl)) {
             self.by_time.remove(&(old, id));
         }
@@ -92,7 +93,7 @@ impl Deadlines {
 
     /// Moves lease `id`'s deadline to `at` if that is later (a grant, a
     /// keep-alive).
-    pub fn extend(&mut self, id: u64, at: Instant, ttl: Duration) {
+    pub fn extend(&mut self, id: i64, at: Instant, ttl: Duration) {
         match self.by_id.get(&id) {
             Some(&(old, _)) if old >= at => {}
             _ => self.set(id, at, ttl),
@@ -100,14 +101,14 @@ impl Deadlines {
     }
 
     /// Forgets lease `id` (it ended).
-    pub fn remove(&mut self, id: u64) {
+    pub fn remove(&mut self, id: i64) {
         if let Some((at, _)) = self.by_id.remove(&id) {
             self.by_time.remove(&(at, id));
         }
     }
 
     /// Lease `id`'s deadline.
-    pub fn deadline(&self, id: u64) -> Option<Instant> {
+    pub fn deadline(&self, id: i64) -> Option<Instant> {
         self.by_id.get(&id).map(|&(at, _)| at)
     }
 
@@ -128,7 +129,7 @@ impl Deadlines {
 
     /// The leases past their deadline at `now`, soonest first, while their
     /// keys (`keys`) stay within `budget` (always at least one lease).
-    pub fn expired(&self, now: Instant, keys: impl Fn(u64) -> usize, budget: usize) -> Vec<u64> {
+    pub fn expired(&self, now: Instant, keys: impl Fn(i64) -> usize, budget: usize) -> Vec<i64> {
         let mut out = Vec::new();
         let mut total = 0usize;
         for &(at, id) in &self.by_time {
@@ -147,7 +148,7 @@ impl Deadlines {
 
     /// The remaining time-to-live at `now` (ms, at least 1) of each lease
     /// whose time-to-live is longer than `longer_than`, by id.
-    pub fn checkpoints(&self, now: Instant, longer_than: Duration) -> Vec<(u64, u64)> {
+    pub fn checkpoints(&self, now: Instant, longer_than: Duration) -> Vec<(i64, u64)> {
         self.by_id
             .iter()
             .filter(|(_, &(_, ttl))| ttl > longer_than)
@@ -174,8 +175,8 @@ impl Deadlines {
                 LeaseChange::Ended { id } => self.remove(id),
                 LeaseChange::Reloaded => {
                     let table = reload();
-                    let held: BTreeSet<u64> = table.iter().map(|l| l.id).collect();
-                    let gone: Vec<u64> = self
+                    let held: BTreeSet<i64> = table.iter().map(|l| l.id).collect();
+                    let gone: Vec<i64> = self
                         .by_id
                         .keys()
                         .filter(|id| !held.contains(id))
@@ -267,7 +268,7 @@ impl Lessor {
     }
 
     /// Lease `id`'s deadline, while primary.
-    pub fn deadline(&self, id: u64) -> Option<Instant> {
+    pub fn deadline(&self, id: i64) -> Option<Instant> {
         self.primary.lock().as_ref().and_then(|d| d.deadline(id))
     }
 
@@ -281,7 +282,7 @@ impl Lessor {
     /// at `arrived`, once the leadership was confirmed after it: the
     /// deadline moves to `arrived` + the time-to-live. (Not primary: the
     /// next promotion, later than `arrived`, extends every lease anyway.)
-    pub fn renew(&self, id: u64, ttl_ms: u64, arrived: Instant) {
+    pub fn renew(&self, id: i64, ttl_ms: u64, arrived: Instant) {
         if let Some(d) = self.primary.lock().as_mut() {
             d.extend(id, arrived + ms(ttl_ms), ms(ttl_ms));
         }
@@ -338,7 +339,7 @@ impl Lessor {
         });
         for (lease, outcome) in futures_util::future::join_all(revokes).await {
             if let Ok(Outcome::Applied {
-                verdict: Verdict::LeaseNotFound,
+                verdict: Verdict::Refused(KvError::LeaseNotFound),
                 ..
             }) = outcome
             {
@@ -447,7 +448,7 @@ fn leading(
 mod tests {
     use super::*;
 
-    fn lease(id: u64, ttl_ms: u64, remaining_ms: Option<u64>, keys: usize) -> LeaseInfo {
+    fn lease(id: i64, ttl_ms: u64, remaining_ms: Option<u64>, keys: usize) -> LeaseInfo {
         LeaseInfo {
             id,
             ttl_ms,
@@ -470,7 +471,7 @@ mod tests {
         assert_eq!(d.next(), Some(promoted + ms(5_000)));
         assert_eq!(
             d.expired(promoted + ms(4_999), |_| 0, 10),
-            Vec::<u64>::new()
+            Vec::<i64>::new()
         );
         assert_eq!(d.expired(promoted + ms(5_000), |_| 0, 10), [2]);
         assert_eq!(d.expired(promoted + ms(10_000), |_| 0, 10), [2, 1]);
@@ -520,9 +521,11 @@ mod tests {
     #[test]
     fn a_round_of_expiries_is_bounded_by_keys_but_takes_one_lease_at_least() {
         let t0 = Instant::now();
-        let table: Vec<_> = (1..=5).map(|id| lease(id, 1_000 * id, None, 0)).collect();
+        let table: Vec<_> = (1..=5)
+            .map(|id| lease(id, 1_000 * id as u64, None, 0))
+            .collect();
         let d = Deadlines::promote(&table, t0);
-        let keys = |id: u64| if id == 1 { 50_000 } else { 4_000 };
+        let keys = |id: i64| if id == 1 { 50_000 } else { 4_000 };
         let late = t0 + ms(10_000);
         assert_eq!(d.expired(late, keys, EXPIRY_BUDGET), [1]);
         let d2 = Deadlines::promote(&table[1..], t0);

@@ -7,22 +7,41 @@
 //! | request | answer |
 //! |---|---|
 //! | `PUT /kv/{key}` with the value as body | `200` once a majority holds the write durably in their logs and the leader applied it |
-//! | `GET /kv/{key}` | `200` and the value, linearizable (read index: leadership confirmed by a majority, then the state machine caught up; see below); `404` if absent |
-//! | `GET /kv/{key}?stale=true` | the value as applied on this node, without asking anyone |
-//! | `GET /kv?prefix=P` (`&start=K` for the next page), `GET /kv?start=A&end=B` (`end` optional), with `limit=N` (default 1,000, at most 10,000) and `stale=true` | `200` and JSON `{"index", "kvs": [{"key", "value" (base64)}], "next"}`: the keys of the range in order, linearizable unless stale; a page stops at `limit` or about 4 MiB, and `next` is where the range goes on. A page is one snapshot (every entry up to `index`, none after — but for part of the next one while a range delete or revoke in it is applied in steps); pages are not one snapshot together (no old versions are kept) |
-//! | `PUT /kv/{key}` with `If-None-Match: *`, `If-Match: *` or `If-Match: "<revision>"` | `200` as above if, when the write is applied, the key is absent, present, or was last put at that revision; else `412` with `x-raftkv-error: compare-failed`, and nothing written |
+//! | `GET /kv/{key}` | `200` and the value, linearizable (read index: leadership confirmed by a majority, then the state machine caught up; see below), with its `ETag` (the revision it was last changed at), `x-raftkv-create-revision` and `x-raftkv-version`; `404` if absent |
+//! | `GET /kv/{key}?stale=true`, `?revision=R` | the value as applied on this node, without asking anyone; the value at revision `R` (`410` with `x-raftkv-error: compacted` below the compaction) |
+//! | `GET /kv?prefix=P` (`&start=K` for the next page), `GET /kv?start=A&end=B` (`end` optional), with `limit=N` (default 1,000, at most 10,000), `stale=true` and `revision=R` | `200` and JSON `{"index", "revision", "kvs": [{"key", "value" (base64), "create_revision", "mod_revision", "version", "lease"}], "next"}`: the keys of the range in order as they were at `revision` (the newest by default), linearizable unless stale; a page stops at `limit` or about 4 MiB, and `next` is where the range goes on. Ask the next pages with `revision=` the first page's: one snapshot of the whole range, until compacted |
+//! | `PUT /kv/{key}` with `If-None-Match: *`, `If-Match: *` or `If-Match: "<revision>"` | `200` as above if, when the write is applied, the key is absent, present, or was last changed at that revision; else `412` with `x-raftkv-error: compare-failed`, and nothing written |
 //! | `DELETE /kv/{key}` | `200` as for a `PUT` (conditional with the same headers); `400` with `?lease=` (a delete attaches nothing) |
-//! | `POST /txn` with JSON `{"compare": [{"key", "expect": "absent" \| "present" \| {"mod_revision": R} \| {"value": base64}}], "success": [{"put": {"key", "value"}} \| {"delete": {"key"}}], "failure": [...]}` | `200` and JSON `{"succeeded", "revision", "retry"}`: if every comparison held, the `success` changes were made, else the `failure` ones — one branch, whole, at one revision; at most 64 comparisons and 64 changes a branch, 1 MiB |
+//! | `POST /txn` with JSON `{"compare": [{"key", "expect": "absent" \| "present" \| {"mod_revision": R} \| {"value": base64}}], "success": [{"put": {"key", "value"}} \| {"delete": {"key"}}], "failure": [...]}` | `200` and JSON `{"succeeded", "revision", "retry"}`: if every comparison held, the `success` changes were made, else the `failure` ones — one branch, whole, at one revision; etcd's bounds ([`kv::MAX_TXN_OPS`] a branch, [`kv::MAX_REQUEST_BYTES`], no key changed twice) |
 //! | `DELETE /kv?prefix=P`, `DELETE /kv?start=A&end=B` (`end` optional; not empty) | `200` as for a `PUT`: every key of the range removed, in one command of the log |
-//! | `GET /watch?prefix=P&from=REV` (or `&after=POS`; `prefix` optional) | `200` and a stream of NDJSON lines, one per change of a key under `P`: `{"pos", "revision", "kind": "put" \| "delete", "key", "value" (base64, puts)}`, every change at or after revision `REV` (or after the event at position `POS`; by default from the next entry applied), in order, then the new ones as they are applied; `410` with `{"error": "compacted", "first"}` if the history no longer holds the start. A stream that falls behind the history ends with such a line |
+//! | `GET /watch?prefix=P&from=REV` (or `&after=POS`; `prefix` optional) | `200` and a stream of NDJSON lines, one per change of a key under `P`: `{"pos", "revision", "kind": "put" \| "delete", "key", "value" (base64, puts)}`, every change at or after revision `REV` (or after the change at position `POS`, `revision.sub`; by default from the next revision applied), in order, then the new ones as they are applied; `410` with `{"error": "compacted", "first": C}` if a compaction passed the start (`C`, the compaction's revision, is where a watch may start). A stream that a compaction passes ends with such a line |
 //! | `POST /lease` with `{"ttl_s": N}` (1 s to a week) | `200` and `{"id", "ttl_s"}` once granted |
-//! | `PUT /kv/{key}?lease=ID` | as a `PUT`, the key attached to the lease (`404` with `x-raftkv-error: lease-not-found` if it is gone, `409` `lease-full` past 10,000 keys); a put without it lets the key go |
+//! | `PUT /kv/{key}?lease=ID` | as a `PUT`, the key attached to the lease (`404` with `x-raftkv-error: lease-not-found` if it is gone, `409` `lease-full` past [`machine::MAX_LEASE_KEYS`] keys); a put without it lets the key go |
 //! | `POST /lease/{id}/keepalive` | `200` and `{"id", "ttl_s"}` once renewed for its time-to-live from the request's arrival (the leader's, confirmed by a heartbeat round; not a log entry); `404` if it is gone |
 //! | `DELETE /lease/{id}` | `200` once revoked with its keys deleted; `404` if it is gone |
-//! | `POST /compact` | `200` once this node built a snapshot of what it applied and purged its log up to it (a member behind it is then sent the snapshot); `503` with `x-raftkv-error: timeout` past the admin deadline (`serve --admin-timeout-s`, 60 s) |
+//! | `POST /compact` | `200` once this node built a snapshot of what it applied and purged its Raft log up to it (a member behind it is then sent the snapshot); `503` with `x-raftkv-error: timeout` past the admin deadline (`serve --admin-timeout-s`, 60 s). (Not etcd's compaction of old versions: see "Versions and compaction") |
 //! | `GET /status` | JSON: id, pid, cluster, state, leader, term, last log index, applied index, snapshot index, purged index, voters, learners, the error that stopped Raft if one did, on the leader each member's matched index, and `nospace` (the disk-space alarm) |
 //! | `GET /metrics` | Prometheus text: proposals, applied index and apply lag, term, leader changes, log flush latency, snapshot durations and sizes, request latency by route ([`metrics`]) |
 //! | `POST /members` with `{"op":"add","id":4,"addr":"127.0.0.1:7004"}`, `{"op":"promote","id":4}` or `{"op":"remove","id":3}` | `200` once the change is committed (an added learner has caught up: within 1,000 entries of the leader); `503` with `x-raftkv-error: timeout` past the admin deadline (the change may still take effect) |
+//!
+//! # etcd's gRPC API
+//!
+//! The client port also speaks etcd v3's gRPC API — etcd 3.4's KV, Watch,
+//! Lease, Cluster and Maintenance services, on HTTP/2 cleartext beside the
+//! HTTP/1.1 API (one listener: [`server`]) — and etcd's JSON gateway
+//! (`POST /v3/kv/range`, `/v3/lease/grant`, …: [`grpc::gateway`]), over the
+//! same calls; so `etcdctl --endpoints=http://…` and etcd's client
+//! libraries work with nothing changed but the endpoint. Every answer's
+//! header carries etcd's `cluster_id`, `member_id`, `revision` and
+//! `raft_term`; errors are etcd's gRPC codes and messages; a follower
+//! forwards what needs the leader (never a redirect). The wire types come
+//! from the `etcd-api` crate (`.proto` files written to etcd 3.4's
+//! interface, compiled at build time without `protoc`). **etcd's Auth
+//! service is not served**: its calls answer `Unimplemented` (raftkv has
+//! no users or roles; the peers share a secret, [`auth`]). The services
+//! ask the node's store through [`grpc::EtcdBackend`]; see [`grpc`] for
+//! what each call does here (a member's id is its node id; `Defragment`
+//! compacts the Raft log; `Snapshot` streams raftkv's snapshot file).
 //!
 //! A `200` to a write or a linearizable read carries the header
 //! `x-raftkv-index` ([`api::INDEX_HEADER`]): the log index the write was
@@ -30,22 +49,22 @@
 //!
 //! # Revisions and compare-and-set
 //!
-//! Every change has a [`Revision`], like etcd's (main, sub) revision: the
-//! log index of the entry it was applied in and its position in that entry
-//! (`index.sub`, e.g. `812.3`). Revisions increase with every change but
-//! are not dense. Each key keeps the revision it was created at and the one
-//! it was last put at: a `GET` answers them as `x-raftkv-create-revision`
-//! and `ETag: "812.3"`, a range read as `create_revision` and
-//! `mod_revision`, a write as `x-raftkv-revision` (and a `PUT` as its new
-//! `ETag`). A conditional write is a transaction of one comparison and one
-//! change; a transaction's comparisons are evaluated when its entry is
-//! **applied**, against every change before it in the log (those of its
-//! own entry included), never at the API, so of two compare-and-sets from
-//! one revision at most one wins. A retried request (same request id) is
-//! answered as it was decided the first time — its revision, and `412`
-//! again if its comparison failed — from the session, which keeps each
-//! client's last answer. Old values are not kept: there is no read at a
-//! past revision.
+//! Revisions are etcd's ([`kv`]): one store-wide integer; a new store is
+//! at revision 1, and every command that changes the store (a put; a
+//! delete that deletes something; a transaction with a change; a revoke
+//! that deletes keys) takes the next one, its changes numbered within it
+//! by a sub-revision. Each key has a `create_revision`, a `mod_revision`
+//! (its `ETag`, `"812"`) and a `version`; a delete resets them. A write
+//! is answered with the store's revision after it (`x-raftkv-revision`:
+//! its own if it changed the store). A conditional write is a
+//! transaction of one comparison and one change; a transaction's
+//! comparisons are evaluated when its entry is **applied**, against
+//! every change before it in the log (those of its own entry included),
+//! never at the API, so of two compare-and-sets from one revision at most
+//! one wins. A retried request (same request id) is answered as it was
+//! decided the first time — its revision, and `412` again if its
+//! comparison failed — from the session, which keeps each client's last
+//! answer.
 //!
 //! A write may carry a request id, `?client=C&seq=S` (one request at a
 //! time per client): the state machine applies each client's ids once and
@@ -90,9 +109,10 @@
 //! The [`client::Client`] does all four ([`client::ClientError::Unknown`]
 //! for the second).
 //!
-//! Keys are 1 to [`MAX_KEY`] bytes of UTF-8 without control characters
-//! (they may hold `/`); values up to [`MAX_VALUE`] bytes. A bad key, a
-//! value over the limit, a malformed request id or an unknown member id is
+//! Keys are 1 to [`MAX_KEY`] bytes, any bytes as etcd's (the HTTP API
+//! takes what a URL path carries); values up to [`MAX_VALUE`] bytes
+//! (checks: [`check`]). A bad key, a value over the limit, a malformed
+//! request id or an unknown member id is
 //! `400`. A request that needs the leader and reaches another node is
 //! answered `307` with the leader's URL in `Location` (`curl -L` follows
 //! it); `503` when there is no leader or no majority answered within 5 s —
@@ -129,27 +149,44 @@
 //! store failed on the full disk, openraft stopped its core, and the
 //! node exited, to be restarted into the same full disk.
 //!
+//! # Versions and compaction
+//!
+//! The store keeps every version of every key, as etcd does, until it is
+//! compacted ([`machine`]'s `mvcc.rs`): an index of the keys, small
+//! enough to stay in the store's cache at millions of keys, and the
+//! versions by revision, appended in revision order. A read at an older
+//! revision (`?revision=`, etcd's `Range` with `revision`) follows a
+//! key's versions back from the index. A compaction at revision C
+//! (etcd's `Compact`, or auto-compaction: `serve --auto-compaction-mode
+//! revision|periodic --auto-compaction-retention N`, etcd's meanings,
+//! [`autocompact`]; by default the last 10,000 revisions are kept,
+//! compacted every five minutes) is a command in the log: reads below C
+//! are refused at once (`410`, etcd's "required revision has been
+//! compacted"), and the versions C supersedes are removed over the
+//! entries that follow, a bounded number an entry — each key's latest
+//! version at or below C stays.
+//!
 //! # Watch
 //!
-//! Every change the state machine applies is also written, in the same
-//! store transaction, into its history: an event keyed by its position
-//! (`index.sub.n`: the revision, and the event's number among that
-//! revision's changes). So the history is the same on every replica,
-//! survives restarts and travels in snapshots, and a watcher may read it
-//! from any node and resume on any other with `after=` the last position
-//! it saw — every change exactly once, in order. A node serves the events
-//! it has applied: a follower's stream may lag the leader's. The history
-//! is opt-in: `serve --watch-history N` keeps about the newest N events
-//! (100,000 is a fair choice), compacted after each entry; a start
-//! before what it holds is `410`, as is, mid-stream, a watcher that fell
-//! that far behind. Without it (the default) `/watch` is `501`: a history
-//! writes every change a second time, which costs a quarter to a half of
-//! the put rate at a million keys (docs/PERFORMANCE.md) — so, as
-//! CockroachDB's rangefeeds and DynamoDB's streams, it is asked for. A
-//! stream holds no events in memory beyond one page (256): a slow reader
-//! only slows its own stream. A node serves at most
-//! [`api::MAX_WATCHERS`] streams at once (`503` beyond), and ends them when
-//! it stops. Deleting a key that is absent makes no event.
+//! The watch history *is* the versions: a watcher reads the changes of
+//! its keys from a revision in revision order, from any node, and
+//! resumes on any other after the last position it saw (`after=`) —
+//! every change exactly once, in order — as long as no compaction passed
+//! it (`410`). A node serves the changes it has applied: a follower's
+//! stream may lag the leader's. A stream holds no events in memory
+//! beyond one page (256): a slow reader only slows its own stream. A
+//! node serves at most [`api::MAX_WATCHERS`] streams at once (`503`
+//! beyond), and ends them when it stops. Deleting a key that is absent
+//! makes no change.
+//!
+//! # etcd's calls
+//!
+//! What etcd's gRPC services ask of a node — ranges at a revision,
+//! writes with etcd's answers, compactions, watches, leases and `HashKV`
+//! — are the node-level calls of [`node::kv`], refused with
+//! etcd's errors ([`kv::KvError`]); [`grpc::EtcdBackend`] on [`Node`] is
+//! those calls, and the gRPC services and the JSON gateway ask nothing
+//! else of the store.
 //!
 //! # Leases
 //!
@@ -183,18 +220,18 @@
 //!
 //! # Apply is a pure function of the log
 //!
-//! Every replica writes the same store and emits the same events for the
-//! same log: apply reads no clock (time comes in the log), draws no random
-//! number, iterates no hash container (whose order differs per process),
-//! and does not depend on how openraft groups entries into apply calls
-//! (history compaction goes entry by entry). Only the node's own settings
-//! differ (`--watch-history`). A long command — a range delete, a revoke —
+//! Every replica writes the same store — the same versions — for the
+//! same log: apply reads no clock (time comes in the log), draws no
+//! random number, iterates no hash container (whose order differs per
+//! process), and does not depend on how openraft groups entries into
+//! apply calls (the physical compaction goes entry by entry). A long
+//! command — a range delete, alone or in a transaction, a revoke —
 //! is applied in steps of about [`machine::STEP_KEYS`] keys, the state
 //! lock released and the runtime thread given back between two, so a
 //! delete of 200,000 keys does not stop a node's heartbeats; each step
 //! commits where it stopped, so a crash, or a snapshot taken between two
-//! steps, goes on from exactly there. Reads between two steps may see part
-//! of the entry, never an applied index that claims it.
+//! steps, goes on from exactly there. Readers read at the revision of the
+//! last command applied whole: never part of one.
 //!
 //! # What is durable when a `PUT` returns
 //!
@@ -268,9 +305,9 @@
 //! cluster (`DIR/peer-secret`). The RPCs are on axum (server) and reqwest
 //! (client), both on hyper: the
 //! well-kept HTTP stack of the tokio ecosystem, so the clients' API and the
-//! Raft RPCs share one port and one server. (tonic was not measured: its
-//! protobuf build needs `protoc`, which a default build here must not
-//! need.)
+//! Raft RPCs share one port and one server. etcd's gRPC API is tonic on
+//! the same hyper server (its protobuf compiled by protox, so no `protoc`);
+//! the Raft RPCs stay HTTP/1.1 with postcard bodies.
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 // openraft's storage traits return its large `StorageError`.
@@ -278,10 +315,13 @@
 
 pub mod api;
 pub mod auth;
+pub mod autocompact;
 pub mod bench;
+pub mod check;
 pub mod client;
 pub mod compare;
 pub mod faults;
+pub mod grpc;
 pub mod history;
 pub mod kv;
 pub mod lessor;
@@ -299,9 +339,8 @@ mod types;
 pub use machine::StateMachine;
 pub use node::{Node, NodeOptions};
 pub use types::{
-    check_key, check_txn, check_value, Applied, BadInput, Batch, Command, Compare, Expect, NodeId,
-    Raft, RequestId, Revision, TxnOp, TypeConfig, Verdict, MAX_CHECKPOINT_LEASES, MAX_KEY,
-    MAX_TXN_BYTES, MAX_TXN_OPS, MAX_VALUE,
+    Answer, Applied, Batch, Command, Expect, NodeId, Raft, RequestId, TypeConfig, Verdict,
+    MAX_CHECKPOINT_LEASES, MAX_KEY, MAX_VALUE,
 };
 
 use openraft::async_runtime::WatchReceiver;
@@ -321,7 +360,11 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
-    let app = api::router(node.clone());
+    let etcd = Arc::new(grpc::Etcd::new(node.clone(), node.clone()));
+    let app = server::Apps {
+        http: api::router(node.clone()).merge(grpc::gateway::routes(etcd.clone())),
+        grpc: Some(grpc::router_on(etcd)),
+    };
     let (fatal_tx, mut fatal_rx) = tokio::sync::oneshot::channel::<String>();
     let mut metrics = node.raft.metrics();
     tokio::spawn(async move {

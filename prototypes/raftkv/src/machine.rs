@@ -13,19 +13,26 @@
 //!
 //! # Apply is a pure function of the log
 //!
-//! `apply.rs`, `step.rs` and the tables they keep (`leases.rs`,
-//! `sessions.rs`, `events.rs`) read no clock, draw no random number and
-//! iterate no hash container; what they write does not depend on how
+//! `apply.rs`, `txn.rs`, `compact.rs`, `step.rs` and the tables they
+//! keep (`leases.rs`, `sessions.rs`) read no clock, draw no random number
+//! and iterate no hash container; what they write does not depend on how
 //! entries are grouped into apply calls or steps. So every replica's store
-//! and watch history are the same, byte for byte, for the same log (and
-//! the same `--watch-history`); `tests/determinism.rs` applies one log in
+//! — its versions, which are the watch history — is the same, byte for
+//! byte, for the same log; `tests/determinism.rs` applies one log in
 //! three processes and compares them.
+//!
+//! # The multi-version store
+//!
+//! `mvcc.rs` has the layout (an index of keys, versions by revision),
+//! `view.rs` reads at a revision, `txn.rs` applies etcd's requests,
+//! `compact.rs` removes what a compaction supersedes, `reads.rs` serves
+//! readers and watchers.
 //!
 //! # Snapshots
 //!
-//! A snapshot is the store's whole content (clients' keys, request-id
-//! table, applied id, and a partial mark if it was taken between two steps
-//! of an entry) as of its applied log id. Building one first makes
+//! A snapshot is the store's whole content (the index and the versions,
+//! the sessions, the leases, the applied id, and a partial mark if it was
+//! taken between two steps of an entry) as of its applied log id. Building one first makes
 //! the store durable up to that id, so the log openraft purges after it —
 //! never past the snapshot — is always below the store's *durable* applied
 //! index; then it streams the store from one consistent iterator (taken
@@ -53,18 +60,23 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod apply;
-mod events;
+mod compact;
 mod files;
 use files::{read_current, remove_tree, write_current};
 pub(crate) use files::{read_small_file, replace_small_file};
 mod leases;
-mod record;
+mod mvcc;
+mod reads;
 mod sessions;
 mod snapshot;
 mod step;
-pub use events::{Change, Event, EventPage, Position, SUGGESTED_RETENTION};
+mod txn;
+mod view;
+mod writer;
+pub use compact::COMPACT_PER_ENTRY;
 pub use leases::{lease_id, LeaseChange, LeaseInfo, MAX_LEASE_KEYS};
-pub use record::KeyMeta;
+pub use mvcc::Position;
+pub use reads::{EventPage, RangePage, ReadError, Revisions};
 use sessions::Sessions;
 pub use snapshot::{SnapshotFile, SNAPSHOT_DIR};
 pub use step::STEP_KEYS;
@@ -104,12 +116,17 @@ struct Partial {
     resume: Option<Resume>,
 }
 
-/// Where a range delete or a revoke goes on.
+/// Where a range delete (alone or in a transaction) or a revoke goes on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Resume {
-    /// The stored key it goes on from (a client key, or an attachment).
+    /// The path to the range delete: its request's index in each branch
+    /// the transaction runs, outermost first (empty: the command is the
+    /// range delete, or a revoke).
+    path: Vec<u32>,
+    /// The stored key it goes on from (an index key, or an attachment).
     key: Vec<u8>,
-    /// Its next event number.
+    /// Changes the command made so far: its next sub-revision (0: it has
+    /// not taken its revision yet).
     n: u32,
 }
 
@@ -169,12 +186,13 @@ struct State {
     applied: AppliedState,
     /// The client sessions (mirrors the `c` keys) and the log's clock.
     sessions: Sessions,
-    /// The watch history's count and horizon (mirrors `m/history`).
-    history: events::History,
+    /// The store's revisions (mirrors `m/mvcc`).
+    mvcc: mvcc::MvccState,
+    /// The revision readers read at: the last command applied whole
+    /// (below the store's while a command's steps are under way).
+    readable: i64,
     /// The leases and their keys (mirrors the `l` and `a` keys).
     leases: leases::Leases,
-    /// Events the history keeps, about (0: none).
-    retention: u64,
     /// The current snapshot and its file.
     snapshot: Option<(Meta, PathBuf)>,
     snapshots_built: u64,
@@ -197,8 +215,8 @@ struct State {
 pub struct ApplyStats {
     /// Steps taken (each one store transaction, under the state lock).
     pub steps: u64,
-    /// The most work one step did: client keys written or deleted, and
-    /// history events compacted.
+    /// The most work one step did: versions written, index entries and
+    /// attachments walked, versions compacted.
     pub max_step_work: usize,
 }
 
@@ -211,8 +229,10 @@ struct Inner {
     durable: tokio::sync::watch::Sender<Durable>,
     /// Told when a snapshot is due by the byte policy.
     snapshot_due: tokio::sync::Notify,
-    /// The last applied index, for watchers waiting for events.
+    /// The last applied index.
     applied_index: tokio::sync::watch::Sender<u64>,
+    /// The store's revisions, for watchers and compactions waiting.
+    revisions: tokio::sync::watch::Sender<reads::Revisions>,
     /// Told when the lease table changed while a lessor listens.
     lease_changed: tokio::sync::Notify,
 }
@@ -222,17 +242,6 @@ struct Inner {
 struct Durable {
     applied: Option<u64>,
     failed: Option<String>,
-}
-
-/// A page of a range read ([`StateMachine::range`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RangePage {
-    /// Client keys, their values and revisions, in key order.
-    pub pairs: Vec<(Vec<u8>, Vec<u8>, KeyMeta)>,
-    /// The first key not in the page, if the range goes on.
-    pub next: Option<Vec<u8>>,
-    /// The applied index the page reflects.
-    pub index: u64,
 }
 
 /// The state machine (cheap to clone; clones share it, and its snapshot
@@ -258,17 +267,18 @@ fn corrupt(what: impl std::fmt::Display) -> Error {
     Error::Corrupt(what.to_string())
 }
 
-/// Loads what a store holds besides clients' keys, once its format is
-/// this build's. A store without a format record is new (no `m/applied`
-/// either) and gets one, or is format 1.
-/// What a store holds besides clients' keys, in memory.
+/// What a store holds besides the index and the versions, in memory.
 struct Loaded {
     applied: AppliedState,
     sessions: Sessions,
-    history: events::History,
+    mvcc: mvcc::MvccState,
+    readable: i64,
     leases: leases::Leases,
 }
 
+/// Loads what a store holds besides the index and the versions, once its
+/// format is this build's. A store without a format record is new (no
+/// `m/applied` either) and gets one, or is format 1.
 fn load(store: &Store) -> Result<Loaded, Error> {
     let applied = store.get(layout::APPLIED)?;
     match store.get(layout::FORMAT_KEY)? {
@@ -302,10 +312,22 @@ fn load(store: &Store) -> Result<Loaded, Error> {
     let prefix = |p: u8| store.range(vec![p]..vec![p + 1]);
     let leases = leases::Leases::load(prefix(leases::LEASE)?, prefix(leases::ATTACHED)?)?
         .ok_or_else(|| corrupt("a lease record is malformed"))?;
+    let mvcc = match store.get(mvcc::MVCC_STATE)? {
+        None => mvcc::MvccState::default(),
+        Some(v) => mvcc::MvccState::decode(&v).ok_or_else(|| corrupt("m/mvcc is malformed"))?,
+    };
+    // A command stopped after it took its revision: readers stay below.
+    let taken = applied
+        .partial
+        .as_ref()
+        .and_then(|p| p.resume.as_ref())
+        .is_some_and(|r| r.n > 0);
+    let readable = if taken { mvcc.rev - 1 } else { mvcc.rev };
     Ok(Loaded {
         applied,
         sessions,
-        history: events::History::load(store)?,
+        mvcc,
+        readable,
         leases,
     })
 }
@@ -337,11 +359,17 @@ impl StateMachine {
         let Loaded {
             applied,
             sessions,
-            history,
+            mvcc,
+            readable,
             leases,
         } = load(&store)?;
         let snapshot = snapshot::recover(&*vfs, &dir)?;
         let applied_index = tokio::sync::watch::Sender::new(applied.log_id.map_or(0, |l| l.index));
+        let revisions = tokio::sync::watch::Sender::new(reads::Revisions {
+            current: readable,
+            compact: mvcc.compact,
+            physical: mvcc.physical,
+        });
         let durable = tokio::sync::watch::Sender::new(Durable {
             applied: applied.log_id.map(|l| l.index),
             failed: None,
@@ -354,15 +382,16 @@ impl StateMachine {
                 durable,
                 snapshot_due: tokio::sync::Notify::new(),
                 applied_index,
+                revisions,
                 lease_changed: tokio::sync::Notify::new(),
                 state: Mutex::new(State {
                     store: Arc::new(store),
                     generation,
                     applied,
                     sessions,
-                    history,
+                    mvcc,
+                    readable,
                     leases,
-                    retention: 0,
                     snapshot,
                     snapshots_built: 0,
                     received: 0,
@@ -374,68 +403,6 @@ impl StateMachine {
                 }),
             }),
         })
-    }
-
-    /// The value of a client's key, as applied here.
-    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-        Ok(self.entry(key)?.map(|(v, _)| v))
-    }
-
-    /// The value of a client's key and its revisions, as applied here.
-    pub fn entry(&self, key: &[u8]) -> Result<Option<(Vec<u8>, KeyMeta)>, Error> {
-        let store = self.inner.state.lock().store.clone();
-        match store.get(&layout::user(key))? {
-            None => Ok(None),
-            Some(mut v) => {
-                let (meta, _) = record::decode(&v)
-                    .ok_or_else(|| corrupt("a client value without its revision header"))?;
-                v.drain(..record::HEADER);
-                Ok(Some((v, meta)))
-            }
-        }
-    }
-
-    /// A page of client keys from `start` on, before `end` (`None`: to
-    /// the last key), read from one snapshot of the store: at most
-    /// `limit` pairs and, past the first, about `max_bytes`. Returns the
-    /// pairs, the key to continue from if more remain, and the applied
-    /// index the page reflects (every entry up to it, none after — but
-    /// for part of the next one, while it is applied in steps).
-    pub fn range(
-        &self,
-        start: &[u8],
-        end: Option<&[u8]>,
-        limit: usize,
-        max_bytes: usize,
-    ) -> Result<RangePage, Error> {
-        let from = layout::user(start);
-        let to = end.map_or_else(|| vec![layout::USER + 1], layout::user);
-        let (pairs, index) = {
-            // Under the lock applies hold: the iterator's snapshot and
-            // the applied index agree.
-            let st = self.inner.state.lock();
-            let index = st.applied.log_id.map_or(0, |l| l.index);
-            (st.store.range(from..to)?, index)
-        };
-        let mut page = RangePage {
-            pairs: Vec::new(),
-            next: None,
-            index,
-        };
-        let mut bytes = 0;
-        for pair in pairs {
-            let (k, v) = pair?;
-            let key = k.get(1..).unwrap_or_default().to_vec();
-            if page.pairs.len() == limit || (bytes >= max_bytes && !page.pairs.is_empty()) {
-                page.next = Some(key);
-                break;
-            }
-            let (meta, value) =
-                record::decode(&v).ok_or_else(|| corrupt("a client value without its header"))?;
-            bytes += key.len() + value.len();
-            page.pairs.push((key, value.to_vec(), meta));
-        }
-        Ok(page)
     }
 
     /// The byte policy's snapshot was not built (no room for it): the

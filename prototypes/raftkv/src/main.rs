@@ -62,12 +62,21 @@ enum Cmd {
         /// in the log) expires.
         #[arg(long, default_value_t = 600)]
         session_ttl_s: u64,
-        /// Keep a watch history of about this many events (older ones are
-        /// compacted: a watch from before them answers 410), e.g. 100000;
-        /// 0 (the default): no history, no watch — a history writes every
-        /// change twice.
-        #[arg(long, default_value_t = 0)]
-        watch_history: u64,
+        /// How old versions are compacted, as etcd's flag: `revision` (keep
+        /// the last --auto-compaction-retention revisions, compacting every
+        /// --auto-compaction-interval-s) or `periodic` (keep the versions of
+        /// the last --auto-compaction-retention, a duration: 1h, 30m, or a
+        /// number of hours).
+        #[arg(long, default_value = "revision")]
+        auto_compaction_mode: String,
+        /// What auto-compaction keeps (see --auto-compaction-mode); 0: no
+        /// auto-compaction (versions are kept until a client compacts).
+        #[arg(long, default_value = "10000")]
+        auto_compaction_retention: String,
+        /// How often the revision mode compacts, seconds (etcd's five
+        /// minutes by default).
+        #[arg(long, default_value_t = 300)]
+        auto_compaction_interval_s: u64,
         /// Writes waiting for a Raft entry before more are answered 503.
         #[arg(long, default_value_t = raftkv::propose::MAX_PENDING)]
         max_pending_writes: usize,
@@ -256,7 +265,7 @@ enum Cmd {
         #[arg(long)]
         json: Option<PathBuf>,
         /// An argument for every raftkv node (repeat it:
-        /// `--node-arg=--watch-history --node-arg=0`).
+        /// `--node-arg=--auto-compaction-retention --node-arg=0`).
         #[arg(long, allow_hyphen_values = true)]
         node_arg: Vec<String>,
         /// Keep the system not being measured running (by default it is
@@ -310,7 +319,9 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
         snapshot_logs,
         snapshot_min_mib,
         session_ttl_s,
-        watch_history,
+        auto_compaction_mode,
+        auto_compaction_retention,
+        auto_compaction_interval_s,
         heartbeat_ms,
         election_timeout_ms,
         max_pending_writes,
@@ -332,7 +343,19 @@ async fn serve(cmd: Cmd) -> Result<(), String> {
     o.snapshot_logs = snapshot_logs;
     o.snapshot_min_bytes = snapshot_min_mib << 20;
     o.session_ttl = Duration::from_secs(session_ttl_s);
-    o.watch_history = watch_history;
+    o.auto_compaction = raftkv::autocompact::AutoCompaction::parse(
+        &auto_compaction_mode,
+        &auto_compaction_retention,
+    )?
+    .map(|a| match a {
+        raftkv::autocompact::AutoCompaction::Revision { retention, .. } => {
+            raftkv::autocompact::AutoCompaction::Revision {
+                retention,
+                interval: Duration::from_secs(auto_compaction_interval_s.max(1)),
+            }
+        }
+        periodic => periodic,
+    });
     o.max_pending_writes = max_pending_writes;
     o.max_client_requests = max_client_requests;
     o.heartbeat = Duration::from_millis(heartbeat_ms);

@@ -27,7 +27,8 @@ use openraft::error::{
 use openraft::network::v2::RaftNetworkV2;
 use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
 use serde::de::DeserializeOwned;
@@ -306,6 +307,16 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         flatten(self.call("/raft/vote", &rpc, &option).await)
     }
 
+    /// Asks the target to campaign now (the leader hands over: etcd's
+    /// `MoveLeader`, `grpc/maintenance.rs`).
+    async fn transfer_leader(
+        &mut self,
+        rpc: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        flatten(self.call("/raft/transfer-leader", &rpc, &option).await)
+    }
+
     /// Streams the snapshot file in one request (its head first: the vote
     /// and the meta), read a piece at a time: memory holds a piece, at
     /// any snapshot size.
@@ -423,11 +434,11 @@ mod tests {
                 },
                 index,
             ),
-            payload: EntryPayload::Normal(Batch(vec![Command::Put {
-                key: b"k".to_vec(),
-                value: vec![7; value],
-                id: None,
-            }])),
+            payload: EntryPayload::Normal(Batch(vec![Command::put(
+                b"k".to_vec(),
+                vec![7; value],
+                None,
+            )])),
         };
         AppendEntriesRequest {
             vote: Vote::new_committed(1, 1),

@@ -7,6 +7,9 @@
 //!   another cluster's id or another node id is refused;
 //! - `log/`: the Raft log, a journal ([`openraft_log::JournalLogStore`]);
 //! - `state/`: the state machine ([`crate::StateMachine`]).
+//!
+//! The calls etcd's services make of a node (ranges, writes,
+//! compactions, watches, leases, hashes, status) are in [`kv`].
 
 use crate::machine::{self, StateMachine};
 use crate::network::Network;
@@ -20,6 +23,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+
+pub mod kv;
+pub use kv::{Header, LeaseTimeToLive};
 
 /// The identity file's name.
 pub const ID_FILE: &str = "raftkv.id";
@@ -72,10 +78,11 @@ pub struct NodeOptions {
     /// etcd's), so a new leader gives a lease what was left of it rather
     /// than its whole time-to-live ([`crate::lessor`]).
     pub lease_checkpoint_interval: Duration,
-    /// Events the watch history keeps, about: a watch from before them
-    /// answers `410`. Default 0: no history, no watch (see
-    /// [`machine::SUGGESTED_RETENTION`]).
-    pub watch_history: u64,
+    /// How old versions are compacted ([`crate::autocompact`]; etcd's
+    /// `--auto-compaction-mode` and `--auto-compaction-retention`).
+    /// Default: the last 10,000 revisions kept, compacted every five
+    /// minutes; `None`: never (versions are kept until a client compacts).
+    pub auto_compaction: Option<crate::autocompact::AutoCompaction>,
     /// Writes waiting for a Raft entry before more are answered `503`
     /// (default [`crate::propose::MAX_PENDING`]).
     pub max_pending_writes: usize,
@@ -119,7 +126,10 @@ impl NodeOptions {
             snapshot_min_bytes: 64 << 20,
             session_ttl: Duration::from_secs(600),
             lease_checkpoint_interval: Duration::from_secs(300),
-            watch_history: 0,
+            auto_compaction: Some(crate::autocompact::AutoCompaction::Revision {
+                retention: 10_000,
+                interval: crate::autocompact::REVISION_INTERVAL,
+            }),
             max_pending_writes: crate::propose::MAX_PENDING,
             max_client_requests: crate::api::MAX_CLIENT_REQUESTS,
             peer_secret: None,
@@ -340,6 +350,28 @@ fn background_tasks(
     [Some(watcher), snapshotter].into_iter().flatten().collect()
 }
 
+/// The tasks that act while the node leads: the lessor (lease expiries
+/// and checkpoints) and the compactor ([`crate::autocompact`]).
+fn leader_tasks(
+    o: &NodeOptions,
+    (raft, machine): (&Raft, &StateMachine),
+    proposer: &crate::propose::Proposer,
+    lessor: &Arc<crate::lessor::Lessor>,
+) -> Vec<Arc<tokio::task::AbortHandle>> {
+    let leasing = tokio::spawn(lessor.clone().run(raft.clone(), proposer.clone(), o.id));
+    let compacting = tokio::spawn(crate::autocompact::run(
+        raft.clone(),
+        proposer.clone(),
+        machine.clone(),
+        o.id,
+        o.auto_compaction,
+    ));
+    vec![
+        Arc::new(leasing.abort_handle()),
+        Arc::new(compacting.abort_handle()),
+    ]
+}
+
 /// openraft's configuration for a node: the options' timeouts and
 /// snapshot policy (openraft's by entries, or none: the byte policy
 /// triggers snapshots), 1,000 entries kept behind a snapshot.
@@ -479,7 +511,6 @@ impl Node {
         let metrics =
             Arc::new(crate::metrics::Metrics::new().map_err(|e| Error::Options(e.to_string()))?);
         machine.set_metrics(metrics.clone());
-        machine.keep_events(o.watch_history);
         let flushes = metrics.clone();
         let log = log
             .with_purge_gate(machine.purge_gate())
@@ -522,8 +553,7 @@ impl Node {
         );
         let space = Arc::new(Space::new(vfs.clone(), o.dir.clone(), o.space_reserve));
         let mut tasks = background_tasks(&o, (&raft, &machine), &space, &metrics);
-        let leasing = tokio::spawn(lessor.clone().run(raft.clone(), proposer.clone(), o.id));
-        tasks.push(Arc::new(leasing.abort_handle()));
+        tasks.extend(leader_tasks(&o, (&raft, &machine), &proposer, &lessor));
         Ok(Node {
             id: o.id,
             cluster,

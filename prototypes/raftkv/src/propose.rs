@@ -10,7 +10,7 @@
 //! lone writer pays nothing for it: its entry leaves at once.
 
 use crate::lessor::LogClock;
-use crate::types::{Batch, Command, Raft, Revision, Verdict};
+use crate::types::{Batch, Command, Raft, Verdict};
 use crate::StateMachine;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::BasicNode;
@@ -35,13 +35,12 @@ pub const MAX_PENDING: usize = 4 * MAX_BATCH;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// Committed by a majority and applied at this log index, with what
-    /// its request id made of it.
+    /// applying it did (its answer and the store's revision; a retry; a
+    /// refusal).
     Applied {
         /// The entry's log index.
         index: u64,
-        /// The command's revision (the entry's index, its position in it).
-        revision: Revision,
-        /// Applied, a retry, or refused by its session.
+        /// What applying it did.
         verdict: Verdict,
     },
     /// This node is not the leader; the leader, if one is known.
@@ -56,36 +55,6 @@ pub enum Outcome {
 struct Pending {
     cmd: Command,
     reply: oneshot::Sender<Outcome>,
-}
-
-fn size(c: &Command) -> usize {
-    match c {
-        Command::Put { key, value, .. } => key.len() + value.len(),
-        Command::Delete { key, .. } => key.len(),
-        Command::Clock { .. } => 16,
-        Command::DeleteRange { start, end, .. } => start.len() + end.as_ref().map_or(0, Vec::len),
-        Command::Txn {
-            compares,
-            success,
-            failure,
-            ..
-        } => {
-            let op = |o: &crate::types::TxnOp| match o {
-                crate::types::TxnOp::Put { key, value, .. } => key.len() + value.len(),
-                crate::types::TxnOp::Delete { key } => key.len(),
-            };
-            let cmp = |c: &crate::types::Compare| match &c.expect {
-                crate::types::Expect::Value(v) => c.key.len() + v.len(),
-                _ => c.key.len() + 12,
-            };
-            compares.iter().map(cmp).sum::<usize>()
-                + success.iter().chain(failure).map(op).sum::<usize>()
-        }
-        Command::LeaseGrant { .. }
-        | Command::LeaseKeepAlive { .. }
-        | Command::LeaseRevoke { .. } => 16,
-        Command::LeaseCheckpoint { leases } => 16 * leases.len(),
-    }
 }
 
 /// The proposer of one node (cheap to clone).
@@ -136,12 +105,12 @@ impl Proposer {
                 if first.reply.is_closed() {
                     continue;
                 }
-                let mut bytes = size(&first.cmd);
+                let mut bytes = first.cmd.size();
                 let mut batch = vec![first];
                 while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
                     match next_wanted(&mut rx) {
                         Some(p) => {
-                            bytes += size(&p.cmd);
+                            bytes += p.cmd.size();
                             batch.push(p);
                         }
                         None => break,
@@ -162,24 +131,29 @@ impl Proposer {
                         .unzip();
                     let r = raft.client_write(Batch(cmds)).await;
                     drop(permit);
-                    for (i, reply) in replies.into_iter().enumerate() {
-                        let Some(reply) = reply else { continue };
-                        let outcome = match &r {
-                            Ok(resp) => match resp.data.verdicts.get(i) {
-                                Some(&verdict) => Outcome::Applied {
-                                    index: resp.log_id.index,
-                                    revision: Revision {
-                                        index: resp.log_id.index,
-                                        sub: u32::try_from(i).unwrap_or(u32::MAX),
-                                    },
-                                    verdict,
-                                },
-                                None => Outcome::Failed("the state machine gave no verdict".into()),
-                            },
-                            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-                                Outcome::Forward(f.leader_node.clone())
+                    // Each verdict moved to its client (an answer may
+                    // carry many versions).
+                    let (index, mut verdicts) = match r {
+                        Ok(resp) => (resp.log_id.index, resp.data.verdicts.into_iter()),
+                        Err(e) => {
+                            let outcome = match e {
+                                RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+                                    Outcome::Forward(f.leader_node)
+                                }
+                                e => Outcome::Failed(e.to_string()),
+                            };
+                            for reply in replies.into_iter().flatten() {
+                                let _ = reply.send(outcome.clone());
                             }
-                            Err(e) => Outcome::Failed(e.to_string()),
+                            return;
+                        }
+                    };
+                    for reply in replies {
+                        let verdict = verdicts.next();
+                        let Some(reply) = reply else { continue };
+                        let outcome = match verdict {
+                            Some(verdict) => Outcome::Applied { index, verdict },
+                            None => Outcome::Failed("the state machine gave no verdict".into()),
                         };
                         // The client may have given up waiting: nothing to do.
                         let _ = reply.send(outcome);

@@ -1,5 +1,11 @@
-//! The HTTP server's connections: hyper's HTTP/1 under the axum router,
-//! with deadlines on what a client holds.
+//! The server's connections: HTTP/1.1 (the JSON API, etcd's JSON gateway,
+//! the Raft RPCs) and HTTP/2 cleartext (etcd's gRPC API, which etcdctl and
+//! etcd's clients speak with prior knowledge) on one listener, told apart
+//! by their first bytes (hyper-util's auto builder: HTTP/2's preface, or
+//! not). A request whose `content-type` is `application/grpc…` goes to
+//! the gRPC services ([`crate::grpc::GrpcRouter`]), any other to the axum
+//! router, whichever protocol it came by. Deadlines bound what a client
+//! holds.
 //!
 //! `axum::serve` sets no timer, so hyper bounds nothing: a client that
 //! sends half a request's headers, or opens a connection and sends
@@ -10,8 +16,11 @@
 //! last answer went out — so it bounds both a half-sent request and an
 //! idle connection between requests. A connection is also closed once it
 //! has been idle ([`Timeouts::idle`]: no bytes either way, no request
-//! under way) that long. A request under way (a watch stream, a write
-//! waiting for Raft) is not cut by either.
+//! under way) that long (an HTTP/2 connection is sent a GOAWAY first, so
+//! its client opens a new one for its next call). A request under way (a
+//! watch stream, a write waiting for Raft) is not cut by either. HTTP/2
+//! has no header deadline of its own: a client that opens a connection
+//! and sends nothing is closed as idle.
 
 use journal_core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::future::Future;
@@ -131,12 +140,22 @@ impl Drop for Busy {
     }
 }
 
-/// Serves `app` on `listener` until `stop` completes, then lets the open
+/// What the server serves: the axum router, and the gRPC services (if
+/// any: without them a gRPC request is the router's to answer).
+#[derive(Clone)]
+pub struct Apps {
+    /// The JSON API, the gateway and the Raft RPCs.
+    pub http: axum::Router,
+    /// etcd's gRPC services.
+    pub grpc: Option<crate::grpc::GrpcRouter>,
+}
+
+/// Serves `apps` on `listener` until `stop` completes, then lets the open
 /// connections finish their requests (hyper's graceful shutdown) and
 /// returns once they have closed.
 pub async fn run(
     listener: TcpListener,
-    app: axum::Router,
+    app: Apps,
     timeouts: Timeouts,
     stop: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
@@ -175,12 +194,12 @@ pub async fn run(
 /// server stops (then it finishes the request under way).
 async fn connection(
     tcp: TcpStream,
-    app: axum::Router,
+    app: Apps,
     t: Timeouts,
     mut closing: watch::Receiver<bool>,
     _open: watch::Receiver<()>,
 ) {
-    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
     let activity = Arc::new(Activity {
         start: tokio::time::Instant::now(),
         last_ms: AtomicU64::new(0),
@@ -193,9 +212,28 @@ async fn connection(
     let counted = activity.clone();
     let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let busy = Busy::new(&counted);
-        let call = tower_service::Service::call(&mut app.clone(), req);
+        let call: Pin<Box<dyn Future<Output = axum::response::Response> + Send>> = match &app.grpc {
+            Some(g) if crate::grpc::is_grpc(&req) => {
+                let call = g.call(req);
+                Box::pin(async move {
+                    match call.await {
+                        Ok(r) => r.map(axum::body::Body::new),
+                        Err(never) => match never {},
+                    }
+                })
+            }
+            _ => {
+                let call = tower_service::Service::call(&mut app.http.clone(), req);
+                Box::pin(async move {
+                    match call.await {
+                        Ok(r) => r,
+                        Err(never) => match never {},
+                    }
+                })
+            }
+        };
         async move {
-            let resp = call.await?;
+            let resp = call.await;
             // The request counts as under way until its body is sent.
             Ok::<_, std::convert::Infallible>(resp.map(|b| {
                 axum::body::Body::new(http_body_util::BodyExt::map_frame(b, move |f| {
@@ -205,11 +243,14 @@ async fn connection(
             }))
         }
     });
-    let mut builder = hyper::server::conn::http1::Builder::new();
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder
+        .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(t.header);
+    builder.http2().timer(TokioTimer::new());
     let mut conn = std::pin::pin!(builder.serve_connection(io, service));
+    let mut idle_closing = false;
     let mut shutting = false;
     loop {
         // While a request is under way the connection is not idle: look
@@ -229,7 +270,14 @@ async fn connection(
             _ = tokio::time::sleep_until(idle_at) => {
                 let quiet = activity.idle_deadline(t.idle) <= tokio::time::Instant::now();
                 if quiet && activity.busy.load(Ordering::Relaxed) == 0 {
-                    return;
+                    // Idle: a GOAWAY first (HTTP/2), then closed if it is
+                    // still idle an idle time later.
+                    if idle_closing || shutting {
+                        return;
+                    }
+                    idle_closing = true;
+                    activity.touch();
+                    conn.as_mut().graceful_shutdown();
                 }
             }
         }

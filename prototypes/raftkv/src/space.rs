@@ -90,6 +90,24 @@ impl Space {
             .is_none_or(|f| f >= bytes.saturating_add(self.reserve))
     }
 
+    /// Clears the alarm if the free space is back above the reserve
+    /// (rather than twice it): etcd's `alarm disarm`. Answers whether the
+    /// alarm is raised after it (at once again if still below).
+    pub fn disarm(&self) -> bool {
+        self.alarm.store(false, Ordering::Relaxed);
+        self.full()
+    }
+
+    /// The filesystem it watches.
+    pub fn vfs(&self) -> Arc<dyn Vfs> {
+        self.vfs.clone()
+    }
+
+    /// The node's directory.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     /// Whether the disk is under half the reserve: too full to take a
     /// leader's entries.
     pub fn exhausted(&self) -> bool {
@@ -125,5 +143,15 @@ mod tests {
         assert!(!s.full(), "1,500 free: above the reserve");
         assert!(s.room_for(500), "1,500 free: 500 and the reserve fit");
         assert!(!s.room_for(501), "1,500 free: 501 would eat the reserve");
+        f.set_len(9_200).unwrap();
+        assert!(s.full(), "800 free: raised again");
+        f.set_len(8_500).unwrap();
+        assert!(
+            s.full(),
+            "1,500 free: still raised, under twice the reserve"
+        );
+        assert!(!s.disarm(), "a disarm clears it above the reserve");
+        f.set_len(9_200).unwrap();
+        assert!(s.disarm(), "below the reserve a disarm leaves it raised");
     }
 }

@@ -1,6 +1,7 @@
-//! The Raft type configuration, the commands in the log, and the store's
-//! key layout.
+//! The Raft type configuration, the commands in the log, their answers,
+//! and the store's key layout.
 
+use crate::kv::{self, KvError, RequestOp, ResponseOp};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -24,6 +25,7 @@ pub type Raft = openraft::Raft<TypeConfig, crate::machine::StateMachine>;
 /// A client's request id: the client's id and its sequence number. The
 /// state machine applies each id once, and a client's ids in increasing
 /// order, so a write retried after its leader died is not applied twice.
+/// (The HTTP API's clients send them; etcd's gRPC clients send none.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestId {
     /// The client's id (any `u64` it chose; a random one is safe).
@@ -32,149 +34,44 @@ pub struct RequestId {
     pub seq: u64,
 }
 
-/// A store-wide revision, as etcd's (main, sub) revision: the log index of
-/// the entry a change was applied in and the command's position in that
-/// entry (0 is the entry's [`Command::Clock`]). Every change advances it;
-/// revisions increase but are not dense. Written `index.sub` (`"812.3"`),
-/// which is also how HTTP carries it (`ETag`, `If-Match`).
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
-)]
-pub struct Revision {
-    /// The log index of the entry.
-    pub index: u64,
-    /// The command's position in the entry.
-    pub sub: u32,
-}
-
-impl fmt::Display for Revision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.index, self.sub)
-    }
-}
-
-impl std::str::FromStr for Revision {
-    type Err = BadInput;
-
-    /// Parses `index.sub`, quoted or not (an HTTP entity tag is quoted).
-    fn from_str(s: &str) -> Result<Revision, BadInput> {
-        let t = s.trim();
-        let t = t
-            .strip_prefix('"')
-            .and_then(|t| t.strip_suffix('"'))
-            .unwrap_or(t);
-        let (i, sub) = t.split_once('.').ok_or(BadInput::Revision)?;
-        Ok(Revision {
-            index: i.parse().map_err(|_| BadInput::Revision)?,
-            sub: sub.parse().map_err(|_| BadInput::Revision)?,
-        })
-    }
-}
-
-/// What a [`Compare`] expects of its key, as the state machine holds it
-/// when the transaction is applied.
+/// What a conditional write of the HTTP API (and its [`crate::client`])
+/// expects of its key when it is applied: each is one etcd comparison
+/// ([`Expect::compare`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Expect {
-    /// The key is absent (`If-None-Match: *`).
+    /// The key is absent (`If-None-Match: *`): its create revision is 0.
     Absent,
-    /// The key is present (`If-Match: *`).
+    /// The key is present (`If-Match: *`): its create revision is above 0.
     Present,
-    /// The key is present and was last changed at this revision
-    /// (`If-Match: "812.3"`).
-    ModRevision(Revision),
+    /// The key was last changed at this revision (`If-Match: "812"`).
+    ModRevision(i64),
     /// The key is present and holds this value.
     Value(Vec<u8>),
 }
 
-/// One comparison of a [`Command::Txn`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Compare {
-    /// The client's key.
-    pub key: Vec<u8>,
-    /// What it must be.
-    pub expect: Expect,
-}
-
-/// A change a [`Command::Txn`] makes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum TxnOp {
-    /// Sets `key` to `value`.
-    Put {
-        /// The key.
-        key: Vec<u8>,
-        /// The value.
-        value: Vec<u8>,
-        /// The lease it is attached to (it must exist), if any.
-        lease: Option<u64>,
-    },
-    /// Removes `key`.
-    Delete {
-        /// The key.
-        key: Vec<u8>,
-    },
-}
-
-/// The most comparisons, and the most changes in each branch, of a
-/// transaction.
-pub const MAX_TXN_OPS: usize = 64;
-/// The most bytes of keys and values a transaction's changes hold.
-pub const MAX_TXN_BYTES: usize = 1 << 20;
-
-/// Checks a transaction from a client: keys and values as for single
-/// writes, at most [`MAX_TXN_OPS`] comparisons and changes per branch,
-/// at most [`MAX_TXN_BYTES`] in all.
-pub fn check_txn(
-    compares: &[Compare],
-    success: &[TxnOp],
-    failure: &[TxnOp],
-) -> Result<(), BadInput> {
-    if compares.len() > MAX_TXN_OPS || success.len() > MAX_TXN_OPS || failure.len() > MAX_TXN_OPS {
-        return Err(BadInput::TxnTooLarge);
-    }
-    let mut bytes = 0usize;
-    for c in compares {
-        check_key(&c.key)?;
-        if let Expect::Value(v) = &c.expect {
-            check_value(v)?;
-            bytes += v.len();
+impl Expect {
+    /// The etcd comparison of `key` that holds exactly when this does.
+    pub fn compare(&self, key: &[u8]) -> kv::Compare {
+        use kv::{CompareResult as R, CompareTarget as T};
+        let (result, target) = match self {
+            Expect::Absent => (R::Equal, T::Create(0)),
+            Expect::Present => (R::Greater, T::Create(0)),
+            Expect::ModRevision(r) => (R::Equal, T::Mod(*r)),
+            Expect::Value(v) => (R::Equal, T::Value(v.clone())),
+        };
+        kv::Compare {
+            result,
+            target,
+            key: key.to_vec(),
+            range_end: Vec::new(),
         }
-        bytes += c.key.len();
     }
-    for op in success.iter().chain(failure) {
-        let (TxnOp::Put { key, .. } | TxnOp::Delete { key }) = op;
-        check_key(key)?;
-        if let TxnOp::Put { value, .. } = op {
-            check_value(value)?;
-            bytes += value.len();
-        }
-        bytes += key.len();
-    }
-    if bytes > MAX_TXN_BYTES {
-        return Err(BadInput::TxnTooLarge);
-    }
-    Ok(())
 }
 
-/// A write in the Raft log. (Variants are only ever added at the end:
-/// the log holds them by their position.)
+/// A write in the Raft log. (The log of a raftkv of the store format
+/// before this one is not read: such a member is replaced, docs/FORMAT.md.)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
-    /// Sets `key` to `value`.
-    Put {
-        /// The key (a valid key: [`check_key`]).
-        key: Vec<u8>,
-        /// The value.
-        value: Vec<u8>,
-        /// The client's request id, if it sent one.
-        id: Option<RequestId>,
-    },
-    /// Removes `key`.
-    Delete {
-        /// The key.
-        key: Vec<u8>,
-        /// The client's request id, if it sent one.
-        id: Option<RequestId>,
-    },
     /// The log's clock when the leader proposed the entry, first in every
     /// batch it proposes, and the session time-to-live it runs with: the
     /// state machine expires client sessions by this time, decided in the
@@ -188,36 +85,38 @@ pub enum Command {
         /// A session idle this long (by the log's clock) expires.
         session_ttl_ms: u64,
     },
-    /// Removes every key from `start` on, before `end` (`None`: to the
-    /// last key).
-    DeleteRange {
-        /// The first key removed, if present.
-        start: Vec<u8>,
-        /// The first key kept after the range.
-        end: Option<Vec<u8>>,
+    /// A request of etcd's KV service that changes the store: a put, a
+    /// delete of a key or a range, a transaction (checked before it is
+    /// proposed: [`crate::check::check_request`]). A range alone changes
+    /// nothing and is answered like a read.
+    Kv {
+        /// The request.
+        op: RequestOp,
         /// The client's request id, if it sent one.
         id: Option<RequestId>,
     },
-    /// A transaction, evaluated when it is applied: if every comparison
-    /// holds, the `success` changes are made, else the `failure` ones;
-    /// either way at the command's one revision, atomically. (A
-    /// conditional `PUT` or `DELETE` is a transaction of one comparison
-    /// and one change.)
-    Txn {
-        /// The comparisons, all of which must hold.
-        compares: Vec<Compare>,
-        /// The changes made if they do, in order.
-        success: Vec<TxnOp>,
-        /// The changes made if one does not, in order.
-        failure: Vec<TxnOp>,
-        /// The client's request id, if it sent one.
-        id: Option<RequestId>,
+    /// etcd's compaction: versions below `revision` are no longer read
+    /// (at once), and the ones superseded at it are removed (in the
+    /// entries that follow, a bounded number an entry). `physical` is
+    /// the caller's wish to be answered once they are removed; apply does
+    /// the same either way.
+    Compact {
+        /// The compaction's revision.
+        revision: i64,
+        /// Whether the caller waits for the removal.
+        physical: bool,
     },
-    /// Grants a lease of `ttl_ms` (by the log's clock); its id is
-    /// [`crate::machine::lease_id`] of the command's revision.
+    /// Nothing but an entry for a physical compaction to go on in: the
+    /// leader proposes these while one is under way on an idle cluster.
+    CompactProgress,
+    /// Grants a lease of `ttl_s` seconds (by the log's clock), as etcd's
+    /// `LeaseGrant`: id `lease`, or if 0 one the state machine picks from
+    /// the command's place in the log.
     LeaseGrant {
-        /// Its time-to-live, ms.
-        ttl_ms: u64,
+        /// The lease's id (0: picked at apply).
+        lease: i64,
+        /// Its time-to-live, seconds.
+        ttl_s: i64,
         /// The client's request id, if it sent one.
         id: Option<RequestId>,
     },
@@ -227,15 +126,15 @@ pub enum Command {
     /// is the leader's alone: [`crate::lessor`].)
     LeaseKeepAlive {
         /// The lease.
-        lease: u64,
+        lease: i64,
         /// The client's request id, if it sent one.
         id: Option<RequestId>,
     },
-    /// Ends a lease and deletes its keys: a client's revoke, or the
-    /// leader's once the lease expired by its clock.
+    /// Ends a lease and deletes its keys, all at one revision: a client's
+    /// revoke, or the leader's once the lease expired by its clock.
     LeaseRevoke {
         /// The lease.
-        lease: u64,
+        lease: i64,
         /// The client's request id, if it sent one.
         id: Option<RequestId>,
     },
@@ -245,7 +144,7 @@ pub enum Command {
     /// passed over.
     LeaseCheckpoint {
         /// (lease, remaining ms), at most [`MAX_CHECKPOINT_LEASES`].
-        leases: Vec<(u64, u64)>,
+        leases: Vec<(i64, u64)>,
     },
 }
 
@@ -256,45 +155,90 @@ impl Command {
     /// The client's request id the command carries, if any.
     pub fn request_id(&self) -> Option<RequestId> {
         match self {
-            Command::Put { id, .. }
-            | Command::Delete { id, .. }
-            | Command::DeleteRange { id, .. }
-            | Command::Txn { id, .. }
+            Command::Kv { id, .. }
             | Command::LeaseGrant { id, .. }
             | Command::LeaseKeepAlive { id, .. }
             | Command::LeaseRevoke { id, .. } => *id,
-            Command::Clock { .. } | Command::LeaseCheckpoint { .. } => None,
+            Command::Clock { .. }
+            | Command::Compact { .. }
+            | Command::CompactProgress
+            | Command::LeaseCheckpoint { .. } => None,
+        }
+    }
+
+    /// A put of `value` at `key` (no lease, no previous version asked).
+    pub fn put(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>, id: Option<RequestId>) -> Self {
+        Command::Kv {
+            op: RequestOp::Put(kv::PutRequest {
+                key: key.into(),
+                value: value.into(),
+                ..kv::PutRequest::default()
+            }),
+            id,
+        }
+    }
+
+    /// A delete of `key`.
+    pub fn delete(key: impl Into<Vec<u8>>, id: Option<RequestId>) -> Self {
+        Command::delete_range(key, Vec::new(), id)
+    }
+
+    /// A delete of `[key, range_end)` (etcd's range ends: [`crate::kv`]).
+    pub fn delete_range(
+        key: impl Into<Vec<u8>>,
+        range_end: impl Into<Vec<u8>>,
+        id: Option<RequestId>,
+    ) -> Self {
+        Command::Kv {
+            op: RequestOp::DeleteRange(kv::DeleteRangeRequest {
+                key: key.into(),
+                range_end: range_end.into(),
+                prev_kv: false,
+            }),
+            id,
+        }
+    }
+
+    /// A transaction.
+    pub fn txn(txn: kv::TxnRequest, id: Option<RequestId>) -> Self {
+        Command::Kv {
+            op: RequestOp::Txn(txn),
+            id,
+        }
+    }
+
+    /// Bytes of keys, values and range ends the command carries, about.
+    pub fn size(&self) -> usize {
+        match self {
+            Command::Kv { op, .. } => crate::check::request_bytes(op),
+            Command::LeaseCheckpoint { leases } => 16 * leases.len(),
+            _ => 16,
         }
     }
 }
 
 impl fmt::Display for Command {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let key = |k: &[u8]| String::from_utf8_lossy(k).into_owned();
         match self {
-            Command::Put { key, value, .. } => write!(
-                f,
-                "put {} ({} bytes)",
-                String::from_utf8_lossy(key),
-                value.len()
-            ),
-            Command::Delete { key, .. } => write!(f, "delete {}", String::from_utf8_lossy(key)),
             Command::Clock { now_ms, .. } => write!(f, "clock {now_ms}"),
-            Command::DeleteRange { start, .. } => {
-                write!(f, "delete from {}", String::from_utf8_lossy(start))
+            Command::Kv { op, .. } => match op {
+                RequestOp::Put(p) => write!(f, "put {} ({} bytes)", key(&p.key), p.value.len()),
+                RequestOp::DeleteRange(d) => write!(f, "delete from {}", key(&d.key)),
+                RequestOp::Range(r) => write!(f, "range from {}", key(&r.key)),
+                RequestOp::Txn(t) => write!(
+                    f,
+                    "txn ({} compares, {}/{} requests)",
+                    t.compare.len(),
+                    t.success.len(),
+                    t.failure.len()
+                ),
+            },
+            Command::Compact { revision, .. } => write!(f, "compact at {revision}"),
+            Command::CompactProgress => write!(f, "compaction progress"),
+            Command::LeaseGrant { lease, ttl_s, .. } => {
+                write!(f, "grant lease {lease:x} of {ttl_s} s")
             }
-            Command::Txn {
-                compares,
-                success,
-                failure,
-                ..
-            } => write!(
-                f,
-                "txn ({} compares, {}/{} changes)",
-                compares.len(),
-                success.len(),
-                failure.len()
-            ),
-            Command::LeaseGrant { ttl_ms, .. } => write!(f, "grant a lease of {ttl_ms} ms"),
             Command::LeaseKeepAlive { lease, .. } => write!(f, "keep lease {lease:x} alive"),
             Command::LeaseRevoke { lease, .. } => write!(f, "revoke lease {lease:x}"),
             Command::LeaseCheckpoint { leases } => {
@@ -320,29 +264,51 @@ impl fmt::Display for Batch {
     }
 }
 
+/// What an applied command answers, besides the store's revision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Answer {
+    /// Nothing more (a clock, a compaction, a keep-alive, a revoke, a
+    /// checkpoint).
+    Done,
+    /// etcd's answer to a [`Command::Kv`] (a transaction's tells whether
+    /// its comparisons held).
+    Kv(ResponseOp),
+    /// A lease granted.
+    LeaseGranted {
+        /// Its id.
+        id: i64,
+        /// Its time-to-live, seconds.
+        ttl_s: i64,
+    },
+}
+
 /// What applying one command did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Verdict {
-    /// Applied (or a clock, which changes only the sessions); a
-    /// transaction whose comparisons all held.
-    Applied,
-    /// A transaction whose comparisons did not all hold: its `failure`
-    /// changes (if any) were applied instead.
-    CompareFailed,
+    /// Applied: the store's revision after it (etcd's header revision:
+    /// the command's own if it changed the store) and its answer.
+    Applied {
+        /// The store's revision after the command.
+        revision: i64,
+        /// What it answers.
+        answer: Answer,
+    },
+    /// Refused as etcd refuses it when it is applied, nothing changed: a
+    /// lease that does not exist or already does, `ignore_value` or
+    /// `ignore_lease` on an absent key, a compaction at a revision
+    /// compacted or to come, a lease holding its most keys
+    /// ([`KvError::LeaseFull`]).
+    Refused(KvError),
     /// Its request id is the session's last one: a retry of a request
     /// decided before; nothing changed this time. What was decided then:
     Duplicate {
-        /// The revision it was applied at.
-        revision: Revision,
-        /// Whether its comparisons held (always, for a plain write).
+        /// The store's revision after it.
+        revision: i64,
+        /// Whether its comparisons held (always, but for a transaction).
         succeeded: bool,
+        /// The lease it granted (a grant), else 0.
+        lease: i64,
     },
-    /// A lease it names does not exist (never granted, expired or
-    /// revoked): nothing applied.
-    LeaseNotFound,
-    /// A lease it attaches a key to holds its most keys
-    /// ([`crate::machine::MAX_LEASE_KEYS`]): nothing applied.
-    LeaseFull,
     /// Its client has no session (never opened — a session opens with
     /// sequence number 1 — or expired): not applied. The client starts a
     /// new session under a new id.
@@ -353,6 +319,22 @@ pub enum Verdict {
     Stale,
 }
 
+impl Verdict {
+    /// Whether the command was applied with its comparisons holding (a
+    /// put, a delete; a transaction that took its `success` branch).
+    pub fn succeeded(&self) -> bool {
+        match self {
+            Verdict::Applied {
+                answer: Answer::Kv(ResponseOp::Txn(t)),
+                ..
+            } => t.succeeded,
+            Verdict::Applied { .. } => true,
+            Verdict::Duplicate { succeeded, .. } => *succeeded,
+            _ => false,
+        }
+    }
+}
+
 /// What applying a batch did, command by command.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Applied {
@@ -360,77 +342,19 @@ pub struct Applied {
     pub verdicts: Vec<Verdict>,
 }
 
-/// The longest key a client may use, in bytes.
+/// The longest key a client may use, in bytes (a stored index key is
+/// one byte more: kvstore's bound).
 pub const MAX_KEY: usize = kvstore::MAX_KEY - 1;
-/// The longest value a client may store, in bytes: 64 KiB, well under
-/// kvstore's own limit, so that a batch of them stays a modest Raft entry.
-pub const MAX_VALUE: usize = 64 * 1024;
+/// The longest value a client may store, in bytes: kvstore's bound for a
+/// stored value, less room for a version record's header and the
+/// longest key (`machine/mvcc.rs`).
+pub const MAX_VALUE: usize = kvstore::MAX_VALUE - 2048;
 
-/// Why a key or value is refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BadInput {
-    /// The key is empty.
-    EmptyKey,
-    /// The key is longer than [`MAX_KEY`].
-    KeyTooLong(usize),
-    /// The key holds a control character (below 0x20, or 0x7f).
-    ControlCharacter,
-    /// The value is longer than [`MAX_VALUE`].
-    ValueTooLong(usize),
-    /// A revision is not `index.sub`.
-    Revision,
-    /// A transaction has more than [`MAX_TXN_OPS`] comparisons or changes
-    /// in a branch, or more than [`MAX_TXN_BYTES`].
-    TxnTooLarge,
-}
-
-impl fmt::Display for BadInput {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            BadInput::EmptyKey => write!(f, "the key is empty"),
-            BadInput::KeyTooLong(n) => write!(f, "the key is {n} bytes; at most {MAX_KEY}"),
-            BadInput::ControlCharacter => write!(f, "the key holds a control character"),
-            BadInput::ValueTooLong(n) => write!(f, "the value is {n} bytes; at most {MAX_VALUE}"),
-            BadInput::Revision => write!(f, "a revision is INDEX.SUB (as in an ETag)"),
-            BadInput::TxnTooLarge => write!(
-                f,
-                "a transaction has at most {MAX_TXN_OPS} comparisons and {MAX_TXN_OPS} changes per branch, {MAX_TXN_BYTES} bytes in all"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for BadInput {}
-
-/// Checks a client's key: 1 to [`MAX_KEY`] bytes, no control characters.
-pub fn check_key(key: &[u8]) -> Result<(), BadInput> {
-    if key.is_empty() {
-        return Err(BadInput::EmptyKey);
-    }
-    if key.len() > MAX_KEY {
-        return Err(BadInput::KeyTooLong(key.len()));
-    }
-    if key.iter().any(|&b| b < 0x20 || b == 0x7f) {
-        return Err(BadInput::ControlCharacter);
-    }
-    Ok(())
-}
-
-/// Checks a client's value: at most [`MAX_VALUE`] bytes.
-pub fn check_value(value: &[u8]) -> Result<(), BadInput> {
-    if value.len() > MAX_VALUE {
-        return Err(BadInput::ValueTooLong(value.len()));
-    }
-    Ok(())
-}
-
-/// The store's key layout: a client's key `k` is stored as `u` + `k`;
-/// the state machine's own keys start with `m` (the applied log id and
-/// membership) and `c` (each client's last applied sequence number), so
-/// no client key can collide with them.
+/// The store's key layout (docs/FORMAT.md): the index `k` + client key,
+/// the versions `r` + revision, the sessions `c` + client id, the leases
+/// `l` + id and their keys `a` + id + key, and the state machine's own
+/// `m/` keys — no client key can collide with them.
 pub(crate) mod layout {
-    /// The prefix of clients' keys.
-    pub const USER: u8 = b'u';
     /// The key of the last applied log id and membership.
     pub const APPLIED: &[u8] = b"m/applied";
     /// The prefix of the client sessions (last sequence number and last
@@ -440,20 +364,13 @@ pub(crate) mod layout {
     pub const CLOCK: &[u8] = b"m/clock";
     /// The key of the store's format (`FORMAT`, a little-endian `u32`).
     pub const FORMAT_KEY: &[u8] = b"m/format";
-    /// The format this build writes and reads: 3, client values behind a
-    /// revision header (`machine::record`), sessions with their last
-    /// answer, leases with their checkpointed remaining time-to-live (no
-    /// deadline), the log's clock from 0 (no wall clock), and partial
-    /// marks of any command. Formats 1 and 2 are refused.
-    pub const FORMAT: u32 = 3;
-
-    /// The stored key of a client's key.
-    pub fn user(key: &[u8]) -> Vec<u8> {
-        let mut k = Vec::with_capacity(key.len() + 1);
-        k.push(USER);
-        k.extend_from_slice(key);
-        k
-    }
+    /// The format this build writes and reads: 4, the multi-version store
+    /// (an index of keys, versions by integer revision, etcd's
+    /// compaction; `machine/mvcc.rs`), sessions with their last answer,
+    /// leases with their checkpointed remaining time-to-live, the log's
+    /// clock from 0, and partial marks of any command. Formats 1 to 3 are
+    /// refused.
+    pub const FORMAT: u32 = 4;
 
     /// The stored key of a client's last sequence number.
     pub fn client(id: u64) -> Vec<u8> {
@@ -468,22 +385,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_are_checked() {
-        assert_eq!(check_key(b""), Err(BadInput::EmptyKey));
-        assert_eq!(check_key(b"a\nb"), Err(BadInput::ControlCharacter));
-        assert_eq!(check_key(b"a\x7f"), Err(BadInput::ControlCharacter));
-        assert_eq!(
-            check_key(&vec![b'a'; MAX_KEY + 1]),
-            Err(BadInput::KeyTooLong(MAX_KEY + 1))
-        );
-        assert!(check_key(&vec![b'a'; MAX_KEY]).is_ok());
-        assert!(check_key("clé/1".as_bytes()).is_ok());
-        assert!(check_value(&vec![0; MAX_VALUE]).is_ok());
-        assert_eq!(
-            check_value(&vec![0; MAX_VALUE + 1]),
-            Err(BadInput::ValueTooLong(MAX_VALUE + 1))
-        );
-        // The stored key of the longest client key fits the store.
-        assert_eq!(layout::user(&vec![b'a'; MAX_KEY]).len(), kvstore::MAX_KEY);
+    fn expectations_are_etcd_comparisons() {
+        let kv = kv::KeyValue {
+            key: b"k".to_vec(),
+            create_revision: 3,
+            mod_revision: 7,
+            version: 2,
+            value: b"v".to_vec(),
+            lease: 0,
+        };
+        let holds = |e: Expect, kv: Option<&kv::KeyValue>| kv::compare_holds(&e.compare(b"k"), kv);
+        assert!(holds(Expect::Absent, None));
+        assert!(!holds(Expect::Absent, Some(&kv)));
+        assert!(holds(Expect::Present, Some(&kv)));
+        assert!(!holds(Expect::Present, None));
+        assert!(holds(Expect::ModRevision(7), Some(&kv)));
+        assert!(!holds(Expect::ModRevision(6), Some(&kv)));
+        assert!(!holds(Expect::ModRevision(0), Some(&kv)));
+        assert!(holds(Expect::Value(b"v".to_vec()), Some(&kv)));
+        assert!(!holds(Expect::Value(b"v".to_vec()), None));
     }
 }

@@ -13,7 +13,7 @@ use common::Cluster;
 use raftkv::api::{TxnReply, CREATE_HEADER, REVISION_HEADER};
 use raftkv::client::Client;
 use raftkv::history::{self, Kind, Op};
-use raftkv::{Expect, Revision};
+use raftkv::Expect;
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -79,7 +79,7 @@ async fn racing_compare_and_sets_never_both_win_one_revision() {
     }
     assert!(by_cond.values().all(|&n| n == 1), "{by_cond:?}");
     assert!(wins.len() >= ROUNDS, "only {} wins", wins.len());
-    let mut made: Vec<Revision> = wins.iter().map(|(_, r)| *r).collect();
+    let mut made: Vec<i64> = wins.iter().map(|(_, r)| *r).collect();
     made.sort();
     for pair in made.windows(2) {
         let later = wins.iter().find(|(_, r)| *r == pair[1]).unwrap();
@@ -128,9 +128,10 @@ async fn conditional_writes_etags_and_transactions() {
     assert_eq!(r.text().await.unwrap(), "c");
     // Malformed conditions are 400, and change nothing.
     for (h, v) in [
-        ("if-match", "12"),
-        ("if-none-match", "\"1.0\""),
+        ("if-match", "\"1.0\""),
+        ("if-none-match", "\"1\""),
         ("if-match", "a.b"),
+        ("if-match", "\"0\""),
     ] {
         let r = put(Some((h, v.to_string())), "x").await.unwrap();
         assert_eq!(r.status(), 400, "{h}: {v}");
@@ -185,7 +186,7 @@ async fn conditional_writes_etags_and_transactions() {
     );
     assert_eq!(get("t/2").await.unwrap().text().await.unwrap(), "two");
     // Bad transactions are 400.
-    let too_many: Vec<_> = (0..65)
+    let too_many: Vec<_> = (0..=raftkv::kv::MAX_TXN_OPS)
         .map(|i| serde_json::json!({"delete": {"key": format!("k{i}")}}))
         .collect();
     for bad in [
@@ -194,6 +195,10 @@ async fn conditional_writes_etags_and_transactions() {
         serde_json::json!({"compare": [{"key": "a", "expect": {"mod_revision": "x"}}]}),
         serde_json::json!({"success": [{"delete": {"key": ""}}]}),
         serde_json::json!({"success": too_many}),
+        serde_json::json!({"success": [
+            {"put": {"key": "a", "value": ""}},
+            {"put": {"key": "a", "value": ""}}
+        ]}),
     ] {
         let (code, text) = txn(bad.clone()).await;
         assert_eq!(code, 400, "{bad}: {text}");

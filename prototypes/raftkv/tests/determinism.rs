@@ -1,13 +1,14 @@
 //! Apply is a pure function of the log: no hash order, no clock, no
 //! randomness, no dependence on how the entries are grouped into apply
-//! calls decides what a replica writes or emits.
+//! calls decides what a replica writes or answers.
 //!
 //! - One recorded log (leases granted, keys attached and revoked in the
-//!   entry that attached them, transactions, range deletes larger than an
-//!   apply step, sessions with retries and stale ids) is applied by three
-//!   processes — each has its own `HashMap` seeds — each grouping the
-//!   entries differently; their stores (as snapshot files), event streams
-//!   and answers must be the same, byte for byte.
+//!   entry that attached them, transactions — nested, with range deletes
+//!   larger than an apply step inside —, range deletes, compactions,
+//!   sessions with retries and stale ids) is applied by three processes —
+//!   each has its own `HashMap` seeds — each grouping the entries
+//!   differently; their stores (as snapshot files), versions (the watch
+//!   history), hashes and answers must be the same, byte for byte.
 //! - The same over HTTP: leases revoked while clients attach keys to them;
 //!   the history read from the leader and, once it is killed, from the
 //!   new leader must be the same.
@@ -15,12 +16,13 @@
 
 mod common;
 
-use common::{batch_entry, Cluster};
+use common::{batch_entry, put_leased, Cluster};
 use journal_core::vfs::{SimVfs, SplitMix64};
 use openraft::storage::RaftSnapshotBuilder;
 use raftkv::api::WatchLine;
-use raftkv::machine::{lease_id, Change};
-use raftkv::{Command, Compare, Expect, RequestId, Revision, StateMachine, TxnOp};
+use raftkv::kv::{RequestOp, TxnRequest};
+use raftkv::machine::lease_id;
+use raftkv::{Command, Expect, RequestId, StateMachine};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
@@ -29,27 +31,114 @@ type Entry = openraft::alias::EntryOf<raftkv::TypeConfig>;
 
 /// Set in a child process: `GROUPING:OUTPUT` (see `child`).
 const CHILD: &str = "RAFTKV_DETERMINISM_CHILD";
-/// Events the history keeps in the children: small, so that compaction
-/// runs all along.
-const RETENTION: u64 = 1500;
 
-fn txn_put(key: String, value: Vec<u8>, lease: Option<u64>) -> Command {
-    Command::Txn {
-        compares: Vec::new(),
-        success: vec![TxnOp::Put {
-            key: key.into_bytes(),
-            value,
-            lease,
-        }],
+fn op(cmd: Command) -> RequestOp {
+    match cmd {
+        Command::Kv { op, .. } => op,
+        _ => unreachable!(),
+    }
+}
+
+/// A transaction (comparisons on `key`) whose success branch holds a
+/// nested transaction deleting `[from, to)` — more keys than a step
+/// takes — and whose failure branch puts `key`.
+fn nested_delete(key: &str, (from, to): (String, String)) -> Command {
+    let inner = TxnRequest {
+        compare: Vec::new(),
+        success: vec![op(Command::delete_range(from, to, None))],
         failure: Vec::new(),
-        id: None,
+    };
+    Command::txn(
+        TxnRequest {
+            compare: vec![Expect::Present.compare(key.as_bytes())],
+            success: vec![
+                op(Command::put("t/outer", "o", None)),
+                RequestOp::Txn(inner),
+            ],
+            failure: vec![op(Command::put(key, "made", None))],
+        },
+        None,
+    )
+}
+
+/// A random command among the many the log holds.
+fn one_command(
+    rng: &mut SplitMix64,
+    (index, sub): (u64, u32),
+    leases: &mut Vec<i64>,
+    seqs: &mut [u64; 6],
+    cmds: &mut Vec<Command>,
+) -> Command {
+    let key = format!("k/{:03}", rng.next_u64() % 300);
+    let value = format!("v{index}.{sub}");
+    match rng.next_u64() % 13 {
+        0 => {
+            leases.push(lease_id(index, sub));
+            Command::LeaseGrant {
+                lease: 0,
+                ttl_s: 3600,
+                id: None,
+            }
+        }
+        1..=4 if !leases.is_empty() => {
+            let lease = leases[(rng.next_u64() % leases.len() as u64) as usize];
+            put_leased(&key, &value, lease)
+        }
+        5 if !leases.is_empty() => {
+            // Revoked in the entry that attached keys to it.
+            let lease = leases.remove((rng.next_u64() % leases.len() as u64) as usize);
+            for i in 0..12 {
+                cmds.push(put_leased(&format!("l/{lease:x}/{i:02}"), "x", lease));
+            }
+            Command::LeaseRevoke { lease, id: None }
+        }
+        6 if !leases.is_empty() => Command::LeaseKeepAlive {
+            lease: leases[(rng.next_u64() % leases.len() as u64) as usize],
+            id: None,
+        },
+        7 => Command::delete(key, None),
+        8 => {
+            let expect = if rng.next_u64().is_multiple_of(2) {
+                Expect::Present
+            } else {
+                Expect::Absent
+            };
+            let other = format!("k/{:03}", rng.next_u64() % 300);
+            Command::txn(
+                TxnRequest {
+                    compare: vec![expect.compare(key.as_bytes())],
+                    success: vec![op(Command::put(key, value, None))],
+                    failure: vec![op(Command::delete(other, None))],
+                },
+                None,
+            )
+        }
+        9 => {
+            // A session's write: new, retried, or stale.
+            let c = (rng.next_u64() % 6) as usize;
+            let seq = match rng.next_u64() % 4 {
+                0 if seqs[c] > 1 => seqs[c] - 1,
+                1 if seqs[c] > 0 => seqs[c],
+                _ => {
+                    seqs[c] += 1;
+                    seqs[c]
+                }
+            };
+            let id = Some(RequestId {
+                client: 100 + c as u64,
+                seq,
+            });
+            Command::put(key, value, id)
+        }
+        10 => Command::CompactProgress,
+        _ => Command::put(key, value, None),
     }
 }
 
 /// The recorded log: 90 entries from a fixed seed.
 fn recorded_log() -> Vec<Entry> {
     let mut rng = SplitMix64::new(0x5eed_0007);
-    let mut leases: Vec<u64> = Vec::new();
+    let mut leases: Vec<i64> = Vec::new();
     let mut seqs = [0u64; 6];
     let mut entries = Vec::new();
     for index in 1..=90u64 {
@@ -61,102 +150,38 @@ fn recorded_log() -> Vec<Entry> {
             // A range larger than several apply steps, filled in one entry
             // and deleted a few entries later (with keys outside it kept).
             for i in 0..2_500u64 {
-                cmds.push(Command::Put {
-                    key: format!("r/{index}/{i:05}").into_bytes(),
-                    value: vec![b'r'; (i % 17) as usize],
-                    id: None,
-                });
+                let value = vec![b'r'; (i % 17) as usize];
+                cmds.push(Command::put(format!("r/{index}/{i:05}"), value, None));
             }
         }
         if index % 30 == 9 {
-            cmds.push(Command::DeleteRange {
-                start: format!("r/{}/", index - 4).into_bytes(),
-                end: Some(format!("r/{}/02000", index - 4).into_bytes()),
-                id: None,
-            });
+            let range = (
+                format!("r/{}/", index - 4),
+                format!("r/{}/02000", index - 4),
+            );
+            cmds.push(nested_delete("k/001", range));
+        }
+        if index % 30 == 19 {
+            let (from, to) = (format!("r/{}/", index - 14), format!("r/{}0", index - 14));
+            cmds.push(Command::delete_range(from, to, None));
+        }
+        if index % 10 == 7 {
+            // Compactions, some refused (at or below the last one, or
+            // past the store's revision); from index 37 on past the
+            // second fill (the store is then above 5,000), so one takes
+            // several entries' removals.
+            let revision = (index * index / 3 + if index > 30 { 4000 } else { 0 }) as i64;
+            for revision in [revision, revision, i64::MAX / 2] {
+                cmds.push(Command::Compact {
+                    revision,
+                    physical: false,
+                });
+            }
         }
         let n = 4 + rng.next_u64() % 40;
         for _ in 0..n {
             let sub = cmds.len() as u32;
-            let key = format!("k/{:03}", rng.next_u64() % 300);
-            let value = format!("v{index}.{sub}").into_bytes();
-            let cmd = match rng.next_u64() % 12 {
-                0 => {
-                    leases.push(lease_id(Revision { index, sub }));
-                    Command::LeaseGrant {
-                        ttl_ms: 3_600_000,
-                        id: None,
-                    }
-                }
-                1..=4 if !leases.is_empty() => {
-                    let lease = leases[(rng.next_u64() % leases.len() as u64) as usize];
-                    txn_put(key, value, Some(lease))
-                }
-                5 if !leases.is_empty() => {
-                    // Revoked in the entry that attached keys to it.
-                    let lease = leases.remove((rng.next_u64() % leases.len() as u64) as usize);
-                    for i in 0..12 {
-                        cmds.push(txn_put(
-                            format!("l/{lease:x}/{i:02}"),
-                            b"x".to_vec(),
-                            Some(lease),
-                        ));
-                    }
-                    Command::LeaseRevoke { lease, id: None }
-                }
-                6 if !leases.is_empty() => Command::LeaseKeepAlive {
-                    lease: leases[(rng.next_u64() % leases.len() as u64) as usize],
-                    id: None,
-                },
-                7 => Command::Delete {
-                    key: key.into_bytes(),
-                    id: None,
-                },
-                8 => Command::Txn {
-                    compares: vec![Compare {
-                        key: key.clone().into_bytes(),
-                        expect: if rng.next_u64().is_multiple_of(2) {
-                            Expect::Present
-                        } else {
-                            Expect::Absent
-                        },
-                    }],
-                    success: vec![TxnOp::Put {
-                        key: key.into_bytes(),
-                        value,
-                        lease: None,
-                    }],
-                    failure: vec![TxnOp::Delete {
-                        key: format!("k/{:03}", rng.next_u64() % 300).into_bytes(),
-                    }],
-                    id: None,
-                },
-                9 => {
-                    // A session's write: new, retried, or stale.
-                    let c = (rng.next_u64() % 6) as usize;
-                    let seq = match rng.next_u64() % 4 {
-                        0 if seqs[c] > 1 => seqs[c] - 1,
-                        1 if seqs[c] > 0 => seqs[c],
-                        _ => {
-                            seqs[c] += 1;
-                            seqs[c]
-                        }
-                    };
-                    Command::Put {
-                        key: key.into_bytes(),
-                        value,
-                        id: Some(RequestId {
-                            client: 100 + c as u64,
-                            seq,
-                        }),
-                    }
-                }
-                _ => Command::Put {
-                    key: key.into_bytes(),
-                    value,
-                    id: None,
-                },
-            };
+            let cmd = one_command(&mut rng, (index, sub), &mut leases, &mut seqs, &mut cmds);
             cmds.push(cmd);
         }
         entries.push(batch_entry(index, cmds));
@@ -166,8 +191,8 @@ fn recorded_log() -> Vec<Entry> {
 
 /// Applies the recorded log in groups of `grouping` entries (0: all in
 /// one call) and writes what it produced to `out`: every answer, the
-/// history's horizon and count, every event held, then the store as a
-/// snapshot file, byte for byte.
+/// store's revisions, every change held from the compaction on, the hash
+/// of the versions, then the store as a snapshot file, byte for byte.
 async fn child(grouping: usize, out: &std::path::Path) {
     let sim = SimVfs::new();
     let options = kvstore::Options {
@@ -175,7 +200,6 @@ async fn child(grouping: usize, out: &std::path::Path) {
         ..kvstore::Options::default()
     };
     let mut sm = StateMachine::open(Arc::new(sim), "/n/state", options).unwrap();
-    sm.keep_events(RETENTION);
     let log = recorded_log();
     let chunk = if grouping == 0 { log.len() } else { grouping };
     let mut bytes = Vec::new();
@@ -184,25 +208,13 @@ async fn child(grouping: usize, out: &std::path::Path) {
             bytes.extend_from_slice(format!("{:?}\n", applied.verdicts).as_bytes());
         }
     }
-    let (horizon, count) = sm.history();
-    bytes.extend_from_slice(format!("history {horizon} {count}\n").as_bytes());
-    let mut from = horizon;
-    loop {
-        let page = sm.events(from, b"", 1000, 1000).unwrap();
-        assert_eq!(page.compacted, None);
-        if page.next == from {
-            break;
-        }
-        from = page.next;
-        for e in page.events {
-            let change = match e.change {
-                Change::Put(v) => format!("put {}", String::from_utf8_lossy(&v)),
-                Change::Delete => "delete".into(),
-            };
-            let key = String::from_utf8_lossy(&e.key);
-            bytes.extend_from_slice(format!("{} {key} {change}\n", e.position).as_bytes());
-        }
+    let r = sm.revisions();
+    bytes.extend_from_slice(format!("revisions {r:?}\n").as_bytes());
+    for change in common::changes(&sm, r.compact) {
+        bytes.extend_from_slice(format!("{change}\n").as_bytes());
     }
+    let hash = sm.hash_kv(0).unwrap();
+    bytes.extend_from_slice(format!("hash {hash:?}\n").as_bytes());
     let mut snap = sm.build_snapshot().await.unwrap();
     snap.snapshot
         .seek(std::io::SeekFrom::Start(0))
@@ -269,15 +281,15 @@ async fn one_log_applies_byte_for_byte_alike_in_three_processes() {
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     // The log did what it is meant to exercise.
     let first = text(&results[0]);
-    assert!(first
-        .lines()
-        .any(|l| l.contains(" l/") && l.ends_with("delete")));
-    assert!(first
-        .lines()
-        .any(|l| l.contains(" r/") && l.ends_with("delete")));
+    assert!(first.lines().any(|l| l.contains(" delete l/")));
+    assert!(first.lines().any(|l| l.contains(" delete r/")));
     assert!(first.contains("Duplicate") && first.contains("Stale"));
-    let horizon = first.lines().find(|l| l.starts_with("history ")).unwrap();
-    assert_ne!(horizon, "history 0.0.0 0", "the history never compacted");
+    assert!(first.contains("Compacted") && first.contains("FutureRevision"));
+    let revisions = first.lines().find(|l| l.starts_with("revisions ")).unwrap();
+    assert!(
+        !revisions.contains("compact: 0,") && revisions.contains("physical"),
+        "no compaction applied: {revisions}"
+    );
     for (i, r) in results.iter().enumerate().skip(1) {
         if r != &results[0] {
             let (a, b) = (text(&results[0]), text(r));
@@ -338,7 +350,7 @@ async fn history(addr: &str, from: &str, end: &str) -> Vec<String> {
 /// from the next one must be the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_history_is_the_same_on_the_next_leader_after_revokes_under_load() {
-    let mut cluster = Cluster::start(3, &["--watch-history", "100000"]);
+    let mut cluster = Cluster::start(3, &["--auto-compaction-retention", "0"]);
     let leader = cluster.leader(None).await;
     let addr = cluster.nodes[leader].addr.clone();
     let http = reqwest::Client::new();

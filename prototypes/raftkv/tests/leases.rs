@@ -13,10 +13,11 @@ use journal_core::vfs::SimVfs;
 use openraft::impls::leader_id_adv::LeaderId;
 use openraft::{EntryPayload, LogId};
 type Entry = openraft::alias::EntryOf<raftkv::TypeConfig>;
+use common::V::{Applied, LeaseFull, LeaseNotFound};
+use common::{changes, kv_of, put_leased, vs};
 use raftkv::api::LeaseReply;
-use raftkv::machine::{lease_id, Change, Position};
-use raftkv::Verdict::{Applied, LeaseFull, LeaseNotFound};
-use raftkv::{Batch, Command, Revision, StateMachine, TxnOp};
+use raftkv::machine::lease_id;
+use raftkv::{Batch, Command, StateMachine};
 use std::sync::Arc;
 
 fn entry(index: u64, now_ms: u64, cmds: Vec<Command>) -> Entry {
@@ -36,21 +37,17 @@ fn entry(index: u64, now_ms: u64, cmds: Vec<Command>) -> Entry {
     }
 }
 
-fn put(key: &str, lease: Option<u64>) -> Command {
-    Command::Txn {
-        compares: Vec::new(),
-        success: vec![TxnOp::Put {
-            key: key.into(),
-            value: b"v".to_vec(),
-            lease,
-        }],
-        failure: Vec::new(),
-        id: None,
-    }
+fn put(key: &str, lease: Option<i64>) -> Command {
+    put_leased(key, "v", lease.unwrap_or(0))
 }
 
+/// A grant of `ttl_ms` (whole seconds) whose id apply picks.
 fn grant(ttl_ms: u64) -> Command {
-    Command::LeaseGrant { ttl_ms, id: None }
+    Command::LeaseGrant {
+        lease: 0,
+        ttl_s: (ttl_ms / 1000) as i64,
+        id: None,
+    }
 }
 
 /// The state machine on `sim` (opened again after a close).
@@ -76,9 +73,8 @@ fn has(sm: &StateMachine, key: &str) -> bool {
 async fn a_lease_takes_its_keys_with_it_when_it_is_revoked() {
     let sim = SimVfs::new();
     let sm = open(&sim);
-    sm.keep_events(raftkv::machine::SUGGESTED_RETENTION);
-    // Granted at index 1 for 5 s: lease 1.1.
-    let lease = lease_id(Revision { index: 1, sub: 1 });
+    // Granted at index 1, position 1, for 5 s: the id picked from there.
+    let lease = lease_id(1, 1);
     let out = sm
         .apply_all([entry(
             1,
@@ -92,8 +88,8 @@ async fn a_lease_takes_its_keys_with_it_when_it_is_revoked() {
         )])
         .await
         .unwrap();
-    assert_eq!(out[0].verdicts, [Applied; 5]);
-    assert_eq!(sm.entry(b"k1").unwrap().unwrap().1.lease, Some(lease));
+    assert_eq!(vs(&out[0]), [Applied; 5]);
+    assert_eq!(kv_of(&sm, "k1").unwrap().lease, lease);
     let held = sm.lease(lease).unwrap();
     assert_eq!(
         (held.ttl_ms, held.remaining_ms, held.keys),
@@ -104,7 +100,7 @@ async fn a_lease_takes_its_keys_with_it_when_it_is_revoked() {
         .apply_all([entry(2, 2_000, vec![put("k4", Some(lease + 1))])])
         .await
         .unwrap();
-    assert_eq!(out[0].verdicts, [Applied, LeaseNotFound]);
+    assert_eq!(vs(&out[0]), [Applied, LeaseNotFound]);
     assert!(!has(&sm, "k4"));
     // The leader's checkpoint (a lease gone is passed over); k2 put again
     // without the lease.
@@ -115,15 +111,14 @@ async fn a_lease_takes_its_keys_with_it_when_it_is_revoked() {
         .apply_all([entry(3, 4_000, vec![checkpoint, put("k2", None)])])
         .await
         .unwrap();
-    assert_eq!(out[0].verdicts, [Applied; 3]);
-    assert_eq!(sm.entry(b"k2").unwrap().unwrap().1.lease, None);
+    assert_eq!(vs(&out[0]), [Applied; 3]);
+    assert_eq!(kv_of(&sm, "k2").unwrap().lease, 0);
     assert_eq!(sm.lease(lease).unwrap().remaining_ms, Some(2_500));
     // Across a restart, held with its checkpoint; then a keep-alive in
     // the log clears it. No clock ends it, however far it goes.
     sm.close().unwrap();
     drop(sm);
     let sm = open(&sim);
-    sm.keep_events(raftkv::machine::SUGGESTED_RETENTION);
     assert_eq!(sm.leases(), 1);
     let held = sm.lease(lease).unwrap();
     assert_eq!((held.remaining_ms, held.keys), (Some(2_500), 1));
@@ -131,24 +126,16 @@ async fn a_lease_takes_its_keys_with_it_when_it_is_revoked() {
     sm.apply_all([entry(4, 900_000, vec![keep])]).await.unwrap();
     assert_eq!(sm.lease(lease).unwrap().remaining_ms, None);
     assert!(has(&sm, "k1"));
-    // Revoked: gone with k1, at the revoke's revision.
+    // Revoked: gone with k1, at the revoke's revision (one more than the
+    // store's: puts of k1, k2, k3 and k2 again took 2 to 5).
     let revoke = Command::LeaseRevoke { lease, id: None };
     sm.apply_all([entry(5, 900_001, vec![revoke])])
         .await
         .unwrap();
     assert_eq!(sm.leases(), 0);
     assert!(!has(&sm, "k1") && has(&sm, "k2") && has(&sm, "k3"));
-    let from = Position {
-        revision: Revision { index: 5, sub: 0 },
-        n: 0,
-    };
-    let page = sm.events(from, b"", 10, 10).unwrap();
-    let deleted: Vec<_> = page
-        .events
-        .iter()
-        .map(|e| (e.position.to_string(), e.key.as_slice(), e.change.clone()))
-        .collect();
-    assert_eq!(deleted, [("5.1.0".to_string(), &b"k1"[..], Change::Delete)]);
+    assert_eq!(sm.revisions().current, 6);
+    assert_eq!(changes(&sm, 6), ["6.0 delete k1"]);
     // Gone: keeping it alive or revoking it is refused.
     let out = sm
         .apply_all([entry(
@@ -161,7 +148,7 @@ async fn a_lease_takes_its_keys_with_it_when_it_is_revoked() {
         )])
         .await
         .unwrap();
-    assert_eq!(out[0].verdicts, [Applied, LeaseNotFound, LeaseNotFound]);
+    assert_eq!(vs(&out[0]), [Applied, LeaseNotFound, LeaseNotFound]);
 }
 
 /// A lease's keys are read from the store when it ends, not kept in
@@ -172,7 +159,7 @@ async fn a_lease_takes_its_keys_with_it_when_it_is_revoked() {
 async fn a_revoke_sees_its_own_entrys_changes_and_the_bound_holds() {
     let sim = SimVfs::new();
     let mut sm = open(&sim);
-    let lease = lease_id(Revision { index: 1, sub: 1 });
+    let lease = lease_id(1, 1);
     let mut first = vec![grant(60_000)];
     first.extend((0..5).map(|i| put(&format!("a{i}"), Some(lease))));
     sm.apply_all([entry(1, 1_000, first)]).await.unwrap();
@@ -185,7 +172,7 @@ async fn a_revoke_sees_its_own_entrys_changes_and_the_bound_holds() {
         )])
         .await
         .unwrap();
-    assert_eq!(out[0].verdicts, [Applied; 4]);
+    assert_eq!(vs(&out[0]), [Applied; 4]);
     let left: Vec<bool> = ["a0", "a1", "a2", "a3", "a4", "b"]
         .iter()
         .map(|k| has(&sm, k))
@@ -193,7 +180,7 @@ async fn a_revoke_sees_its_own_entrys_changes_and_the_bound_holds() {
     assert_eq!(left, [false, true, false, false, false, false]);
     // The bound: a full lease refuses a new key, whole, but takes its own
     // again; after a restart too (the count is rebuilt from the store).
-    let full = lease_id(Revision { index: 3, sub: 1 });
+    let full = lease_id(3, 1);
     sm.apply_all([entry(3, 2_000, vec![grant(60_000)])])
         .await
         .unwrap();
@@ -205,7 +192,7 @@ async fn a_revoke_sees_its_own_entrys_changes_and_the_bound_holds() {
             .map(|i| put(&format!("f{i:05}"), Some(full)))
             .collect();
         let out = sm.apply_all([entry(index, 2_000, cmds)]).await.unwrap();
-        assert!(out[0].verdicts.iter().all(|v| *v == Applied));
+        assert!(vs(&out[0]).iter().all(|v| *v == Applied));
         index += 1;
     }
     for restart in [false, true] {
@@ -223,7 +210,7 @@ async fn a_revoke_sees_its_own_entrys_changes_and_the_bound_holds() {
             .await
             .unwrap();
         assert_eq!(
-            out[0].verdicts,
+            vs(&out[0]),
             [Applied, LeaseFull, Applied],
             "restart {restart}"
         );
@@ -276,9 +263,6 @@ async fn leases_over_http() {
         .unwrap();
     assert_eq!(r.status(), 404);
     assert_eq!(r.headers()["x-raftkv-error"], "lease-not-found");
-    // (These nodes keep no watch history: no watch.)
-    let r = http.get(url("/watch")).send().await.unwrap();
-    assert_eq!(r.status(), 501);
     for bad in [r#"{"ttl_s": 0}"#, "{}", r#"{"ttl_s": 99999999}"#] {
         let r = http.post(url("/lease")).body(bad).send().await.unwrap();
         assert_eq!(r.status(), 400, "{bad}");
@@ -293,7 +277,7 @@ async fn leases_over_http() {
 async fn a_clock_jump_in_the_log_ends_no_lease() {
     let sim = SimVfs::new();
     let sm = open(&sim);
-    let lease = lease_id(Revision { index: 1, sub: 1 });
+    let lease = lease_id(1, 1);
     sm.apply_all([entry(1, 1_000, vec![grant(10_000), put("k", Some(lease))])])
         .await
         .unwrap();

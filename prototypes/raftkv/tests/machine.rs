@@ -11,9 +11,11 @@ use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use openraft::EntryPayload;
 use raftkv::machine::Snapshot;
 type Entry = openraft::alias::EntryOf<raftkv::TypeConfig>;
+use common::vs;
+use common::V::{Applied, Duplicate, Stale, UnknownSession};
+use raftkv::kv::{DeleteRangeRequest, PutRequest, RequestOp};
 use raftkv::machine::SnapshotFile;
-use raftkv::Verdict::{Applied, Duplicate, Stale, UnknownSession};
-use raftkv::{Command, RequestId, Revision, StateMachine};
+use raftkv::{Command, RequestId, StateMachine};
 use std::collections::BTreeMap;
 use std::io::SeekFrom;
 use std::sync::Arc;
@@ -29,13 +31,9 @@ fn entry(index: u64) -> Entry {
         seq: index.div_ceil(3),
     });
     let cmd = if index.is_multiple_of(11) {
-        Command::Delete { key, id }
+        Command::delete(key, id)
     } else {
-        Command::Put {
-            key,
-            value: format!("v{index}").into_bytes(),
-            id,
-        }
+        Command::put(key, format!("v{index}"), id)
     };
     batch_entry(index, vec![cmd])
 }
@@ -49,10 +47,16 @@ fn expected(applied: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
         };
         for cmd in batch.0 {
             match cmd {
-                Command::Put { key, value, .. } => {
+                Command::Kv {
+                    op: RequestOp::Put(PutRequest { key, value, .. }),
+                    ..
+                } => {
                     m.insert(key, value);
                 }
-                Command::Delete { key, .. } => {
+                Command::Kv {
+                    op: RequestOp::DeleteRange(DeleteRangeRequest { key, .. }),
+                    ..
+                } => {
                     m.remove(&key);
                 }
                 _ => {}
@@ -135,11 +139,7 @@ async fn a_crash_leaves_the_log_applied_up_to_the_applied_id() {
 async fn a_retried_request_is_applied_once() {
     let sim = SimVfs::new();
     let sm = open(Arc::new(sim.clone()));
-    let put = |seq: u64, v: &str| Command::Put {
-        key: b"k".to_vec(),
-        value: v.as_bytes().to_vec(),
-        id: Some(RequestId { client: 9, seq }),
-    };
+    let put = |seq: u64, v: &str| Command::put("k", v, Some(RequestId { client: 9, seq }));
     let entry = batch_entry;
     // A retry in the same batch and in a later entry.
     let r = sm
@@ -149,13 +149,13 @@ async fn a_retried_request_is_applied_once() {
         ])
         .await
         .unwrap();
-    assert_eq!(r[0].verdicts, [Applied, Applied, Stale]);
-    // A retry is answered with the first answer: put(2) at entry 1, position 1.
+    assert_eq!(vs(&r[0]), [Applied, Applied, Stale]);
+    // A retry is answered with the first answer: put(2) at revision 3.
     let first = Duplicate {
-        revision: Revision { index: 1, sub: 1 },
+        revision: 3,
         succeeded: true,
     };
-    assert_eq!(r[1].verdicts, [first]);
+    assert_eq!(vs(&r[1]), [first]);
     // The late copy of seq 1 did not bring "a" back.
     assert_eq!(sm.get(b"k").unwrap().as_deref(), Some(&b"b"[..]));
     // The table survives a reopen: seq 2 again is a retry, 3 is new.
@@ -166,7 +166,7 @@ async fn a_retried_request_is_applied_once() {
         .apply_all(vec![entry(3, vec![put(2, "c"), put(3, "d")])])
         .await
         .unwrap();
-    assert_eq!(r[0].verdicts, [first, Applied]);
+    assert_eq!(vs(&r[0]), [first, Applied]);
     assert_eq!(sm.get(b"k").unwrap().as_deref(), Some(&b"d"[..]));
 }
 
@@ -185,10 +185,12 @@ async fn sessions_expire_by_the_log_clock_and_stay_bounded() {
         now_ms: 1_700_000_000_000 + s * 1000,
         session_ttl_ms: TTL_S * 1000,
     };
-    let put = |client: u64, seq: u64| Command::Put {
-        key: format!("k{}", client % 64).into_bytes(),
-        value: b"v".to_vec(),
-        id: Some(RequestId { client, seq }),
+    let put = |client: u64, seq: u64| {
+        Command::put(
+            format!("k{}", client % 64),
+            "v",
+            Some(RequestId { client, seq }),
+        )
     };
     let entry = batch_entry;
     let mut most = 0;
@@ -197,7 +199,7 @@ async fn sessions_expire_by_the_log_clock_and_stay_bounded() {
             .chain((0..RATE).map(|i| put(s * RATE + i, 1)))
             .collect();
         let r = sm.apply_all([entry(s + 1, cmds)]).await.unwrap();
-        assert!(r[0].verdicts.iter().all(|v| *v == Applied), "second {s}");
+        assert!(vs(&r[0]).iter().all(|v| *v == Applied), "second {s}");
         most = most.max(sm.sessions());
     }
     let bound = (RATE * (TTL_S + 1)) as usize;
@@ -222,7 +224,7 @@ async fn sessions_expire_by_the_log_clock_and_stay_bounded() {
         .await
         .unwrap();
     assert_eq!(
-        r[0].verdicts,
+        vs(&r[0]),
         [Applied, UnknownSession, Applied, UnknownSession, Applied]
     );
     // The table survives a reopen.
@@ -378,14 +380,7 @@ async fn a_damaged_snapshot_file_is_refused_and_changes_nothing() {
 
 /// An entry putting `len` bytes under `key`.
 fn put_entry(index: u64, key: String, len: usize) -> Entry {
-    batch_entry(
-        index,
-        vec![Command::Put {
-            key: key.into_bytes(),
-            value: vec![index as u8; len],
-            id: None,
-        }],
-    )
+    batch_entry(index, vec![Command::put(key, vec![index as u8; len], None)])
 }
 
 /// The byte policy: a snapshot is asked for once the value bytes applied
@@ -397,16 +392,24 @@ async fn snapshots_are_due_by_bytes_written_against_the_store_size() {
     const V: usize = 4096;
     let mut sm = open(Arc::new(SimVfs::new()));
     sm.snapshot_by_bytes(256 << 10);
-    // A short watch history: the store's size is the hot key's, not the
-    // history's (which holds each value written, up to its retention).
-    sm.keep_events(16);
     let mut index = 0;
-    // Overwrites of one key until the policy asks: the bytes it took.
+    // Overwrites of one key until the policy asks: the bytes it took. Each
+    // compacted at once: the store's size is the hot key's, not its old
+    // versions'.
     async fn until_asked(sm: &mut StateMachine, index: &mut u64) -> usize {
         let mut bytes = 0;
         while !sm.snapshot_asked() {
             *index += 1;
             sm.apply_all([put_entry(*index, "hot".into(), V)])
+                .await
+                .unwrap();
+            *index += 1;
+            let revision = sm.revisions().current;
+            let compact = Command::Compact {
+                revision,
+                physical: false,
+            };
+            sm.apply_all([batch_entry(*index, vec![compact])])
                 .await
                 .unwrap();
             bytes += V;
@@ -457,22 +460,14 @@ async fn snapshots_are_timed_and_sized_in_the_metrics() {
     assert!(bytes > 16.0, "{bytes}");
 }
 
-/// A range delete sees the writes before it in its own entry (they are
-/// committed first), and not the ones after it.
+/// A range delete sees the writes before it in its own entry (not yet
+/// committed: through the step's writer), and not the ones after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_range_delete_sees_the_writes_before_it_in_its_entry() {
     let sim = SimVfs::new();
     let sm = open(Arc::new(sim.clone()));
-    let put = |k: &str| Command::Put {
-        key: k.as_bytes().to_vec(),
-        value: b"v".to_vec(),
-        id: None,
-    };
-    let del = Command::DeleteRange {
-        start: b"x/".to_vec(),
-        end: Some(b"x0".to_vec()),
-        id: None,
-    };
+    let put = |k: &str| Command::put(k, "v", None);
+    let del = Command::delete_range("x/", "x0", None);
     let many: Vec<Command> = (0..3000).map(|i| put(&format!("x/{i:05}"))).collect();
     let e1 = batch_entry(1, many);
     let e2 = batch_entry(2, vec![put("x/new"), del, put("x/after"), put("y")]);
@@ -481,7 +476,7 @@ async fn a_range_delete_sees_the_writes_before_it_in_its_entry() {
     assert_eq!(sm.get(b"x/new").unwrap(), None, "the write before it");
     assert_eq!(sm.get(b"x/after").unwrap().as_deref(), Some(&b"v"[..]));
     assert_eq!(sm.get(b"y").unwrap().as_deref(), Some(&b"v"[..]));
-    let page = sm.range(b"", None, 10, 1 << 20).unwrap();
-    let keys: Vec<_> = page.pairs.iter().map(|(k, ..)| k.as_slice()).collect();
+    let page = sm.range_page((&[0], &[0]), None, 0, (10, 1 << 20)).unwrap();
+    let keys: Vec<_> = page.kvs.iter().map(|kv| kv.key.as_slice()).collect();
     assert_eq!(keys, [&b"x/after"[..], b"y"]);
 }

@@ -131,7 +131,9 @@ async fn declined(http: &reqwest::Client, base: &str) -> u64 {
 
 /// A snapshot takes about the store's size: a node whose disk has room
 /// for its writes but not for a snapshot beside the reserve declines to
-/// build one (it keeps its log), and builds it once room returns.
+/// build one (it keeps its log), and builds it once room returns. (With
+/// the versions compacted often, overwrites keep the store's size while
+/// the bytes applied reach it, and the byte policy asks for snapshots.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_snapshot_is_built_into_the_reserve() {
     let sim = SimVfs::new();
@@ -142,6 +144,10 @@ async fn no_snapshot_is_built_into_the_reserve() {
     o.vfs = Arc::new(sim.clone());
     o.space_reserve = 4 << 20;
     o.snapshot_min_bytes = 256 << 10;
+    o.auto_compaction = Some(raftkv::autocompact::AutoCompaction::Revision {
+        retention: 4,
+        interval: Duration::from_millis(20),
+    });
     let listener = tokio::net::TcpListener::bind(&addr).await.unwrap();
     let node = Arc::new(Node::start(o).await.unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -153,43 +159,35 @@ async fn no_snapshot_is_built_into_the_reserve() {
     let mut client = raftkv::client::Client::new(std::slice::from_ref(&addr), 1).unwrap();
     client.put("first", b"led").await.unwrap();
     let value = vec![b'v'; 16 << 10];
-    // A store of about 1 MiB, then room for the writes and the reserve,
-    // not for a snapshot beside them.
-    for i in 0..64 {
-        let (code, _) = answer(http.put(format!("{base}/kv/k{i}")).body(value.clone())).await;
-        assert_eq!(code, 200, "load k{i}");
+    let put = |i: usize| {
+        let r = http
+            .put(format!("{base}/kv/k{}", i % 64))
+            .body(value.clone());
+        answer(r)
+    };
+    // A store of about 1 MiB, overwritten until compactions keep its size.
+    for i in 0..512 {
+        assert_eq!(put(i).await, (200, None), "load {i}");
     }
     let store = node.machine.store_bytes();
     assert!(store >= 1 << 20, "a store of {store} bytes");
-    sim.set_space_limit(Some(sim.space_used() + (4 << 20) + store / 4));
-    // Overwrites of the same keys: the store keeps its size while the
-    // bytes applied reach it, and the byte policy asks for a snapshot.
+    // Room for the writes and the reserve, not for a snapshot beside them.
+    sim.set_space_limit(Some(sim.space_used() + (4 << 20) + store * 3 / 4));
     let mut i = 0;
     while declined(&http, &base).await == 0 {
-        assert!(i < 2_000, "no snapshot asked for after {i} overwrites");
-        let (code, err) = answer(
-            http.put(format!("{base}/kv/k{}", i % 64))
-                .body(value.clone()),
-        )
-        .await;
-        assert_eq!((code, err), (200, None), "overwrite {i}");
+        assert!(i < 4_000, "no snapshot asked for after {i} overwrites");
+        assert_eq!(put(i).await, (200, None), "overwrite {i}");
         i += 1;
     }
-    let s = status(&http, &base).await;
-    assert_eq!(s.snapshot_index, None, "declined, so none built");
-    assert!(!s.nospace);
+    let built = status(&http, &base).await.snapshot_index;
+    assert!(!status(&http, &base).await.nospace);
 
     // Room returns: the next entries ask again, and one is built.
     sim.set_space_limit(None);
     let mut j = 0;
-    while status(&http, &base).await.snapshot_index.is_none() {
-        assert!(j < 2_000, "no snapshot after room returned and {j} writes");
-        let (code, _) = answer(
-            http.put(format!("{base}/kv/k{}", j % 64))
-                .body(value.clone()),
-        )
-        .await;
-        assert_eq!(code, 200, "overwrite {j} with room");
+    while status(&http, &base).await.snapshot_index == built {
+        assert!(j < 4_000, "no snapshot after room returned and {j} writes");
+        assert_eq!(put(j).await.0, 200, "overwrite {j} with room");
         j += 1;
     }
     let _ = stop.send(());

@@ -1,16 +1,18 @@
-//! Revisions and transactions in the state machine: every key carries its
-//! create and modification revisions; a transaction's comparisons are
-//! evaluated when it is applied, against the batch's own earlier writes
-//! too, so two compare-and-sets from one revision never both win; a retry
-//! is answered as it was decided; a store of the format before revisions
-//! is refused.
+//! Revisions and transactions in the state machine: every change takes
+//! the store's next revision, every key carries its create and mod
+//! revisions and its version; a transaction's comparisons are evaluated
+//! when it is applied, against the batch's own earlier writes too, so two
+//! compare-and-sets from one revision never both win; a retry is answered
+//! as it was decided; stores of older formats are refused.
 
 mod common;
 
+use common::V::{Applied, CompareFailed, Duplicate};
+use common::{kv_of, vs};
 use journal_core::vfs::{SimVfs, Vfs};
-use raftkv::machine::{Error, KeyMeta};
-use raftkv::Verdict::{Applied, CompareFailed, Duplicate};
-use raftkv::{Command, Compare, Expect, RequestId, Revision, StateMachine, TxnOp};
+use raftkv::kv::{RequestOp, TxnRequest};
+use raftkv::machine::Error;
+use raftkv::{Command, Expect, RequestId, StateMachine};
 use std::sync::Arc;
 
 fn options() -> kvstore::Options {
@@ -32,92 +34,101 @@ fn open(vfs: Arc<dyn Vfs>) -> Result<StateMachine, Error> {
 
 use common::batch_entry as entry;
 
-fn rev(index: u64, sub: u32) -> Revision {
-    Revision { index, sub }
-}
-
 fn put(key: &str, v: &str) -> Command {
-    Command::Put {
-        key: key.into(),
-        value: v.into(),
-        id: None,
+    Command::put(key, v, None)
+}
+
+fn put_op(key: &str, v: &str) -> RequestOp {
+    match put(key, v) {
+        Command::Kv { op, .. } => op,
+        _ => unreachable!(),
     }
 }
 
-/// Sets `key` to `v` if it was last put at `r`.
-fn cas(key: &str, r: Revision, v: &str, id: Option<RequestId>) -> Command {
-    Command::Txn {
-        compares: vec![Compare {
-            key: key.into(),
-            expect: Expect::ModRevision(r),
-        }],
-        success: vec![TxnOp::Put {
-            key: key.into(),
-            value: v.into(),
-            lease: None,
-        }],
-        failure: Vec::new(),
+fn del_op(key: &str) -> RequestOp {
+    match Command::delete(key, None) {
+        Command::Kv { op, .. } => op,
+        _ => unreachable!(),
+    }
+}
+
+/// Sets `key` to `v` if it was last changed at `r`.
+fn cas(key: &str, r: i64, v: &str, id: Option<RequestId>) -> Command {
+    Command::txn(
+        TxnRequest {
+            compare: vec![Expect::ModRevision(r).compare(key.as_bytes())],
+            success: vec![put_op(key, v)],
+            failure: Vec::new(),
+        },
         id,
-    }
+    )
 }
 
-fn meta(sm: &StateMachine, key: &str) -> Option<KeyMeta> {
-    sm.entry(key.as_bytes()).unwrap().map(|(_, m)| m)
+/// (create, mod, version) of `key`.
+fn revs(sm: &StateMachine, key: &str) -> Option<(i64, i64, i64)> {
+    kv_of(sm, key).map(|kv| (kv.create_revision, kv.mod_revision, kv.version))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revisions_follow_creates_puts_and_deletes() {
     let sm = open(Arc::new(SimVfs::new())).unwrap();
-    let del = Command::Delete {
-        key: b"k".to_vec(),
-        id: None,
-    };
+    assert_eq!(sm.revisions().current, 1, "a new store is at revision 1");
     sm.apply_all([entry(1, vec![put("k", "a"), put("j", "x")])])
         .await
         .unwrap();
-    let created = KeyMeta {
-        create: rev(1, 0),
-        modified: rev(1, 0),
-        lease: None,
-    };
-    assert_eq!(meta(&sm, "k"), Some(created));
-    assert_eq!(meta(&sm, "j").unwrap().modified, rev(1, 1));
+    assert_eq!(revs(&sm, "k"), Some((2, 2, 1)));
+    assert_eq!(revs(&sm, "j"), Some((3, 3, 1)));
     // An overwrite keeps the create revision, in the same entry too.
     sm.apply_all([entry(2, vec![put("k", "b"), put("k", "c")])])
         .await
         .unwrap();
-    assert_eq!(meta(&sm, "k").unwrap().create, rev(1, 0));
-    assert_eq!(meta(&sm, "k").unwrap().modified, rev(2, 1));
+    assert_eq!(revs(&sm, "k"), Some((2, 5, 3)));
     assert_eq!(sm.get(b"k").unwrap().as_deref(), Some(&b"c"[..]));
-    // A put after a delete creates the key again.
-    sm.apply_all([entry(3, vec![del, put("k", "d")])])
+    // A delete takes a revision; a delete of nothing takes none; a put
+    // after a delete creates the key again, version 1.
+    let out = sm
+        .apply_all([entry(
+            3,
+            vec![
+                Command::delete("k", None),
+                Command::delete("k", None),
+                put("k", "d"),
+            ],
+        )])
         .await
         .unwrap();
-    assert_eq!(meta(&sm, "k").unwrap().create, rev(3, 1));
-    let page = sm.range(b"", None, 10, 1 << 20).unwrap();
-    let revs: Vec<_> = page.pairs.iter().map(|(_, _, m)| m.modified).collect();
-    assert_eq!(revs, [rev(1, 1), rev(3, 1)]);
+    let revisions: Vec<i64> = out[0]
+        .verdicts
+        .iter()
+        .map(|v| match v {
+            raftkv::Verdict::Applied { revision, .. } => *revision,
+            v => panic!("{v:?}"),
+        })
+        .collect();
+    assert_eq!(revisions, [6, 6, 7]);
+    assert_eq!(revs(&sm, "k"), Some((7, 7, 1)));
+    let page = sm.range_page((&[0], &[0]), None, 0, (10, 1 << 20)).unwrap();
+    let mods: Vec<_> = page.kvs.iter().map(|kv| kv.mod_revision).collect();
+    assert_eq!(mods, [3, 7]);
+    assert_eq!(page.revision, 7);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_compare_and_sets_from_one_revision_never_both_win() {
     let sm = open(Arc::new(SimVfs::new())).unwrap();
     sm.apply_all([entry(1, vec![put("k", "a")])]).await.unwrap();
-    let r = rev(1, 0);
+    let r = 2;
     // In one entry (the second sees the first's uncommitted write), and in
     // the next.
     let out = sm
         .apply_all([
             entry(2, vec![cas("k", r, "b", None), cas("k", r, "c", None)]),
-            entry(
-                3,
-                vec![cas("k", r, "d", None), cas("k", rev(2, 0), "e", None)],
-            ),
+            entry(3, vec![cas("k", r, "d", None), cas("k", 3, "e", None)]),
         ])
         .await
         .unwrap();
-    assert_eq!(out[0].verdicts, [Applied, CompareFailed]);
-    assert_eq!(out[1].verdicts, [CompareFailed, Applied]);
+    assert_eq!(vs(&out[0]), [Applied, CompareFailed]);
+    assert_eq!(vs(&out[1]), [CompareFailed, Applied]);
     assert_eq!(sm.get(b"k").unwrap().as_deref(), Some(&b"e"[..]));
 }
 
@@ -125,28 +136,18 @@ async fn two_compare_and_sets_from_one_revision_never_both_win() {
 async fn a_transaction_applies_one_branch_whole() {
     let sm = open(Arc::new(SimVfs::new())).unwrap();
     sm.apply_all([entry(1, vec![put("a", "1")])]).await.unwrap();
-    let txn = |expect: Vec<(&str, Expect)>| Command::Txn {
-        compares: expect
-            .into_iter()
-            .map(|(k, expect)| Compare {
-                key: k.into(),
-                expect,
-            })
-            .collect(),
-        success: vec![
-            TxnOp::Put {
-                key: b"b".to_vec(),
-                value: b"yes".to_vec(),
-                lease: None,
+    let txn = |expect: Vec<(&str, Expect)>| {
+        Command::txn(
+            TxnRequest {
+                compare: expect
+                    .iter()
+                    .map(|(k, e)| e.compare(k.as_bytes()))
+                    .collect(),
+                success: vec![put_op("b", "yes"), del_op("a")],
+                failure: vec![put_op("c", "no")],
             },
-            TxnOp::Delete { key: b"a".to_vec() },
-        ],
-        failure: vec![TxnOp::Put {
-            key: b"c".to_vec(),
-            value: b"no".to_vec(),
-            lease: None,
-        }],
-        id: None,
+            None,
+        )
     };
     let failing = txn(vec![
         ("a", Expect::Value(b"1".to_vec())),
@@ -160,12 +161,15 @@ async fn a_transaction_applies_one_branch_whole() {
         .apply_all([entry(2, vec![failing]), entry(3, vec![holding])])
         .await
         .unwrap();
-    assert_eq!(out[0].verdicts, [CompareFailed]);
-    assert_eq!(out[1].verdicts, [Applied]);
+    assert_eq!(vs(&out[0]), [CompareFailed]);
+    assert_eq!(vs(&out[1]), [Applied]);
     assert_eq!(sm.get(b"a").unwrap(), None);
     assert_eq!(sm.get(b"b").unwrap().as_deref(), Some(&b"yes"[..]));
     assert_eq!(sm.get(b"c").unwrap().as_deref(), Some(&b"no"[..]));
-    assert_eq!(meta(&sm, "c").unwrap().modified, rev(2, 0));
+    // One revision for a whole branch: c at 3, b and a's deletion at 4.
+    assert_eq!(revs(&sm, "c"), Some((3, 3, 1)));
+    assert_eq!(revs(&sm, "b"), Some((4, 4, 1)));
+    assert_eq!(sm.revisions().current, 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -175,37 +179,31 @@ async fn a_retried_compare_and_set_gets_its_first_answer() {
     let id = |seq| Some(RequestId { client: 5, seq });
     sm.apply_all([entry(1, vec![put("k", "a")])]).await.unwrap();
     let out = sm
-        .apply_all([entry(
-            2,
-            vec![put("k", "b"), cas("k", rev(1, 0), "c", id(1))],
-        )])
+        .apply_all([entry(2, vec![put("k", "b"), cas("k", 2, "c", id(1))])])
         .await
         .unwrap();
-    assert_eq!(out[0].verdicts, [Applied, CompareFailed]);
+    assert_eq!(vs(&out[0]), [Applied, CompareFailed]);
     // Retried after a restart, once the key holds the revision it
-    // expected: still the first answer, and nothing written.
+    // expected... it cannot: revisions are never given twice. Retried
+    // anyway: still the first answer (the store at revision 3 then), and
+    // nothing written.
     sm.close().unwrap();
     drop(sm);
     let sm = open(Arc::new(sim)).unwrap();
     let out = sm
-        .apply_all([entry(
-            3,
-            vec![put("k", "a"), cas("k", rev(3, 0), "c", id(1))],
-        )])
+        .apply_all([entry(3, vec![put("k", "a"), cas("k", 4, "c", id(1))])])
         .await
         .unwrap();
     let first = Duplicate {
-        revision: rev(2, 1),
+        revision: 3,
         succeeded: false,
     };
-    assert_eq!(out[0].verdicts, [Applied, first]);
+    assert_eq!(vs(&out[0]), [Applied, first]);
     assert_eq!(sm.get(b"k").unwrap().as_deref(), Some(&b"a"[..]));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_store_from_before_revisions_is_refused() {
-    let vfs: Arc<dyn Vfs> = Arc::new(SimVfs::new());
-    // Format 1: an applied id and raw values, no format record.
+/// Writes a store of format `format` (1: no format record, raw values).
+fn old_store(vfs: &Arc<dyn Vfs>, format: Option<u32>) {
     vfs.create_dir_all("/node/state".as_ref()).unwrap();
     let f = vfs
         .open(
@@ -219,10 +217,24 @@ async fn a_store_from_before_revisions_is_refused() {
     let store = kvstore::Store::open_with(vfs.clone(), "/node/state/sm-0", options()).unwrap();
     store.put(b"m/applied", &[0, 0]).unwrap();
     store.put(b"ukey", b"raw value").unwrap();
+    if let Some(v) = format {
+        store.put(b"m/format", &v.to_le_bytes()).unwrap();
+    }
     store.close().unwrap();
-    drop(store);
-    assert!(matches!(open(vfs.clone()), Err(Error::OldFormat(1))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stores_of_older_formats_are_refused() {
+    for (format, want) in [(None, 1), (Some(3), 3)] {
+        let vfs: Arc<dyn Vfs> = Arc::new(SimVfs::new());
+        old_store(&vfs, format);
+        match open(vfs.clone()) {
+            Err(Error::OldFormat(v)) => assert_eq!(v, want),
+            r => panic!("format {want}: {r:?}"),
+        }
+    }
     // A new directory gets the format at once, and opens again.
+    let vfs: Arc<dyn Vfs> = Arc::new(SimVfs::new());
     let sm = StateMachine::open(vfs.clone(), "/other", options()).unwrap();
     sm.close().unwrap();
     drop(sm);

@@ -1,18 +1,21 @@
-//! Watch: the state machine writes every change into its history at
-//! apply, in order, compacted to a retention; a watcher on any node,
-//! reconnecting after its last position, sees every change exactly once
-//! and in order — through a leader killed and every node restarted.
+//! Watch: the versions the state machine writes at apply are the watch
+//! history — every change, in revision order, until compacted; a watch
+//! from a compacted revision is told so, and goes on from the
+//! compaction's; a watcher on any node, reconnecting after its last
+//! position, sees every change exactly once and in order — through a
+//! leader killed and every node restarted.
 
 mod common;
 
 use base64::Engine as _;
-use common::Cluster;
+use common::{changes, Cluster};
 use journal_core::vfs::SimVfs;
 type Entry = openraft::alias::EntryOf<raftkv::TypeConfig>;
 use raftkv::api::WatchLine;
 use raftkv::client::Client;
-use raftkv::machine::{Change, Position, SUGGESTED_RETENTION};
-use raftkv::{Command, Compare, Expect, Revision, StateMachine, TxnOp};
+use raftkv::kv::{KvError, RequestOp, TxnRequest};
+use raftkv::machine::{Position, ReadError};
+use raftkv::{Command, Expect, StateMachine};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,37 +23,24 @@ use std::time::{Duration, Instant};
 use common::batch_entry as entry;
 
 fn put(key: &str, v: &str) -> Command {
-    Command::Put {
-        key: key.into(),
-        value: v.into(),
-        id: None,
-    }
+    Command::put(key, v, None)
 }
 
 fn del(key: &str) -> Command {
-    Command::Delete {
-        key: key.into(),
-        id: None,
+    Command::delete(key, None)
+}
+
+fn op(cmd: Command) -> RequestOp {
+    match cmd {
+        Command::Kv { op, .. } => op,
+        _ => unreachable!(),
     }
 }
 
-/// Every event from the start: (position, key, value or None).
-fn all_events(sm: &StateMachine, mut from: Position) -> Vec<(String, String, Option<String>)> {
-    let mut out = Vec::new();
-    loop {
-        let page = sm.events(from, b"", 1000, 1000).unwrap();
-        assert_eq!(page.compacted, None);
-        if page.next == from {
-            return out;
-        }
-        from = page.next;
-        out.extend(page.events.into_iter().map(|e| {
-            let v = match e.change {
-                Change::Put(v) => Some(String::from_utf8(v).unwrap()),
-                Change::Delete => None,
-            };
-            (e.position.to_string(), String::from_utf8(e.key).unwrap(), v)
-        }));
+fn compact(revision: i64) -> Command {
+    Command::Compact {
+        revision,
+        physical: false,
     }
 }
 
@@ -62,75 +52,88 @@ async fn the_history_holds_every_change_in_order_and_compacts() {
         ..kvstore::Options::default()
     };
     let sm = StateMachine::open(Arc::new(sim.clone()), "/n/state", options).unwrap();
-    sm.keep_events(SUGGESTED_RETENTION);
-    let txn = Command::Txn {
-        compares: vec![Compare {
-            key: b"a".to_vec(),
-            expect: Expect::Present,
-        }],
-        success: vec![
-            TxnOp::Put {
-                key: b"t".to_vec(),
-                value: b"1".to_vec(),
-                lease: None,
-            },
-            TxnOp::Delete { key: b"b".to_vec() },
-        ],
-        failure: Vec::new(),
-        id: None,
-    };
-    let range = Command::DeleteRange {
-        start: b"r/".to_vec(),
-        end: Some(b"r0".to_vec()),
-        id: None,
-    };
+    let txn = Command::txn(
+        TxnRequest {
+            compare: vec![Expect::Present.compare(b"a")],
+            success: vec![op(put("t", "1")), op(del("b"))],
+            failure: Vec::new(),
+        },
+        None,
+    );
     sm.apply_all([
         entry(1, vec![put("a", "1"), put("b", "2"), del("missing")]),
         entry(2, vec![txn, put("r/1", "x"), put("r/2", "y")]),
-        entry(3, vec![range, put("a", "3")]),
+        entry(
+            3,
+            vec![Command::delete_range("r/", "r0", None), put("a", "3")],
+        ),
     ])
     .await
     .unwrap();
-    let s = |x: &str| x.to_string();
-    let want = vec![
-        (s("1.0.0"), s("a"), Some(s("1"))),
-        (s("1.1.0"), s("b"), Some(s("2"))),
-        // (No event for deleting a key that was not there.)
-        (s("2.0.0"), s("t"), Some(s("1"))),
-        (s("2.0.1"), s("b"), None),
-        (s("2.1.0"), s("r/1"), Some(s("x"))),
-        (s("2.2.0"), s("r/2"), Some(s("y"))),
-        (s("3.0.0"), s("r/1"), None),
-        (s("3.0.1"), s("r/2"), None),
-        (s("3.1.0"), s("a"), Some(s("3"))),
+    let want = [
+        "2.0 put a=1",
+        "3.0 put b=2",
+        // (No event, no revision, for deleting a key that was not there.)
+        "4.0 put t=1",
+        "4.1 delete b",
+        "5.0 put r/1=x",
+        "6.0 put r/2=y",
+        "7.0 delete r/1",
+        "7.1 delete r/2",
+        "8.0 put a=3",
     ];
-    assert_eq!(all_events(&sm, Position::default()), want);
-    // A prefix, and a start inside the history.
-    let from: Position = "2.1.0".parse().unwrap();
-    let page = sm.events(from, b"r/", 1, 100).unwrap();
+    assert_eq!(changes(&sm, 0), want);
+    // A range, and a start inside the history, with the version before.
+    let from = Position::at(5);
+    let page = sm.events(from, (b"r/", b"r0"), true, (1, 100)).unwrap();
     assert_eq!(page.events.len(), 1);
-    assert_eq!(page.events[0].position, from);
-    assert_eq!(sm.history(), (Position::default(), 9));
+    assert_eq!(page.events[0].0, from);
+    let page = sm
+        .events(Position::at(7), (b"r/", b"r0"), true, (10, 100))
+        .unwrap();
+    let prev = page.events[1].1.prev_kv.clone().unwrap();
+    assert_eq!(
+        (prev.key, prev.value, prev.mod_revision),
+        (b"r/2".to_vec(), b"y".to_vec(), 6)
+    );
     // Held across a restart.
     sm.close().unwrap();
     drop(sm);
     let sm = StateMachine::open(Arc::new(sim), "/n/state", options).unwrap();
-    sm.keep_events(SUGGESTED_RETENTION);
-    assert_eq!(all_events(&sm, Position::default()), want);
-    // Compaction to a retention of 4: the oldest go, the horizon moves
-    // past them, and a read from before it is told so.
-    sm.keep_events(4);
-    sm.apply_all([entry(4, vec![put("z", "1")])]).await.unwrap();
-    let (horizon, held) = sm.history();
-    assert_eq!(held, 4);
-    // (Just past the last event removed: 2.2.0.)
-    assert_eq!(horizon.to_string(), "2.2.1");
-    let page = sm.events(Position::default(), b"", 10, 10).unwrap();
-    assert_eq!(page.compacted, Some(horizon));
-    assert!(page.events.is_empty());
-    let rest = all_events(&sm, horizon);
-    assert_eq!(rest.len(), 4);
-    assert_eq!(rest[3], (s("4.0.0"), s("z"), Some(s("1"))));
+    assert_eq!(changes(&sm, 0), want);
+    // A compaction at 7: a read from before it is told so; from 7 on the
+    // changes are all there; what the compaction supersedes is gone (the
+    // versions at or below 7 but each key's latest), the rest kept.
+    sm.apply_all([entry(4, vec![compact(7), put("z", "1")])])
+        .await
+        .unwrap();
+    let r = sm.events(Position::at(6), (b"\0", b"\0"), false, (10, 10));
+    assert!(
+        matches!(
+            r,
+            Err(ReadError::Kv(KvError::Compacted {
+                compact_revision: 7
+            }))
+        ),
+        "{r:?}"
+    );
+    assert_eq!(
+        changes(&sm, 7),
+        [
+            "7.0 delete r/1",
+            "7.1 delete r/2",
+            "8.0 put a=3",
+            "9.0 put z=1"
+        ]
+    );
+    let at7 = |k: &str| sm.get_at(k.as_bytes(), 7).unwrap().map(|kv| kv.value);
+    assert_eq!(at7("t"), Some(b"1".to_vec()), "the latest version kept");
+    assert_eq!(at7("a"), Some(b"1".to_vec()));
+    assert_eq!(at7("b"), None);
+    assert!(matches!(
+        sm.get_at(b"a", 6),
+        Err(ReadError::Kv(KvError::Compacted { .. }))
+    ));
 }
 
 /// Reads a watch stream from `base`, resuming after the last position
@@ -151,7 +154,7 @@ async fn watcher(
         let node = &endpoints[attempt % endpoints.len()];
         let q = match seen.last() {
             Some(l) => format!("after={}", l.pos.clone().unwrap()),
-            None => "from=0.0".to_string(),
+            None => "from=0".to_string(),
         };
         let r = http
             .get(format!("http://{node}/watch?prefix=w/&{q}"))
@@ -196,13 +199,14 @@ async fn watcher(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resuming_watcher_sees_every_change_once_in_order_through_restarts() {
-    let mut cluster = Cluster::start(3, &["--watch-history", "100000"]);
+    let mut cluster = Cluster::start(3, &[]);
     cluster.leader(None).await;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let watch = tokio::spawn(watcher(cluster.endpoints(), stop.clone()));
     let mut client = Client::new(&cluster.endpoints(), 77).unwrap();
     // (value, revision) of every acknowledged write; every value tried.
-    let mut acked: Vec<(String, Revision)> = Vec::new();
+    let mut acked: Vec<(String, i64)> = Vec::new();
+    let mut last_index = 0;
     let mut tried = HashSet::new();
     for i in 0..240 {
         if i == 80 {
@@ -222,17 +226,17 @@ async fn a_resuming_watcher_sees_every_change_once_in_order_through_restarts() {
         tried.insert(value.clone());
         if client.put(&key, value.as_bytes()).await.is_ok() {
             acked.push((value, client.last_revision().unwrap()));
+            last_index = client.last_index().unwrap();
         }
     }
     // The last write's event reaches the watcher, then it stops.
-    let last = acked.last().unwrap().1;
     let started = Instant::now();
     loop {
         let probe = Client::new(&cluster.endpoints(), 0).unwrap();
         let mut done = 0;
         for p in &cluster.nodes {
             if let Ok(s) = probe.status(&p.addr).await {
-                done += usize::from(s.applied_index.unwrap_or(0) >= last.index);
+                done += usize::from(s.applied_index.unwrap_or(0) >= last_index);
             }
         }
         if done == 3 || started.elapsed() > Duration::from_secs(30) {
@@ -254,12 +258,11 @@ async fn a_resuming_watcher_sees_every_change_once_in_order_through_restarts() {
     );
     // Every acknowledged write once, at its revision; nothing never tried.
     let b64 = base64::engine::general_purpose::STANDARD;
-    let got: BTreeMap<String, Revision> = lines
+    let got: BTreeMap<String, i64> = lines
         .iter()
         .map(|l| {
             let v = String::from_utf8(b64.decode(l.value.as_ref().unwrap()).unwrap()).unwrap();
-            let rev: Revision = l.revision.as_ref().unwrap().parse().unwrap();
-            (v, rev)
+            (v, l.revision.unwrap())
         })
         .collect();
     assert_eq!(got.len(), lines.len(), "a value seen twice");
@@ -276,7 +279,15 @@ async fn a_resuming_watcher_sees_every_change_once_in_order_through_restarts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_from_a_compacted_revision_is_gone() {
-    let cluster = Cluster::start(3, &["--watch-history", "16"]);
+    let cluster = Cluster::start(
+        3,
+        &[
+            "--auto-compaction-retention",
+            "16",
+            "--auto-compaction-interval-s",
+            "1",
+        ],
+    );
     let leader = cluster.leader(None).await;
     let mut client = Client::new(&cluster.endpoints(), 5).unwrap();
     for i in 0..40 {
@@ -284,16 +295,30 @@ async fn a_watch_from_a_compacted_revision_is_gone() {
     }
     let addr = &cluster.nodes[leader].addr;
     let http = reqwest::Client::new();
-    let r = http
-        .get(format!("http://{addr}/watch?from=0.0"))
-        .send()
-        .await
-        .unwrap();
+    // The leader compacts within about a second of the writes.
+    let started = Instant::now();
+    let r = loop {
+        let r = http
+            .get(format!("http://{addr}/watch?from=0"))
+            .send()
+            .await
+            .unwrap();
+        if r.status() != 200 {
+            break r;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "never compacted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert_eq!(r.status(), 410);
     let l: WatchLine = serde_json::from_str(r.text().await.unwrap().trim()).unwrap();
     assert_eq!(l.error.as_deref(), Some("compacted"));
-    // From where the history starts: the newest events, then it waits.
+    // From where the history starts (the compaction's revision): the
+    // newest events, then it waits.
     let first = l.first.unwrap();
+    assert!(first > 16, "{first}");
     let mut r = http
         .get(format!("http://{addr}/watch?from={first}&prefix=g/"))
         .send()
@@ -315,7 +340,7 @@ async fn a_watch_from_a_compacted_revision_is_gone() {
     assert!((8..=40).contains(&lines.len()), "{} events", lines.len());
     assert_eq!(lines.last().unwrap().key.as_deref(), Some("g/39"));
     // Bad queries.
-    for q in ["from=x", "after=1.0", "from=1.0&after=1.0.0", "prefix=%0A"] {
+    for q in ["from=x", "after=1", "from=1&after=1.0", "from=-1"] {
         let r = http
             .get(format!("http://{addr}/watch?{q}"))
             .send()
@@ -332,11 +357,12 @@ fn mixed(i: u64) -> Entry {
     // written (not synced): a torn crash keeps some of them.
     let mut cmds = vec![put(&format!("r/{}", i % 13), &format!("{i}"))];
     if i.is_multiple_of(5) {
-        cmds.push(Command::DeleteRange {
-            start: b"r/".to_vec(),
-            end: Some(b"r/6".to_vec()),
-            id: None,
-        });
+        cmds.push(Command::delete_range("r/", "r/6", None));
+    }
+    if i.is_multiple_of(17) {
+        // (A compaction at the revision a few entries back: removals go
+        // on over the next entries.)
+        cmds.push(compact(i as i64 * 2));
     }
     cmds.push(put(&format!("r/{}", i % 7), &format!("{i}b")));
     entry(i, cmds)
@@ -358,8 +384,6 @@ async fn after_a_crash_the_replayed_history_is_the_same_and_counted_once() {
     let (mut sim, reference) = (SimVfs::new(), SimVfs::new());
     let mut sm = StateMachine::open(Arc::new(sim.clone()), "/n/state", options).unwrap();
     let rf = StateMachine::open(Arc::new(reference), "/n/state", options).unwrap();
-    sm.keep_events(SUGGESTED_RETENTION);
-    rf.keep_events(SUGGESTED_RETENTION);
     let (mut next, mut replayed, mut kept) = (1, 0, 0);
     let mut synced = 0;
     let mut beyond = 0;
@@ -382,7 +406,6 @@ async fn after_a_crash_the_replayed_history_is_the_same_and_counted_once() {
                 _ => CrashPolicy::ProcessOnly,
             });
             sm = StateMachine::open(Arc::new(sim.clone()), "/n/state", options).unwrap();
-            sm.keep_events(SUGGESTED_RETENTION);
             // openraft replays what the store does not hold.
             let applied = sm.applied().map_or(0, |l| l.index);
             replayed += next - 1 - applied;
@@ -390,16 +413,16 @@ async fn after_a_crash_the_replayed_history_is_the_same_and_counted_once() {
             kept += applied;
             sm.apply_all((applied + 1..next).map(mixed)).await.unwrap();
         }
-        let (horizon, held) = sm.history();
-        let events = all_events(&sm, horizon);
+        let (r, want) = (sm.revisions(), rf.revisions());
+        assert_eq!(r, want, "round {round}");
         assert_eq!(
-            held,
-            events.len() as u64,
-            "round {round}: the count drifted"
+            changes(&sm, r.compact),
+            changes(&rf, r.compact),
+            "round {round}"
         );
         assert_eq!(
-            events,
-            all_events(&rf, Position::default()),
+            sm.hash_kv(0).unwrap(),
+            rf.hash_kv(0).unwrap(),
             "round {round}"
         );
     }
@@ -409,35 +432,49 @@ async fn after_a_crash_the_replayed_history_is_the_same_and_counted_once() {
     assert!(replayed > 0 && kept > 0);
 }
 
+/// A watcher reading from a revision while a compaction passes it is
+/// told so (etcd cancels it with the compaction's revision); from that
+/// revision on every change is there, and the latest version of every
+/// key before it is kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_a_history_no_event_is_written_and_every_start_is_gone() {
+async fn a_watch_across_a_compaction_is_told_and_goes_on_from_it() {
     let sm = StateMachine::open(
         Arc::new(SimVfs::new()),
         "/n/state",
         kvstore::Options::default(),
     )
     .unwrap();
-    sm.keep_events(SUGGESTED_RETENTION);
-    sm.apply_all([entry(1, vec![put("a", "1"), put("b", "2")])])
-        .await
+    let fill: Vec<Entry> = (1..=50u64)
+        .map(|i| entry(i, vec![put(&format!("w/{}", i % 10), &format!("{i}"))]))
+        .collect();
+    sm.apply_all(fill).await.unwrap();
+    // A watcher from 2 reads a page of ten, then the compaction at 40.
+    let page = sm
+        .events(Position::at(2), (b"w/", b"w0"), false, (10, 100))
         .unwrap();
-    assert_eq!(sm.history().1, 2);
-    // Turned off: what is held is compacted away, nothing new is written,
-    // and the horizon follows the applied index.
-    sm.keep_events(0);
-    assert!(!sm.keeps_history());
-    sm.apply_all([entry(2, vec![put("c", "3")])]).await.unwrap();
-    let (horizon, held) = sm.history();
-    assert_eq!((horizon.to_string().as_str(), held), ("3.0.0", 0));
-    let page = sm.events(Position::default(), b"", 10, 10).unwrap();
-    assert_eq!(page.compacted, Some(horizon));
-    assert!(all_events(&sm, horizon).is_empty());
-    // On again: events from the next entry on.
-    sm.keep_events(10);
-    sm.apply_all([entry(3, vec![put("d", "4")])]).await.unwrap();
-    let s = |x: &str| x.to_string();
-    assert_eq!(
-        all_events(&sm, horizon),
-        [(s("3.0.0"), s("d"), Some(s("4")))]
+    assert_eq!(page.events.len(), 10);
+    assert_eq!(page.next.revision, 11);
+    sm.apply_all([entry(51, vec![compact(40)])]).await.unwrap();
+    let r = sm.events(page.next, (b"w/", b"w0"), false, (10, 100));
+    assert!(
+        matches!(
+            r,
+            Err(ReadError::Kv(KvError::Compacted {
+                compact_revision: 40
+            }))
+        ),
+        "{r:?}"
     );
+    // From 40: the eleven changes at 40 to 51 (w/x put at revision x + 1).
+    let rest = changes(&sm, 40);
+    assert_eq!(rest.len(), 12, "{rest:?}");
+    assert_eq!(rest[0], "40.0 put w/9=39");
+    // Every key's latest version at or below 40 is still read at 40; the
+    // ones before are gone.
+    for k in 0..10 {
+        let kv = sm.get_at(format!("w/{k}").as_bytes(), 40).unwrap().unwrap();
+        let latest = (1..=39).rev().find(|i| i % 10 == k).unwrap();
+        assert_eq!(kv.value, latest.to_string().into_bytes(), "w/{k}");
+    }
+    assert_eq!(sm.revisions().physical, 40, "removed in the same entry");
 }

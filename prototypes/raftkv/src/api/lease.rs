@@ -28,7 +28,7 @@ pub struct LeaseGrant {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseReply {
     /// The lease's id (for `?lease=` and `/lease/{id}`).
-    pub id: u64,
+    pub id: i64,
     /// Its time-to-live, seconds.
     pub ttl_s: u64,
 }
@@ -55,18 +55,15 @@ pub(super) async fn grant(
         }
     };
     let cmd = Command::LeaseGrant {
-        ttl_ms: ttl_s * 1000,
+        lease: 0,
+        ttl_s: ttl_s as i64,
         id,
     };
     match decide(&node, cmd, &uri).await {
         Ok(d) => {
-            let reply = LeaseReply {
-                id: crate::machine::lease_id(d.revision),
-                ttl_s,
-            };
+            let reply = LeaseReply { id: d.lease, ttl_s };
             let mut r = Json(reply).into_response();
-            r.headers_mut()
-                .insert(INDEX_HEADER, d.revision.index.into());
+            r.headers_mut().insert(INDEX_HEADER, d.index.into());
             r
         }
         Err(r) => r,
@@ -95,7 +92,7 @@ async fn lease_write(
 /// time-to-live was checkpointed has its keep-alive written to the log.
 pub(super) async fn keep_alive(
     State(node): State<Arc<Node>>,
-    Path(lease): Path<u64>,
+    Path(lease): Path<i64>,
     Query(q): Query<WriteQuery>,
     uri: Uri,
 ) -> Response {
@@ -138,7 +135,7 @@ pub(super) async fn keep_alive(
 /// if the lease is gone.
 pub(super) async fn revoke(
     State(node): State<Arc<Node>>,
-    Path(lease): Path<u64>,
+    Path(lease): Path<i64>,
     Query(q): Query<WriteQuery>,
     uri: Uri,
 ) -> Response {

@@ -13,7 +13,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use openraft::error::RaftError;
-use openraft::raft::{AppendEntriesRequest, VoteRequest};
+use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -123,6 +123,25 @@ pub(super) async fn vote(
 ) -> Response {
     match request::<VoteRequest<TypeConfig>>(&node, &headers, &body) {
         Ok(req) => encode(&node.raft.vote(req).await),
+        Err(r) => r,
+    }
+}
+
+/// The leader hands its leadership to this node: it campaigns now
+/// (openraft's transfer-leader; etcd's `MoveLeader`).
+pub(super) async fn transfer_leader(
+    State(node): State<Arc<Node>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match request::<TransferLeaderRequest<TypeConfig>>(&node, &headers, &body) {
+        Ok(req) => encode(
+            &node
+                .raft
+                .handle_transfer_leader(req)
+                .await
+                .map_err(RaftError::<TypeConfig>::Fatal),
+        ),
         Err(r) => r,
     }
 }

@@ -3,7 +3,7 @@
 //! docs).
 
 use super::write::write;
-use super::{linearize, text, WriteQuery, INDEX_HEADER};
+use super::{linearize, read_refused, text, WriteQuery, INDEX_HEADER};
 use crate::node::Node;
 use crate::types::Command;
 use axum::extract::{Query, State};
@@ -29,6 +29,9 @@ pub(super) struct RangeQuery {
     limit: Option<usize>,
     #[serde(default)]
     stale: bool,
+    /// The revision read at (0: the newest).
+    #[serde(default)]
+    revision: i64,
     client: Option<u64>,
     seq: Option<u64>,
 }
@@ -40,35 +43,46 @@ pub struct KeyValue {
     pub key: String,
     /// The value, in base64 (standard alphabet, padded).
     pub value: String,
-    /// The revision the key was created at (`index.sub`).
-    pub create_revision: String,
-    /// The revision it was last put at.
-    pub mod_revision: String,
+    /// The revision the key was created at.
+    pub create_revision: i64,
+    /// The revision it was last changed at.
+    pub mod_revision: i64,
+    /// Its changes since it was created, from 1.
+    pub version: i64,
+    /// Its lease (0: none).
+    pub lease: i64,
 }
 
 /// What `GET /kv?…` answers (JSON).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RangeReply {
-    /// The applied index the page reflects (also in `x-raftkv-index`).
+    /// The applied index when the page was read (also in
+    /// `x-raftkv-index`).
     pub index: u64,
+    /// The revision the page was read at: ask the next pages at it
+    /// (`revision=`) for one snapshot of the whole range.
+    pub revision: i64,
     /// The pairs, in key order.
     pub kvs: Vec<KeyValue>,
     /// If the range goes on: the key to ask from next (`start=`).
     pub next: Option<String>,
 }
 
-/// The range a query names: `(start, end)`.
-fn bounds(q: &RangeQuery) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
+/// The range a query names, as etcd's `(key, range_end)`, and where in
+/// it a page starts.
+fn bounds(q: &RangeQuery) -> Option<(Vec<u8>, Vec<u8>, Vec<u8>)> {
     match (&q.prefix, &q.start, &q.end) {
         // `start` within a prefix: the next page of it.
         (Some(p), a, None) => {
             let start = a.as_ref().filter(|a| a.as_str() > p.as_str()).unwrap_or(p);
-            Some((
-                start.clone().into_bytes(),
-                kvstore::prefix_end(p.as_bytes()),
-            ))
+            let p = p.clone().into_bytes();
+            let end = crate::kv::prefix_end(&p);
+            Some((p, end, start.clone().into_bytes()))
         }
-        (None, Some(a), b) => Some((a.clone().into_bytes(), b.clone().map(String::into_bytes))),
+        (None, Some(a), b) => {
+            let end = b.clone().map_or(vec![0], String::into_bytes);
+            Some((a.clone().into_bytes(), end, a.clone().into_bytes()))
+        }
         _ => None,
     }
 }
@@ -93,13 +107,13 @@ pub(super) async fn delete_range(
         Ok(id) => id,
         Err(r) => return r,
     };
-    let Some((start, end)) = bounds(&q).filter(|(s, _)| !s.is_empty()) else {
+    let Some((key, end, _)) = bounds(&q).filter(|(k, _, _)| !k.is_empty()) else {
         return text(
             StatusCode::BAD_REQUEST,
             "a range to delete is a non-empty prefix=P, or start=A with an optional end=B",
         );
     };
-    write(&node, Command::DeleteRange { start, end, id }, &uri).await
+    write(&node, Command::delete_range(key, end, id), &uri).await
 }
 
 /// `GET /kv?prefix=P[&start=K]` or `GET /kv?start=A[&end=B]`, `limit=N`,
@@ -110,7 +124,7 @@ pub(super) async fn range(
     Query(q): Query<RangeQuery>,
     uri: Uri,
 ) -> Response {
-    let Some((start, end)) = bounds(&q) else {
+    let Some((key, end, start)) = bounds(&q) else {
         return text(
             StatusCode::BAD_REQUEST,
             "a range is prefix=P (start=K for its next page), or start=A with an optional end=B",
@@ -129,26 +143,31 @@ pub(super) async fn range(
         }
     }
     let machine = node.machine.clone();
+    let revision = q.revision;
     let page = tokio::task::spawn_blocking(move || {
-        machine.range(&start, end.as_deref(), limit, RANGE_BYTES)
+        let span = (key.as_slice(), end.as_slice());
+        machine.range_page(span, Some(&start), revision, (limit, RANGE_BYTES))
     })
     .await;
     let page = match page {
         Ok(Ok(p)) => p,
-        Ok(Err(e)) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Ok(Err(e)) => return read_refused(e),
         Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
     let b64 = base64::engine::general_purpose::STANDARD;
     let reply = RangeReply {
         index: page.index,
+        revision: page.revision,
         kvs: page
-            .pairs
+            .kvs
             .iter()
-            .map(|(k, v, meta)| KeyValue {
-                key: String::from_utf8_lossy(k).into_owned(),
-                value: b64.encode(v),
-                create_revision: meta.create.to_string(),
-                mod_revision: meta.modified.to_string(),
+            .map(|kv| KeyValue {
+                key: String::from_utf8_lossy(&kv.key).into_owned(),
+                value: b64.encode(&kv.value),
+                create_revision: kv.create_revision,
+                mod_revision: kv.mod_revision,
+                version: kv.version,
+                lease: kv.lease,
             })
             .collect(),
         next: page.next.map(|k| String::from_utf8_lossy(&k).into_owned()),

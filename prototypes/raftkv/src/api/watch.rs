@@ -1,11 +1,11 @@
 //! `GET /watch?prefix=P&from=REV` (or `&after=POS`): a stream of the
-//! changes of keys under `P`, one JSON object a line, from the state
-//! machine's history (see the crate docs).
+//! changes of keys under `P`, one JSON object a line, read from the
+//! store's versions (see the crate docs).
 
 use super::text;
-use crate::machine::{Change, Event, Position};
+use crate::kv::{self, EventType};
+use crate::machine::Position;
 use crate::node::Node;
-use crate::types::Revision;
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
@@ -29,20 +29,20 @@ const SCAN: usize = 4096;
 pub(super) struct WatchQuery {
     #[serde(default)]
     prefix: String,
-    from: Option<String>,
+    from: Option<i64>,
     after: Option<String>,
 }
 
 /// A line of a watch stream (JSON): an event, or why the stream ends.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WatchLine {
-    /// The event's position, `index.sub.n`: resume after it with
-    /// `after=`.
+    /// The event's position, `revision.sub` (its number among its
+    /// revision's changes): resume after it with `after=`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pos: Option<String>,
-    /// The change's revision, `index.sub`.
+    /// The change's revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub revision: Option<String>,
+    pub revision: Option<i64>,
     /// `"put"` or `"delete"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
@@ -52,33 +52,35 @@ pub struct WatchLine {
     /// A put's value, in base64.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
-    /// Why the stream ends: `"compacted"` (the watcher fell behind the
-    /// history; `first` is where it starts now) or the node's error.
+    /// Why the stream ends: `"compacted"` (a compaction passed the
+    /// watcher; `first` is where a watch may start now) or the node's
+    /// error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// With a `"compacted"` error: the first position the history holds.
+    /// With a `"compacted"` error: the compaction's revision, the first a
+    /// watch may start from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub first: Option<String>,
+    pub first: Option<i64>,
 }
 
-fn line(e: &Event) -> WatchLine {
+fn line(p: Position, e: &kv::Event) -> WatchLine {
     let b64 = base64::engine::general_purpose::STANDARD;
-    let (kind, value) = match &e.change {
-        Change::Put(v) => ("put", Some(b64.encode(v))),
-        Change::Delete => ("delete", None),
+    let (kind, value) = match e.kind {
+        EventType::Put => ("put", Some(b64.encode(&e.kv.value))),
+        EventType::Delete => ("delete", None),
     };
     WatchLine {
-        pos: Some(e.position.to_string()),
-        revision: Some(e.position.revision.to_string()),
+        pos: Some(p.to_string()),
+        revision: Some(p.revision),
         kind: Some(kind.into()),
-        key: Some(String::from_utf8_lossy(&e.key).into_owned()),
+        key: Some(String::from_utf8_lossy(&e.kv.key).into_owned()),
         value,
         error: None,
         first: None,
     }
 }
 
-fn ending(error: &str, first: Option<Position>) -> WatchLine {
+fn ending(error: &str, first: Option<i64>) -> WatchLine {
     WatchLine {
         pos: None,
         revision: None,
@@ -86,7 +88,7 @@ fn ending(error: &str, first: Option<Position>) -> WatchLine {
         key: None,
         value: None,
         error: Some(error.into()),
-        first: first.map(|p| p.to_string()),
+        first,
     }
 }
 
@@ -114,7 +116,7 @@ struct Watcher {
     node: Arc<Node>,
     prefix: Vec<u8>,
     next: Position,
-    applied: tokio::sync::watch::Receiver<u64>,
+    revisions: tokio::sync::watch::Receiver<crate::machine::Revisions>,
     stopping: tokio::sync::watch::Receiver<bool>,
     done: bool,
     _slot: tokio::sync::OwnedSemaphorePermit,
@@ -122,21 +124,26 @@ struct Watcher {
 
 impl Watcher {
     async fn step(&mut self) -> Step {
-        // Seen before reading: a batch applied after the read wakes the wait.
-        self.applied.borrow_and_update();
-        let (machine, prefix, next) = (self.node.machine.clone(), self.prefix.clone(), self.next);
-        let page = tokio::task::spawn_blocking(move || machine.events(next, &prefix, PAGE, SCAN))
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r.map_err(|e| e.to_string()));
+        // Seen before reading: a revision applied after the read wakes
+        // the wait.
+        self.revisions.borrow_and_update();
+        let (node, prefix, next) = (self.node.clone(), self.prefix.clone(), self.next);
+        let page = tokio::task::spawn_blocking(move || {
+            let end = prefix_end(&prefix);
+            node.events(next, (&prefix, &end), false, (PAGE, SCAN))
+        })
+        .await;
         match page {
-            Err(e) => Step::End(ending(&e, None)),
-            Ok(p) if p.compacted.is_some() => Step::End(ending("compacted", p.compacted)),
-            Ok(p) => {
+            Err(e) => Step::End(ending(&e.to_string(), None)),
+            Ok(Err(kv::KvError::Compacted { compact_revision })) => {
+                Step::End(ending("compacted", Some(compact_revision)))
+            }
+            Ok(Err(e)) => Step::End(ending(&e.to_string(), None)),
+            Ok(Ok(p)) => {
                 let moved = p.next != self.next;
                 self.next = p.next;
                 match (p.events.is_empty(), moved) {
-                    (false, _) => Step::Lines(p.events.iter().map(line).collect()),
+                    (false, _) => Step::Lines(p.events.iter().map(|(p, e)| line(*p, e)).collect()),
                     (true, true) => Step::Lines(Vec::new()),
                     (true, false) => Step::Wait,
                 }
@@ -159,7 +166,7 @@ impl Watcher {
                 }
                 Step::Wait => {
                     let wait =
-                        tokio::time::timeout(Duration::from_secs(30), self.applied.changed());
+                        tokio::time::timeout(Duration::from_secs(30), self.revisions.changed());
                     tokio::select! {
                         r = wait => if let Ok(Err(_)) = r { return None },
                         _ = self.stopping.changed() => return None,
@@ -170,56 +177,45 @@ impl Watcher {
     }
 }
 
+/// The `range_end` of the keys under `prefix` (every key if empty).
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    if prefix.is_empty() {
+        return vec![0];
+    }
+    kv::prefix_end(prefix)
+}
+
 /// `GET /watch`: `200` and a stream of [`WatchLine`]s (NDJSON), every
-/// change of a key under `prefix` at or after `from` (a revision, or a
-/// position: the `first` a `compacted` answer gives), or
-/// after `after` (an event's position), or from the next applied entry on;
-/// `410` if that part of the history was compacted.
+/// change of a key under `prefix` at or after revision `from`, or after
+/// `after` (an event's position), or from the next revision applied on;
+/// `410` if a compaction passed where it starts.
 pub(super) async fn watch(State(node): State<Arc<Node>>, Query(q): Query<WatchQuery>) -> Response {
-    if !node.machine.keeps_history() {
-        return text(
-            StatusCode::NOT_IMPLEMENTED,
-            "this node keeps no watch history (serve --watch-history 0)",
-        );
-    }
     let bad = |e: String| text(StatusCode::BAD_REQUEST, e);
-    if !q.prefix.is_empty() {
-        if let Err(e) = crate::types::check_key(q.prefix.as_bytes()) {
-            return bad(e.to_string());
-        }
+    if q.prefix.len() > crate::MAX_KEY {
+        return bad("the prefix is longer than a key".into());
     }
-    let start = match (&q.from, &q.after) {
-        // A revision, or a position (`first` of a `compacted` line).
-        (Some(r), None) => match (r.parse::<Revision>(), r.parse::<Position>()) {
-            (Ok(revision), _) => Position { revision, n: 0 },
-            (_, Ok(p)) => p,
-            _ => return bad("from= is a revision INDEX.SUB or a position INDEX.SUB.N".into()),
-        },
+    let revisions = node.machine.revisions();
+    let start = match (q.from, &q.after) {
+        (Some(r), None) if r >= 0 => Position::at(r),
+        (Some(_), None) => return bad("from= is a revision, from 0".into()),
         (None, Some(p)) => match p.parse::<Position>() {
             Ok(p) => p.next(),
-            Err(_) => return bad("a position is INDEX.SUB.N".into()),
+            Err(e) => return bad(e),
         },
-        (None, None) => Position {
-            revision: Revision {
-                index: *node.machine.applied_index().borrow() + 1,
-                sub: 0,
-            },
-            n: 0,
-        },
+        (None, None) => Position::at(revisions.current + 1),
         (Some(_), Some(_)) => return bad("from= or after=, not both".into()),
     };
     let Ok(slot) = node.watch_slots.clone().try_acquire_owned() else {
         return super::busy("too many watchers");
     };
-    let (first, _) = node.machine.history();
-    if start < first {
-        let body = ndjson(&[ending("compacted", Some(first))]);
+    if start.revision < revisions.compact {
+        let body = ndjson(&[ending("compacted", Some(revisions.compact))]);
         return (StatusCode::GONE, body).into_response();
     }
     let watcher = Watcher {
         prefix: q.prefix.into_bytes(),
         next: start,
-        applied: node.machine.applied_index(),
+        revisions: node.machine.revision_watch(),
         stopping: node.stopping.subscribe(),
         node,
         done: false,

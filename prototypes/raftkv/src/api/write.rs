@@ -1,13 +1,15 @@
 //! Writes: `PUT` and `DELETE /kv/{key}`, conditional on `If-Match` /
-//! `If-None-Match`, and `POST /txn` (see the crate docs).
+//! `If-None-Match`, and `POST /txn` (see the crate docs): each one of
+//! etcd's requests ([`crate::kv`]) in the log.
 
 use super::{
     busy, key_bytes, redirect, text, WriteQuery, ERROR_HEADER, INDEX_HEADER, REQUEST_TIMEOUT,
     SESSION_STALE, SESSION_UNKNOWN,
 };
+use crate::kv::{self, KvError, RequestOp};
 use crate::node::Node;
 use crate::propose::Outcome;
-use crate::types::{check_txn, check_value, Command, Compare, Expect, Revision, TxnOp, Verdict};
+use crate::types::{Answer, Command, Expect, Verdict};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
@@ -17,8 +19,9 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-/// The header on the answer to a write: the revision it was applied at
-/// (`index.sub`); on a retry, the revision of its first application.
+/// The header on the answer to a write: the store's revision after it
+/// (the write's own revision if it changed the store); on a retry, the
+/// one of its first application.
 pub const REVISION_HEADER: &str = "x-raftkv-revision";
 /// The [`ERROR_HEADER`] of a `412`: a comparison did not hold.
 pub const COMPARE_FAILED: &str = "compare-failed";
@@ -33,13 +36,8 @@ pub const LEASE_FULL: &str = "lease-full";
 /// refused while the disk-space alarm is raised ([`crate::space`]).
 fn adds_data(cmd: &Command) -> bool {
     match cmd {
-        Command::Put { .. } | Command::LeaseGrant { .. } => true,
-        Command::Txn {
-            success, failure, ..
-        } => success
-            .iter()
-            .chain(failure)
-            .any(|op| matches!(op, TxnOp::Put { .. })),
+        Command::Kv { op, .. } => crate::check::adds_data(op),
+        Command::LeaseGrant { .. } => true,
         _ => false,
     }
 }
@@ -61,10 +59,13 @@ pub(super) fn no_space() -> Response {
 
 /// How a write was decided, once it was.
 pub(super) struct Decided {
-    index: u64,
-    pub(super) revision: Revision,
+    pub(super) index: u64,
+    /// The store's revision after it.
+    pub(super) revision: i64,
     succeeded: bool,
     retry: bool,
+    /// The lease a grant granted (a retry's too).
+    pub(super) lease: i64,
 }
 
 /// Proposes `cmd` and waits until it is decided; the answer to send if it
@@ -74,18 +75,14 @@ pub(super) async fn decide(node: &Node, cmd: Command, uri: &Uri) -> Result<Decid
         return Err(no_space());
     }
     let r = tokio::time::timeout(REQUEST_TIMEOUT, node.proposer.propose(cmd)).await;
-    let (index, revision, verdict) = match r {
+    let (index, verdict) = match r {
         Err(_) => {
             return Err(text(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "no majority answered in time: the write may or may not take effect",
             ))
         }
-        Ok(Outcome::Applied {
-            index,
-            revision,
-            verdict,
-        }) => (index, revision, verdict),
+        Ok(Outcome::Applied { index, verdict }) => (index, verdict),
         Ok(Outcome::Forward(leader)) => return Err(redirect(leader.as_ref(), uri)),
         Ok(Outcome::Failed(e)) => return Err(text(StatusCode::SERVICE_UNAVAILABLE, e)),
         Ok(Outcome::Busy) => return Err(busy("too many writes waiting: the write was not taken")),
@@ -102,31 +99,47 @@ pub(super) async fn decide(node: &Node, cmd: Command, uri: &Uri) -> Result<Decid
             .insert(ERROR_HEADER, HeaderValue::from_static(e));
         r
     };
-    let d = |revision, succeeded, retry| Decided {
-        index,
-        revision,
-        succeeded,
-        retry,
-    };
+    let succeeded = verdict.succeeded();
     match verdict {
-        Verdict::Applied => Ok(d(revision, true, false)),
-        Verdict::CompareFailed => Ok(d(revision, false, false)),
+        Verdict::Applied { revision, answer } => {
+            let lease = match answer {
+                Answer::LeaseGranted { id, .. } => id,
+                _ => 0,
+            };
+            Ok(Decided {
+                index,
+                revision,
+                succeeded,
+                retry: false,
+                lease,
+            })
+        }
         Verdict::Duplicate {
+            revision, lease, ..
+        } => Ok(Decided {
+            index,
             revision,
             succeeded,
-        } => Ok(d(revision, succeeded, true)),
+            retry: true,
+            lease,
+        }),
         Verdict::UnknownSession => Err(refused(
             "the client has no session (expired, or never opened: a session opens with seq=1): not applied",
             SESSION_UNKNOWN,
         )),
-        Verdict::LeaseNotFound => Err(refused(
+        Verdict::Refused(KvError::LeaseNotFound) => Err(refused(
             "no such lease (never granted, expired or revoked): not applied",
             LEASE_NOT_FOUND,
         )),
-        Verdict::LeaseFull => Err(refused(
+        Verdict::Refused(KvError::LeaseFull) => Err(refused(
             "the lease holds its most keys: not applied",
             LEASE_FULL,
         )),
+        Verdict::Refused(e) => {
+            let mut r = text(StatusCode::BAD_REQUEST, format!("{e}: not applied"));
+            r.headers_mut().insert(INDEX_HEADER, index.into());
+            Err(r)
+        }
         Verdict::Stale => Err(refused(
             "the sequence number is below the session's last (a late copy, or a client id used twice): not applied",
             SESSION_STALE,
@@ -175,50 +188,57 @@ pub(super) fn answer(d: Result<Decided, Response>) -> Response {
     r
 }
 
-/// The condition of a `PUT` or `DELETE` on `key`: `If-Match: *`,
-/// `If-Match: "<revision>"` or `If-None-Match: *`.
-fn condition(headers: &HeaderMap, key: &[u8]) -> Result<Option<Compare>, Response> {
-    let get = |h| headers.get(h).map(|v| v.to_str().unwrap_or("\u{0}").trim());
-    let expect = match (get(header::IF_MATCH), get(header::IF_NONE_MATCH)) {
-        (None, None) => return Ok(None),
-        (Some("*"), None) => Expect::Present,
-        (Some(r), None) => Expect::ModRevision(
-            r.parse()
-                .map_err(|e: crate::BadInput| text(StatusCode::BAD_REQUEST, e.to_string()))?,
-        ),
-        (None, Some("*")) => Expect::Absent,
-        _ => {
-            return Err(text(
-                StatusCode::BAD_REQUEST,
-                "a condition is If-Match: * or If-Match: \"<revision>\", or If-None-Match: *",
-            ))
-        }
-    };
-    Ok(Some(Compare {
-        key: key.to_vec(),
-        expect,
-    }))
+/// A revision as an entity tag carries it: `"812"` (quoted or not).
+fn parse_revision(s: &str) -> Option<i64> {
+    let t = s.trim();
+    let t = t
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or(t);
+    t.parse().ok().filter(|r| *r > 0)
 }
 
-/// A write, conditional if `headers` say so: a [`Command::Txn`] of the
-/// condition and the change.
-fn conditional(cond: Option<Compare>, op: TxnOp, id: Option<crate::RequestId>) -> Command {
-    match (cond, op) {
-        (
-            None,
-            TxnOp::Put {
-                key,
-                value,
-                lease: None,
-            },
-        ) => Command::Put { key, value, id },
-        (None, TxnOp::Delete { key }) => Command::Delete { key, id },
-        (c, op) => Command::Txn {
-            compares: c.into_iter().collect(),
-            success: vec![op],
-            failure: Vec::new(),
-            id,
+/// The condition of a `PUT` or `DELETE`: `If-Match: *`,
+/// `If-Match: "<revision>"` or `If-None-Match: *`.
+fn condition(headers: &HeaderMap) -> Result<Option<Expect>, Response> {
+    let get = |h| headers.get(h).map(|v| v.to_str().unwrap_or("\u{0}").trim());
+    let bad = || {
+        text(
+            StatusCode::BAD_REQUEST,
+            "a condition is If-Match: * or If-Match: \"<revision>\" (a revision from 1), or If-None-Match: *",
+        )
+    };
+    Ok(Some(
+        match (get(header::IF_MATCH), get(header::IF_NONE_MATCH)) {
+            (None, None) => return Ok(None),
+            (Some("*"), None) => Expect::Present,
+            (Some(r), None) => Expect::ModRevision(parse_revision(r).ok_or_else(bad)?),
+            (None, Some("*")) => Expect::Absent,
+            _ => return Err(bad()),
         },
+    ))
+}
+
+/// A write, conditional if `cond` says so: a transaction of the
+/// condition and the change.
+fn conditional(cond: Option<Expect>, op: RequestOp, id: Option<crate::RequestId>) -> Command {
+    match cond {
+        None => Command::Kv { op, id },
+        Some(expect) => {
+            let key = match &op {
+                RequestOp::Put(p) => p.key.clone(),
+                RequestOp::DeleteRange(d) => d.key.clone(),
+                _ => Vec::new(),
+            };
+            Command::txn(
+                kv::TxnRequest {
+                    compare: vec![expect.compare(&key)],
+                    success: vec![op],
+                    failure: Vec::new(),
+                },
+                id,
+            )
+        }
     }
 }
 
@@ -235,17 +255,18 @@ pub(super) async fn put(
         (Ok(k), Ok(id)) => (k, id),
         (Err(r), _) | (_, Err(r)) => return r,
     };
-    if let Err(e) = check_value(&body) {
-        return text(StatusCode::BAD_REQUEST, e.to_string());
-    }
-    let cond = match condition(&headers, &key) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
-    let op = TxnOp::Put {
+    let op = RequestOp::Put(kv::PutRequest {
         key,
         value: body.to_vec(),
-        lease: q.lease,
+        lease: q.lease.unwrap_or(0),
+        ..kv::PutRequest::default()
+    });
+    if let Err(e) = crate::check::check_request(&op) {
+        return text(StatusCode::BAD_REQUEST, e.to_string());
+    }
+    let cond = match condition(&headers) {
+        Ok(c) => c,
+        Err(r) => return r,
     };
     let mut r = write(&node, conditional(cond, op, id), &uri).await;
     // A put's revision is the key's new modification revision: its ETag.
@@ -279,15 +300,20 @@ pub(super) async fn delete(
             "a DELETE takes no lease (a key leaves its lease when deleted)",
         );
     }
-    let cond = match condition(&headers, &key) {
+    let cond = match condition(&headers) {
         Ok(c) => c,
         Err(r) => return r,
     };
-    write(&node, conditional(cond, TxnOp::Delete { key }, id), &uri).await
+    let op = RequestOp::DeleteRange(kv::DeleteRangeRequest {
+        key,
+        range_end: Vec::new(),
+        prev_kv: false,
+    });
+    write(&node, conditional(cond, op, id), &uri).await
 }
 
 /// What a comparison of `POST /txn` expects (JSON: `"absent"`,
-/// `"present"`, `{"mod_revision": "812.3"}`, `{"value": "<base64>"}`).
+/// `"present"`, `{"mod_revision": 812}`, `{"value": "<base64>"}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TxnExpect {
@@ -296,7 +322,7 @@ pub enum TxnExpect {
     /// The key is present.
     Present,
     /// The key was last changed at this revision.
-    ModRevision(String),
+    ModRevision(i64),
     /// The key holds this value (base64).
     Value(String),
 }
@@ -323,7 +349,7 @@ pub enum TxnChange {
         value: String,
         /// The lease to attach it to.
         #[serde(default)]
-        lease: Option<u64>,
+        lease: Option<i64>,
     },
     /// Removes a key.
     Delete {
@@ -351,8 +377,9 @@ pub struct TxnRequest {
 pub struct TxnReply {
     /// Whether every comparison held (the `success` changes were made).
     pub succeeded: bool,
-    /// The revision the transaction was applied at.
-    pub revision: String,
+    /// The store's revision after the transaction (its own if it changed
+    /// the store).
+    pub revision: i64,
     /// A retry of a transaction decided before: this is its first answer.
     pub retry: bool,
 }
@@ -364,44 +391,41 @@ fn txn_command(req: TxnRequest, id: Option<crate::RequestId>) -> Result<Command,
         b64.decode(s)
             .map_err(|e| format!("a value is not base64: {e}"))
     };
-    let mut compares = Vec::with_capacity(req.compare.len().min(crate::MAX_TXN_OPS + 1));
+    let mut compare = Vec::with_capacity(req.compare.len().min(kv::MAX_TXN_OPS + 1));
     for c in req.compare {
         let expect = match c.expect {
             TxnExpect::Absent => Expect::Absent,
             TxnExpect::Present => Expect::Present,
-            TxnExpect::ModRevision(r) => {
-                Expect::ModRevision(r.parse().map_err(|e: crate::BadInput| e.to_string())?)
-            }
+            TxnExpect::ModRevision(r) => Expect::ModRevision(r),
             TxnExpect::Value(v) => Expect::Value(bytes(v)?),
         };
-        compares.push(Compare {
-            key: c.key.into_bytes(),
-            expect,
-        });
+        compare.push(expect.compare(c.key.as_bytes()));
     }
-    let ops = |changes: Vec<TxnChange>| -> Result<Vec<TxnOp>, String> {
+    let ops = |changes: Vec<TxnChange>| -> Result<Vec<RequestOp>, String> {
         changes
             .into_iter()
             .map(|c| match c {
-                TxnChange::Put { key, value, lease } => Ok(TxnOp::Put {
+                TxnChange::Put { key, value, lease } => Ok(RequestOp::Put(kv::PutRequest {
                     key: key.into_bytes(),
                     value: bytes(value)?,
-                    lease,
-                }),
-                TxnChange::Delete { key } => Ok(TxnOp::Delete {
+                    lease: lease.unwrap_or(0),
+                    ..kv::PutRequest::default()
+                })),
+                TxnChange::Delete { key } => Ok(RequestOp::DeleteRange(kv::DeleteRangeRequest {
                     key: key.into_bytes(),
-                }),
+                    range_end: Vec::new(),
+                    prev_kv: false,
+                })),
             })
             .collect()
     };
-    let (success, failure) = (ops(req.success)?, ops(req.failure)?);
-    check_txn(&compares, &success, &failure).map_err(|e| e.to_string())?;
-    Ok(Command::Txn {
-        compares,
-        success,
-        failure,
-        id,
-    })
+    let op = RequestOp::Txn(kv::TxnRequest {
+        compare,
+        success: ops(req.success)?,
+        failure: ops(req.failure)?,
+    });
+    crate::check::check_request(&op).map_err(|e| e.to_string())?;
+    Ok(Command::Kv { op, id })
 }
 
 /// `POST /txn` (with an optional request id): `200` and a [`TxnReply`]
@@ -427,7 +451,7 @@ pub(super) async fn txn(
         Ok(d) => {
             let reply = TxnReply {
                 succeeded: d.succeeded,
-                revision: d.revision.to_string(),
+                revision: d.revision,
                 retry: d.retry,
             };
             let mut r = Json(reply).into_response();

@@ -6,7 +6,7 @@
 
 use crate::client::{Client, ClientError};
 use crate::history::{Kind, Op};
-use crate::types::{Expect, Revision};
+use crate::types::Expect;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -188,7 +188,7 @@ pub async fn client(
 async fn cas(
     c: &mut Client,
     key: u32,
-    read: Option<(Vec<u8>, Option<Revision>)>,
+    read: Option<(Vec<u8>, Option<i64>)>,
     value: String,
     base: Instant,
 ) -> Option<Rec> {

@@ -11,18 +11,19 @@
 //! when one passes; so an expiry is a command in the log, applied alike
 //! on every replica, and no node's clock decides one.
 //!
-//! A lease's id is derived from the revision that granted it
-//! ([`lease_id`]). Stored: `l` + id (`u64`, big-endian) → time-to-live and
+//! A lease's id is the client's (etcd's `LeaseGrant` with an id), or one
+//! picked at apply from the grant's place in the log ([`lease_id`], the
+//! next free one at or above it). Stored: `l` + id (`u64`, big-endian) → time-to-live and
 //! checkpointed remaining time-to-live (ms, `u64` each, little-endian; 0:
 //! none); `a` + id + client key → empty, one per attached key (a key's
-//! value header names its lease, so an overwrite moves it). The table is
+//! index entry names its lease, so an overwrite moves it). The table is
 //! held in memory too (as etcd's lessor holds it), with each lease's
 //! number of keys but not the keys: a revoke reads them from the `a`
 //! pairs, in key order, in bounded steps (`apply.rs`), so memory grows
 //! with the leases, not with the keys attached to them. At most
 //! [`MAX_LEASE_KEYS`] keys a lease.
 
-use crate::types::Revision;
+use super::writer::Writer;
 use std::collections::BTreeMap;
 
 use kvstore::Result as StoreResult;
@@ -34,16 +35,18 @@ pub(super) const ATTACHED: u8 = b'a';
 /// Keys one lease may hold.
 pub const MAX_LEASE_KEYS: usize = 10_000;
 
-/// The id of the lease granted at `rev`.
-pub fn lease_id(rev: Revision) -> u64 {
-    (rev.index << 16) | u64::from(rev.sub & 0xffff)
+/// The id a grant without one starts from: its entry's log index and its
+/// position in it (`index << 16 | position`), positive.
+pub fn lease_id(index: u64, pos: u32) -> i64 {
+    let id = ((index << 16) | u64::from(pos & 0xffff)) & (i64::MAX as u64);
+    (id as i64).max(1)
 }
 
 /// A lease as the state machine holds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseInfo {
     /// Its id.
-    pub id: u64,
+    pub id: i64,
     /// Its time-to-live, ms.
     pub ttl_ms: u64,
     /// Its remaining time-to-live as the leader last checkpointed it, ms
@@ -68,21 +71,21 @@ pub enum LeaseChange {
     /// Granted with this time-to-live (ms).
     Granted {
         /// The lease.
-        id: u64,
+        id: i64,
         /// Its time-to-live, ms.
         ttl_ms: u64,
     },
     /// A keep-alive reached the log (its checkpoint cleared).
     Renewed {
         /// The lease.
-        id: u64,
+        id: i64,
         /// Its time-to-live, ms.
         ttl_ms: u64,
     },
     /// Revoked (its keys deleted).
     Ended {
         /// The lease.
-        id: u64,
+        id: i64,
     },
     /// The whole table was replaced (a snapshot installed).
     Reloaded,
@@ -100,35 +103,35 @@ struct Lease {
 /// The lease table.
 #[derive(Debug, Default)]
 pub(super) struct Leases {
-    by_id: BTreeMap<u64, Lease>,
+    by_id: BTreeMap<i64, Lease>,
     /// Changes for the leader's lessor, while one listens.
     changes: Option<Vec<LeaseChange>>,
 }
 
-fn record_key(id: u64) -> Vec<u8> {
+fn record_key(id: i64) -> Vec<u8> {
     let mut k = vec![LEASE];
-    k.extend_from_slice(&id.to_be_bytes());
+    k.extend_from_slice(&(id as u64).to_be_bytes());
     k
 }
 
 /// The prefix of lease `id`'s attachments.
-pub(super) fn attached_prefix(id: u64) -> Vec<u8> {
+pub(super) fn attached_prefix(id: i64) -> Vec<u8> {
     let mut k = vec![ATTACHED];
-    k.extend_from_slice(&id.to_be_bytes());
+    k.extend_from_slice(&(id as u64).to_be_bytes());
     k
 }
 
 /// The first stored key after every attachment of lease `id`.
-pub(super) fn attached_end(id: u64) -> Vec<u8> {
+pub(super) fn attached_end(id: i64) -> Vec<u8> {
     match id.checked_add(1) {
         Some(next) => attached_prefix(next),
         None => vec![ATTACHED + 1],
     }
 }
 
-fn attached_key(id: u64, key: &[u8]) -> Vec<u8> {
+fn attached_key(id: i64, key: &[u8]) -> Vec<u8> {
     let mut k = vec![ATTACHED];
-    k.extend_from_slice(&id.to_be_bytes());
+    k.extend_from_slice(&(id as u64).to_be_bytes());
     k.extend_from_slice(key);
     k
 }
@@ -140,8 +143,8 @@ fn record(ttl: u64, remaining: u64) -> [u8; 16] {
     v
 }
 
-fn id_of(k: &[u8]) -> Option<u64> {
-    Some(u64::from_be_bytes(k.get(1..9)?.try_into().ok()?))
+fn id_of(k: &[u8]) -> Option<i64> {
+    Some(u64::from_be_bytes(k.get(1..9)?.try_into().ok()?) as i64)
 }
 
 /// A lease record's value, checked: time-to-live and remaining (ms).
@@ -157,7 +160,7 @@ pub(super) fn decode_record(v: &[u8]) -> Option<(u64, u64)> {
 pub(super) fn valid(k: &[u8], v: &[u8]) -> bool {
     match k.first() {
         Some(&LEASE) => k.len() == 9 && decode_record(v).is_some(),
-        Some(&ATTACHED) => k.len() > 9 && v.is_empty() && crate::types::check_key(&k[9..]).is_ok(),
+        Some(&ATTACHED) => k.len() > 9 && v.is_empty() && crate::check::check_key(&k[9..]).is_ok(),
         _ => false,
     }
 }
@@ -211,7 +214,7 @@ impl Leases {
         self.by_id.len()
     }
 
-    fn info(id: u64, l: &Lease) -> LeaseInfo {
+    fn info(id: i64, l: &Lease) -> LeaseInfo {
         LeaseInfo {
             id,
             ttl_ms: l.ttl,
@@ -221,7 +224,7 @@ impl Leases {
     }
 
     /// Lease `id`, if held.
-    pub(super) fn get(&self, id: u64) -> Option<LeaseInfo> {
+    pub(super) fn get(&self, id: i64) -> Option<LeaseInfo> {
         self.by_id.get(&id).map(|l| Leases::info(id, l))
     }
 
@@ -269,7 +272,7 @@ impl Leases {
     }
 
     /// Grants lease `id` for `ttl` ms.
-    pub(super) fn grant(&mut self, id: u64, ttl: u64, txn: &mut kvstore::Transaction<'_>) {
+    pub(super) fn grant(&mut self, id: i64, ttl: u64, txn: &mut kvstore::Transaction<'_>) {
         self.by_id.insert(
             id,
             Lease {
@@ -285,7 +288,7 @@ impl Leases {
     /// A keep-alive that reached the log: lease `id`'s checkpointed
     /// remaining time-to-live is cleared (the leader counts its whole
     /// time-to-live from the renewal); `false` if there is no such lease.
-    pub(super) fn keep_alive(&mut self, id: u64, txn: &mut kvstore::Transaction<'_>) -> bool {
+    pub(super) fn keep_alive(&mut self, id: i64, txn: &mut kvstore::Transaction<'_>) -> bool {
         if !self.set_remaining(id, 0, txn) {
             return false;
         }
@@ -298,7 +301,7 @@ impl Leases {
     /// the leader checkpointed it; `false` if there is no such lease.
     pub(super) fn checkpoint(
         &mut self,
-        id: u64,
+        id: i64,
         remaining: u64,
         txn: &mut kvstore::Transaction<'_>,
     ) -> bool {
@@ -307,7 +310,7 @@ impl Leases {
 
     fn set_remaining(
         &mut self,
-        id: u64,
+        id: i64,
         remaining: u64,
         txn: &mut kvstore::Transaction<'_>,
     ) -> bool {
@@ -322,7 +325,7 @@ impl Leases {
     }
 
     /// Whether lease `id` may take a key attached now to `current`.
-    pub(super) fn can_take(&self, id: u64, current: Option<u64>) -> Result<(), Refused> {
+    pub(super) fn can_take(&self, id: i64, current: Option<i64>) -> Result<(), Refused> {
         let l = self.by_id.get(&id).ok_or(Refused::NotFound)?;
         if l.keys >= MAX_LEASE_KEYS && current != Some(id) {
             return Err(Refused::Full);
@@ -330,13 +333,14 @@ impl Leases {
         Ok(())
     }
 
-    /// Moves `key` from lease `from` to lease `to` (either may be none).
+    /// Moves `key` from lease `from` to lease `to` (either may be none);
+    /// the attachments through `w` (a revoke walks them back through it).
     pub(super) fn moved(
         &mut self,
         key: &[u8],
-        from: Option<u64>,
-        to: Option<u64>,
-        txn: &mut kvstore::Transaction<'_>,
+        from: Option<i64>,
+        to: Option<i64>,
+        w: &mut Writer<'_>,
     ) {
         if from == to {
             return;
@@ -345,19 +349,29 @@ impl Leases {
             if let Some(l) = self.by_id.get_mut(&id) {
                 l.keys = l.keys.saturating_sub(1);
             }
-            txn.delete(&attached_key(id, key));
+            w.delete(attached_key(id, key));
         }
         if let Some(id) = to {
             if let Some(l) = self.by_id.get_mut(&id) {
                 l.keys += 1;
-                txn.put(&attached_key(id, key), &[]);
+                w.put(attached_key(id, key), Vec::new());
             }
         }
     }
 
+    /// The id for a grant without one at log `index`, position `pos`:
+    /// [`lease_id`] of it, or the next one not held.
+    pub(super) fn pick_id(&self, index: u64, pos: u32) -> i64 {
+        let mut id = lease_id(index, pos);
+        while self.by_id.contains_key(&id) {
+            id = id.checked_add(1).unwrap_or(1);
+        }
+        id
+    }
+
     /// Ends lease `id` once its keys are deleted: its record is removed
     /// in `txn`. `false` if there is no such lease.
-    pub(super) fn end(&mut self, id: u64, txn: &mut kvstore::Transaction<'_>) -> bool {
+    pub(super) fn end(&mut self, id: i64, txn: &mut kvstore::Transaction<'_>) -> bool {
         if self.by_id.remove(&id).is_none() {
             return false;
         }
@@ -367,14 +381,26 @@ impl Leases {
     }
 
     /// Whether lease `id` is held.
-    pub(super) fn holds(&self, id: u64) -> bool {
+    pub(super) fn holds(&self, id: i64) -> bool {
         self.by_id.contains_key(&id)
     }
 }
 
 impl super::StateMachine {
+    /// Every lease held, by id, as applied here.
+    pub fn lease_ids(&self) -> Vec<i64> {
+        self.inner
+            .state
+            .lock()
+            .leases
+            .all()
+            .iter()
+            .map(|l| l.id)
+            .collect()
+    }
+
     /// Lease `id`, as applied here.
-    pub fn lease(&self, id: u64) -> Option<LeaseInfo> {
+    pub fn lease(&self, id: i64) -> Option<LeaseInfo> {
         self.inner.state.lock().leases.get(id)
     }
 
@@ -414,12 +440,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn records_round_trip_and_ids_are_distinct_per_revision() {
+    fn records_round_trip_and_ids_are_distinct_per_place_in_the_log() {
         assert_eq!(decode_record(&record(5, 9)), Some((5, 9)));
         assert_eq!(decode_record(&[0; 15]), None);
-        let a = lease_id(Revision { index: 7, sub: 1 });
-        let b = lease_id(Revision { index: 7, sub: 2 });
-        let c = lease_id(Revision { index: 8, sub: 1 });
+        let a = lease_id(7, 1);
+        let b = lease_id(7, 2);
+        let c = lease_id(8, 1);
+        assert!(lease_id(u64::MAX, 0) > 0);
         assert!(a != b && b != c && a < b && b < c);
         assert!(valid(&record_key(a), &record(1, 2)));
         assert!(valid(&attached_key(a, b"k"), &[]));
@@ -427,6 +454,6 @@ mod tests {
         assert!(!valid(&attached_key(a, b"k"), b"x"));
         assert!(attached_key(a, b"\x7e\x7e") < attached_end(a));
         assert!(attached_end(a) <= attached_prefix(a + 1));
-        assert_eq!(attached_end(u64::MAX), vec![ATTACHED + 1]);
+        assert_eq!(attached_end(i64::MAX), vec![ATTACHED + 1]);
     }
 }

@@ -19,12 +19,13 @@
 //! never applied. A retry is answered with what was decided the first
 //! time (the revision and whether its comparisons held), as the Raft
 //! dissertation's sessions keep each client's last response. Each session
-//! is a store key (`c` + client id, big-endian) holding 29 bytes,
+//! is a store key (`c` + client id, big-endian) holding 33 bytes,
 //! little-endian: the last sequence number (8), the last activity (8),
-//! the last answer's revision (index 8, position 4) and whether its
-//! comparisons held (1: 0 or 1), so snapshots carry the table.
+//! the store's revision after the last answer (8), whether its
+//! comparisons held (1: 0 or 1) and the lease it granted (8: a grant's,
+//! else 0), so snapshots carry the table.
 
-use crate::types::{layout, RequestId, Revision, Verdict};
+use crate::types::{layout, RequestId, Verdict};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// One client's session.
@@ -34,10 +35,12 @@ pub(super) struct Session {
     seq: u64,
     /// The last activity, by the log's clock (ms).
     at: u64,
-    /// The revision the last request was decided at.
-    revision: Revision,
+    /// The store's revision after the last request.
+    revision: i64,
     /// Whether its comparisons held.
     succeeded: bool,
+    /// The lease it granted, if a grant (else 0).
+    lease: i64,
 }
 
 /// The sessions, and the log's clock.
@@ -119,6 +122,7 @@ impl Sessions {
                 Err(Verdict::Duplicate {
                     revision: s.revision,
                     succeeded: s.succeeded,
+                    lease: s.lease,
                 })
             }
             Some(_) => Err(Verdict::Stale),
@@ -129,8 +133,8 @@ impl Sessions {
     pub(super) fn record(
         &mut self,
         id: RequestId,
-        revision: Revision,
-        succeeded: bool,
+        revision: i64,
+        (succeeded, lease): (bool, i64),
         txn: &mut kvstore::Transaction<'_>,
     ) {
         let s = Session {
@@ -138,38 +142,38 @@ impl Sessions {
             at: self.clock,
             revision,
             succeeded,
+            lease,
         };
         self.insert(id.client, s);
         txn.put(&layout::client(id.client), &encode(s));
     }
 }
 
-fn encode(s: Session) -> [u8; 29] {
-    let mut v = [0u8; 29];
+fn encode(s: Session) -> [u8; 33] {
+    let mut v = [0u8; 33];
     v[..8].copy_from_slice(&s.seq.to_le_bytes());
     v[8..16].copy_from_slice(&s.at.to_le_bytes());
-    v[16..24].copy_from_slice(&s.revision.index.to_le_bytes());
-    v[24..28].copy_from_slice(&s.revision.sub.to_le_bytes());
-    v[28] = u8::from(s.succeeded);
+    v[16..24].copy_from_slice(&s.revision.to_le_bytes());
+    v[24] = u8::from(s.succeeded);
+    v[25..].copy_from_slice(&s.lease.to_le_bytes());
     v
 }
 
-/// A session's stored value (29 bytes), checked.
+/// A session's stored value (33 bytes), checked.
 pub(super) fn decode(v: &[u8]) -> Option<Session> {
-    let v: &[u8; 29] = v.try_into().ok()?;
+    let v: &[u8; 33] = v.try_into().ok()?;
     let u = |r: std::ops::Range<usize>| v.get(r)?.try_into().ok().map(u64::from_le_bytes);
+    let i = |r: std::ops::Range<usize>| v.get(r)?.try_into().ok().map(i64::from_le_bytes);
     Some(Session {
         seq: u(0..8)?,
         at: u(8..16)?,
-        revision: Revision {
-            index: u(16..24)?,
-            sub: u32::from_le_bytes(v.get(24..28)?.try_into().ok()?),
-        },
-        succeeded: match v[28] {
+        revision: i(16..24)?,
+        succeeded: match v[24] {
             0 => false,
             1 => true,
             _ => return None,
         },
+        lease: i(25..33)?,
     })
 }
 
@@ -182,12 +186,13 @@ mod tests {
         let s = Session {
             seq: 9,
             at: 1_700_000_000_000,
-            revision: Revision { index: 44, sub: 3 },
+            revision: 44,
             succeeded: false,
+            lease: 7,
         };
         assert_eq!(decode(&encode(s)), Some(s));
         let mut bad = encode(s);
-        bad[28] = 2;
+        bad[24] = 2;
         assert_eq!(decode(&bad), None);
         assert_eq!(decode(&encode(s)[..16]), None);
     }

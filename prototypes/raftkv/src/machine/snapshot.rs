@@ -29,7 +29,7 @@ use tokio::io::{AsyncRead, AsyncSeek, AsyncWrite, ReadBuf};
 /// The directory of snapshot files inside a state machine's directory.
 pub const SNAPSHOT_DIR: &str = "snapshots";
 const MAGIC: &[u8; 4] = b"RKS1";
-const VERSION: u16 = 3;
+const VERSION: u16 = 4;
 /// Bytes of the fixed header before the meta.
 const HEADER: usize = 16;
 /// Bytes of the meta at most.
@@ -425,18 +425,14 @@ pub(super) fn due(st: &State) -> bool {
 /// Whether `(k, v)` is a pair raftkv's store can hold.
 fn ours(k: &[u8], v: &[u8]) -> bool {
     let key_ok = match k.first() {
-        Some(&layout::USER) => {
-            crate::types::check_key(&k[1..]).is_ok() && super::record::decode(v).is_some()
-        }
+        Some(&super::mvcc::INDEX | &super::mvcc::RECORD) => super::mvcc::valid(k, v),
         Some(&layout::CLIENT) => k.len() == 9 && sessions::decode(v).is_some(),
-        Some(&super::events::HISTORY) => super::events::valid(k, v),
         Some(&super::leases::LEASE | &super::leases::ATTACHED) => super::leases::valid(k, v),
         Some(b'm') => {
             k == layout::APPLIED
                 || (k == layout::CLOCK && v.len() == 8)
                 || (k == layout::FORMAT_KEY && v == layout::FORMAT.to_le_bytes())
-                || (k == super::events::HISTORY_STATE
-                    && super::events::History::decode(v).is_some())
+                || (k == super::mvcc::MVCC_STATE && super::mvcc::MvccState::decode(v).is_some())
         }
         _ => false,
     };
@@ -611,7 +607,13 @@ impl StateMachine {
         st.generation = generation;
         st.applied = applied;
         st.sessions = loaded.sessions;
-        st.history = loaded.history;
+        st.mvcc = loaded.mvcc;
+        st.readable = loaded.readable;
+        let revisions = super::reads::Revisions {
+            current: st.readable,
+            compact: st.mvcc.compact,
+            physical: st.mvcc.physical,
+        };
         let listening = st.leases.listening();
         st.leases = loaded.leases;
         if listening {
@@ -623,6 +625,7 @@ impl StateMachine {
         if let Some(l) = meta.last_log_id {
             inner.applied_index.send_replace(l.index);
         }
+        inner.revisions.send_replace(revisions);
         old.close()?;
         drop(old);
         remove_tree(&*inner.vfs, &old_dir)?;

@@ -2,7 +2,7 @@
 //!
 //! A step holds the state lock, applies entries (or part of one) through
 //! one [`Writer`] and commits one store transaction; it ends once its
-//! work — client keys written or deleted, history events compacted —
+//! work — versions written, index entries walked, versions compacted —
 //! reaches [`STEP_KEYS`], or after [`BATCH_ENTRIES`] entries or
 //! [`BATCH_BYTES`] of values. Between two steps the caller releases the
 //! lock and gives the runtime thread back, so a range delete of 200,000
@@ -13,34 +13,40 @@
 //! replay after a crash go on the same way.
 //!
 //! Until an entry is applied whole, the applied id stays at the one
-//! before it: reads may see part of an entry being applied (a page of a
-//! range, a stale read), never an applied index that claims it. A
-//! snapshot built between two steps holds the partial mark, and a node
-//! that installs it goes on from there.
+//! before it; readers read at the revision of the last command applied
+//! whole, so they never see part of a command. A snapshot built between
+//! two steps holds the partial mark, and a node that installs it goes on
+//! from there. After each entry the physical compaction goes on
+//! (`compact.rs`), a bounded amount an entry.
 
-use super::apply::{self, Progress, Writer};
-use super::events::{self, COMPACT_PER_ENTRY, HISTORY_STATE};
+use super::apply::{self, Progress};
+use super::mvcc::MVCC_STATE;
+use super::writer::Writer;
 use super::{corrupt, Error, Partial, Resume, State};
-use crate::types::{layout, Applied, Command, Revision, TypeConfig};
+use crate::kv::ResponseOp;
+use crate::types::{layout, Applied, Command, TypeConfig};
 use openraft::alias::{EntryOf, LogIdOf};
 use openraft::{EntryPayload, StoredMembership};
 use std::collections::VecDeque;
 
-/// Client keys a step writes or deletes, about: it ends at the first
+/// Keys a step writes, deletes or walks, about: it ends at the first
 /// command boundary (or key of a range delete or revoke) past it. A step's
 /// work is at most this plus one command's (a transaction's
-/// [`crate::MAX_TXN_OPS`] changes, or an entry's history compaction).
+/// [`crate::kv::MAX_TXN_OPS`] changes a branch) and one entry's physical
+/// compaction (`compact.rs`).
 pub const STEP_KEYS: usize = 1024;
 /// Entries applied per step, at most.
 const BATCH_ENTRIES: usize = 256;
 /// Bytes of values per step, at most (beyond one entry).
 const BATCH_BYTES: usize = 1 << 20;
 
-/// Where a command is applied: its revision. (The entry before it is the
-/// state's applied id until its entry is applied whole.)
+/// Where a command is in the log: its entry's index and its position in
+/// the entry. (The entry before it is the state's applied id until its
+/// entry is applied whole.)
 #[derive(Debug, Clone, Copy)]
 pub(super) struct At {
-    pub(super) rev: Revision,
+    pub(super) index: u64,
+    pub(super) pos: u32,
 }
 
 /// The entry a step stopped in.
@@ -51,6 +57,10 @@ struct InEntry {
     /// The commands not yet applied whole (the one in progress first).
     cmds: VecDeque<Command>,
     reply: Applied,
+    /// The answer so far of the command in progress, if it paused.
+    acc: Option<ResponseOp>,
+    /// Versions its commands wrote (the compaction's budget after it).
+    versions: usize,
 }
 
 /// An apply call's entries, applied step by step.
@@ -91,6 +101,8 @@ fn begin(st: &mut State, e: EntryOf<TypeConfig>) -> InEntry {
         sub: 0,
         cmds: VecDeque::new(),
         reply: Applied::default(),
+        acc: None,
+        versions: 0,
     };
     match e.payload {
         EntryPayload::Blank => {}
@@ -107,80 +119,71 @@ fn begin(st: &mut State, e: EntryOf<TypeConfig>) -> InEntry {
         }
     };
     while entry.sub < skip && entry.cmds.pop_front().is_some() {
-        entry.reply.verdicts.push(crate::Verdict::Applied);
+        entry.reply.verdicts.push(crate::Verdict::Applied {
+            revision: st.mvcc.rev,
+            answer: crate::types::Answer::Done,
+        });
         entry.sub += 1;
     }
     entry
 }
 
-/// Applies `e`'s commands until they are done or the step is full.
+/// Applies `e`'s commands until they are done or the step is full;
+/// `true` if it stopped (committed where).
 fn apply_commands(
     w: &mut Writer<'_>,
     st: &mut State,
     e: &mut InEntry,
     bytes: &mut usize,
-) -> Result<Progress, Error> {
+) -> Result<bool, Error> {
     while let Some(cmd) = e.cmds.pop_front() {
         let at = At {
-            rev: Revision {
-                index: e.log_id.index,
-                sub: e.sub,
-            },
+            index: e.log_id.index,
+            pos: e.sub,
         };
         let resume = st
             .applied
             .partial
             .take()
-            .filter(|p| p.index == at.rev.index && p.sub == at.rev.sub)
+            .filter(|p| p.index == at.index && p.sub == at.pos)
             .and_then(|p| p.resume);
+        let before = w.versions;
         let progress = match resume {
-            Some(from) => apply::resume_command(w, st, &cmd, at, from)?,
+            Some(from) => apply::resume_command(w, st, &cmd, at, (from, e.acc.take()), bytes)?,
             None => apply::apply_command(w, st, &cmd, at, bytes)?,
         };
+        e.versions += w.versions - before;
         match progress {
             Progress::Done(v) => {
                 e.reply.verdicts.push(v);
                 e.sub += 1;
             }
-            Progress::Paused => {
+            Progress::Paused(acc) => {
+                e.acc = acc;
                 e.cmds.push_front(cmd);
-                return Ok(Progress::Paused);
+                return Ok(true);
             }
         }
         if w.work >= STEP_KEYS && !e.cmds.is_empty() {
             // The step is full: the next one begins at the next command.
             let next = At {
-                rev: Revision {
-                    index: e.log_id.index,
-                    sub: e.sub,
-                },
+                index: e.log_id.index,
+                pos: e.sub,
             };
             commit_partial(w, st, next, None)?;
-            return Ok(Progress::Paused);
+            return Ok(true);
         }
     }
-    Ok(Progress::Done(crate::Verdict::Applied))
+    Ok(false)
 }
 
-/// Ends entry `e`: it is the applied id, and the history is compacted to
-/// the retention (a bounded number of events an entry).
+/// Ends entry `e`: it is the applied id, and the physical compaction
+/// goes on (a bounded amount an entry, more after an entry that wrote
+/// more: `compact.rs`).
 fn finish(w: &mut Writer<'_>, st: &mut State, e: InEntry, run: &mut Run) -> Result<(), Error> {
     st.applied.log_id = Some(e.log_id);
     st.applied.partial = None;
-    st.history.count += w.take_events();
-    let removed = w.compact(&mut st.history, (st.retention, COMPACT_PER_ENTRY))?;
-    w.work += removed as usize;
-    if st.retention == 0 && st.history.count == 0 {
-        // No history kept: a watch from anything applied is told so.
-        let horizon = events::Position {
-            revision: Revision {
-                index: e.log_id.index + 1,
-                sub: 0,
-            },
-            n: 0,
-        };
-        st.history.horizon = st.history.horizon.max(horizon);
-    }
+    super::compact::compact_some(w, st, e.versions)?;
     run.out.push(e.reply);
     Ok(())
 }
@@ -188,7 +191,7 @@ fn finish(w: &mut Writer<'_>, st: &mut State, e: InEntry, run: &mut Run) -> Resu
 /// One step (see the module docs).
 pub(super) fn step(st: &mut State, run: &mut Run) -> Result<StepDone, Error> {
     let store = st.store.clone();
-    let mut w = Writer::new(&store, st.retention > 0);
+    let mut w = Writer::new(&store);
     let mut done = StepDone::default();
     let mut entries = 0;
     loop {
@@ -199,7 +202,7 @@ pub(super) fn step(st: &mut State, run: &mut Run) -> Result<StepDone, Error> {
                 None => break,
             },
         };
-        if let Progress::Paused = apply_commands(&mut w, st, &mut e, &mut done.bytes)? {
+        if apply_commands(&mut w, st, &mut e, &mut done.bytes)? {
             // (Committed where it stopped.)
             run.current = Some(e);
             done.more = true;
@@ -221,9 +224,9 @@ pub(super) fn step(st: &mut State, run: &mut Run) -> Result<StepDone, Error> {
 }
 
 /// Commits a step that ended between entries: the applied id, the
-/// history's count and horizon.
+/// store's revisions.
 fn commit_step(st: &mut State, w: &mut Writer<'_>) -> Result<(), Error> {
-    w.txn().put(HISTORY_STATE, &st.history.encode());
+    w.txn().put(MVCC_STATE, &st.mvcc.encode());
     st.applied.partial = None;
     let state = postcard::to_stdvec(&st.applied).map_err(corrupt)?;
     w.txn().put(layout::APPLIED, &state);
@@ -232,18 +235,17 @@ fn commit_step(st: &mut State, w: &mut Writer<'_>) -> Result<(), Error> {
 
 /// Commits what is written so far as a partial apply of the entry `at`
 /// is in: the store then holds the log through the applied id, and the
-/// entry up to command `at.rev.sub` — from `resume` in it, if it began.
+/// entry up to command `at.pos` — from `resume` in it, if it began.
 pub(super) fn commit_partial(
     w: &mut Writer<'_>,
     st: &mut State,
     at: At,
     resume: Option<Resume>,
 ) -> Result<(), Error> {
-    st.history.count += w.take_events();
-    w.txn().put(HISTORY_STATE, &st.history.encode());
+    w.txn().put(MVCC_STATE, &st.mvcc.encode());
     st.applied.partial = Some(Partial {
-        index: at.rev.index,
-        sub: at.rev.sub,
+        index: at.index,
+        sub: at.pos,
         resume,
     });
     let state = postcard::to_stdvec(&st.applied).map_err(corrupt)?;
@@ -290,6 +292,7 @@ impl super::StateMachine {
         let mut st = inner.state.lock();
         let st = &mut *st;
         let before = st.applied.log_id;
+        let revisions_before = (st.readable, st.mvcc.compact, st.mvcc.physical);
         let done = step(st, run)?;
         st.steps.steps += 1;
         st.steps.max_step_work = st.steps.max_step_work.max(done.work);
@@ -298,6 +301,13 @@ impl super::StateMachine {
             if let Some(l) = st.applied.log_id {
                 inner.applied_index.send_replace(l.index);
             }
+        }
+        if (st.readable, st.mvcc.compact, st.mvcc.physical) != revisions_before {
+            inner.revisions.send_replace(super::reads::Revisions {
+                current: st.readable,
+                compact: st.mvcc.compact,
+                physical: st.mvcc.physical,
+            });
         }
         if st.leases.changed() {
             inner.lease_changed.notify_one();

@@ -352,3 +352,90 @@ pub fn batch_entry(
         payload: openraft::EntryPayload::Normal(raftkv::Batch(cmds)),
     }
 }
+
+/// A verdict summed up, for comparisons in tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum V {
+    /// Applied (a transaction: its comparisons held).
+    Applied,
+    /// A transaction whose comparisons did not all hold.
+    CompareFailed,
+    /// Refused: the lease does not exist.
+    LeaseNotFound,
+    /// Refused: the lease holds its most keys.
+    LeaseFull,
+    /// Refused otherwise (etcd's message).
+    Refused(&'static str),
+    /// A retry, answered as first decided.
+    Duplicate { revision: i64, succeeded: bool },
+    /// No session.
+    UnknownSession,
+    /// A sequence number below the session's.
+    Stale,
+}
+
+/// The verdicts of an applied batch, summed up.
+pub fn vs(a: &raftkv::Applied) -> Vec<V> {
+    use raftkv::kv::KvError;
+    use raftkv::Verdict;
+    a.verdicts
+        .iter()
+        .map(|v| match v {
+            Verdict::Applied { .. } if v.succeeded() => V::Applied,
+            Verdict::Applied { .. } => V::CompareFailed,
+            Verdict::Refused(KvError::LeaseNotFound) => V::LeaseNotFound,
+            Verdict::Refused(KvError::LeaseFull) => V::LeaseFull,
+            Verdict::Refused(e) => V::Refused(e.message()),
+            Verdict::Duplicate {
+                revision,
+                succeeded,
+                ..
+            } => V::Duplicate {
+                revision: *revision,
+                succeeded: *succeeded,
+            },
+            Verdict::UnknownSession => V::UnknownSession,
+            Verdict::Stale => V::Stale,
+        })
+        .collect()
+}
+
+/// A put of `value` at `key`, attached to `lease` (0: none).
+pub fn put_leased(key: &str, value: &str, lease: i64) -> raftkv::Command {
+    raftkv::Command::Kv {
+        op: raftkv::kv::RequestOp::Put(raftkv::kv::PutRequest {
+            key: key.as_bytes().to_vec(),
+            value: value.as_bytes().to_vec(),
+            lease,
+            ..Default::default()
+        }),
+        id: None,
+    }
+}
+
+/// The current version of `key` in `sm`.
+pub fn kv_of(sm: &raftkv::StateMachine, key: &str) -> Option<raftkv::kv::KeyValue> {
+    sm.get_at(key.as_bytes(), 0).unwrap()
+}
+
+/// Every change from `from` on in `sm`, as `revision.sub kind key[=value]`.
+pub fn changes(sm: &raftkv::StateMachine, from: i64) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut pos = raftkv::machine::Position::at(from);
+    loop {
+        let page = sm.events(pos, (b"\0", b"\0"), false, (1000, 1000)).unwrap();
+        for (p, e) in &page.events {
+            let key = String::from_utf8_lossy(&e.kv.key);
+            out.push(match e.kind {
+                raftkv::kv::EventType::Put => {
+                    format!("{p} put {key}={}", String::from_utf8_lossy(&e.kv.value))
+                }
+                raftkv::kv::EventType::Delete => format!("{p} delete {key}"),
+            });
+        }
+        if page.next.revision > page.revision {
+            return out;
+        }
+        pos = page.next;
+    }
+}
