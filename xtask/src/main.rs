@@ -27,6 +27,10 @@
 //!   minutes in all (the `fuzz` profile): half the I/O-fault campaign
 //!   (`tests/io_faults.rs`), a quarter the hostile and crafted pages, a
 //!   quarter the crash campaign; each prints its cases and failures.
+//! - `cargo xtask raft-determinism --minutes N`: raftkv's determinism
+//!   campaign for N minutes (the `fuzz` profile): logs from new seeds, each
+//!   applied by three processes grouped three ways, compared byte for
+//!   byte (`tests/determinism.rs`); prints logs and failures.
 //! - `cargo xtask bench-peers [ARGS...]`: `journal bench --scenario peers`
 //!   built with the `peers` feature (okaywal, raft-engine and wal-db), ARGS
 //!   passed on.
@@ -195,6 +199,20 @@ fn test() -> Result<(), String> {
             "faults",
             "--test",
             "overload",
+        ]),
+    )?;
+    // The etcd-client Rust crate, unmodified, against raftkv (feature
+    // `etcd`: the crate builds with protoc, which .ci/run installs).
+    run_tests(
+        "test (raftkv, feature etcd: the etcd-client crate)",
+        cargo().args([
+            "test",
+            "--package",
+            "raftkv",
+            "--features",
+            "etcd",
+            "--test",
+            "etcd_client",
         ]),
     )?;
     // kvstore's injected panic in the combiner (failpoint
@@ -412,6 +430,30 @@ fn kv_faults(minutes: f64) -> Result<(), String> {
     Ok(())
 }
 
+/// `cargo xtask raft-determinism --minutes N`: raftkv's determinism
+/// campaign — logs from new seeds, each applied by three processes
+/// grouped three ways, their answers, versions, hashes and stores
+/// compared byte for byte — for N minutes. Built with the `fuzz` profile;
+/// prints the logs applied and the failures.
+fn raft_determinism(minutes: f64) -> Result<(), String> {
+    let mut cmd = cargo();
+    cmd.args([
+        "test",
+        "--profile",
+        "fuzz",
+        "--package",
+        "raftkv",
+        "--test",
+        "determinism",
+        "logs_from_many_seeds_apply_alike",
+        "--",
+        "--exact",
+        "--nocapture",
+    ]);
+    cmd.env("RAFTKV_DETERMINISM_SECONDS", (minutes * 60.0).to_string());
+    run_tests("raftkv determinism campaign", &mut cmd)
+}
+
 /// Runs one test target of journal-tests in release mode, its output shown,
 /// with `envs` set.
 fn release_test(what: &str, test: &str, envs: &[(&str, String)]) -> Result<(), String> {
@@ -550,7 +592,7 @@ fn bench_raft(args: &[String]) -> Result<(), String> {
 }
 
 fn usage() -> String {
-    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | bench-raft [ARGS...] | raft-faults [--minutes N] [ARGS...] | raft-soak [--minutes N] [ARGS...] | fs-suite [--quick] [--bindfs] | bench-fs [ARGS...] | crash [--minutes N] | corrupt [--minutes N] | fuzz [--minutes N] | kv-faults [--minutes N]>"
+    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | bench-raft [ARGS...] | raft-faults [--minutes N] [ARGS...] | raft-soak [--minutes N] [ARGS...] | fs-suite [--quick] [--bindfs] | bench-fs [ARGS...] | crash [--minutes N] | corrupt [--minutes N] | fuzz [--minutes N] | kv-faults [--minutes N] | raft-determinism [--minutes N]>"
         .into()
 }
 
@@ -628,11 +670,21 @@ fn main() -> ExitCode {
         }),
         Some("fuzz") => minutes(&args[1..]).and_then(fuzz),
         Some("kv-faults") => minutes(&args[1..]).and_then(kv_faults),
+        Some("raft-determinism") => minutes(&args[1..]).and_then(raft_determinism),
         _ => Err(usage()),
     };
     if matches!(
         args.first().map(String::as_str),
-        Some("ci" | "test" | "loom" | "shuttle" | "crash" | "corrupt" | "fuzz" | "kv-faults")
+        Some(
+            "ci" | "test"
+                | "loom"
+                | "shuttle"
+                | "crash"
+                | "corrupt"
+                | "fuzz"
+                | "kv-faults"
+                | "raft-determinism"
+        )
     ) {
         summary(&args[0]);
     }

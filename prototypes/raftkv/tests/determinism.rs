@@ -8,7 +8,9 @@
 //!   sessions with retries and stale ids) is applied by three processes —
 //!   each has its own `HashMap` seeds — each grouping the entries
 //!   differently; their stores (as snapshot files), versions (the watch
-//!   history), hashes and answers must be the same, byte for byte.
+//!   history), hashes and answers must be the same, byte for byte. Then
+//!   logs from other seeds the same way: one more in `cargo test`, new
+//!   ones for a time budget in `cargo xtask raft-determinism`.
 //! - The same over HTTP: leases revoked while clients attach keys to them;
 //!   the history read from the leader and, once it is killed, from the
 //!   new leader must be the same.
@@ -29,8 +31,13 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 type Entry = openraft::alias::EntryOf<raftkv::TypeConfig>;
 
-/// Set in a child process: `GROUPING:OUTPUT` (see `child`).
+/// Set in a child process: `GROUPING:SEED:OUTPUT` (see `child`).
 const CHILD: &str = "RAFTKV_DETERMINISM_CHILD";
+/// The recorded log's seed in `cargo test`.
+const SEED: u64 = 0x5eed_0007;
+/// `cargo xtask raft-determinism`'s time budget, seconds: logs from new
+/// seeds for that long (without it, one more fixed seed).
+const SECONDS: &str = "RAFTKV_DETERMINISM_SECONDS";
 
 fn op(cmd: Command) -> RequestOp {
     match cmd {
@@ -135,9 +142,9 @@ fn one_command(
     }
 }
 
-/// The recorded log: 90 entries from a fixed seed.
-fn recorded_log() -> Vec<Entry> {
-    let mut rng = SplitMix64::new(0x5eed_0007);
+/// The recorded log: 90 entries from `seed`.
+fn recorded_log(seed: u64) -> Vec<Entry> {
+    let mut rng = SplitMix64::new(seed);
     let mut leases: Vec<i64> = Vec::new();
     let mut seqs = [0u64; 6];
     let mut entries = Vec::new();
@@ -193,14 +200,14 @@ fn recorded_log() -> Vec<Entry> {
 /// one call) and writes what it produced to `out`: every answer, the
 /// store's revisions, every change held from the compaction on, the hash
 /// of the versions, then the store as a snapshot file, byte for byte.
-async fn child(grouping: usize, out: &std::path::Path) {
+async fn child(grouping: usize, seed: u64, out: &std::path::Path) {
     let sim = SimVfs::new();
     let options = kvstore::Options {
         checkpoint_interval: None,
         ..kvstore::Options::default()
     };
     let mut sm = StateMachine::open(Arc::new(sim), "/n/state", options).unwrap();
-    let log = recorded_log();
+    let log = recorded_log(seed);
     let chunk = if grouping == 0 { log.len() } else { grouping };
     let mut bytes = Vec::new();
     for group in log.chunks(chunk) {
@@ -228,59 +235,75 @@ async fn child(grouping: usize, out: &std::path::Path) {
 }
 
 /// This test's binary run again as a child process, in `child` mode.
-fn spawn_child(grouping: usize, out: &std::path::Path) -> std::process::Child {
-    std::process::Command::new(std::env::current_exe().unwrap())
+fn spawn_child(grouping: usize, seed: u64, out: &std::path::Path) -> tokio::process::Child {
+    tokio::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "one_log_applies_byte_for_byte_alike_in_three_processes",
             "--exact",
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(CHILD, format!("{grouping}:{}", out.display()))
+        .env(CHILD, format!("{grouping}:{seed}:{}", out.display()))
         .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
         .spawn()
         .unwrap()
+}
+
+/// The log from `seed` applied by three processes, grouped by
+/// `groupings`: what the first produced, or where another differs.
+async fn three_processes(seed: u64, groupings: [usize; 3]) -> Result<String, String> {
+    let tmp = tempfile::tempdir().unwrap();
+    let outs: Vec<_> = (0..3)
+        .map(|i| tmp.path().join(format!("out-{i}")))
+        .collect();
+    let children: Vec<_> = groupings
+        .iter()
+        .zip(&outs)
+        .map(|(g, out)| spawn_child(*g, seed, out))
+        .collect();
+    for mut c in children {
+        // Dropped on a timeout: the rest are killed with it.
+        let status = tokio::time::timeout(Duration::from_secs(300), c.wait())
+            .await
+            .map_err(|_| format!("seed {seed}: a child did not finish within 300 s"))?
+            .unwrap();
+        if !status.success() {
+            return Err(format!("seed {seed}: a child failed: {status}"));
+        }
+    }
+    let results: Vec<Vec<u8>> = outs.iter().map(|o| std::fs::read(o).unwrap()).collect();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    for (i, r) in results.iter().enumerate().skip(1) {
+        if r != &results[0] {
+            let (a, b) = (text(&results[0]), text(r));
+            let at = a.lines().zip(b.lines()).position(|(x, y)| x != y);
+            let line = |s: &str| at.and_then(|n| s.lines().nth(n)).unwrap_or("").to_owned();
+            return Err(format!(
+                "seed {seed}: process {i} (grouping {}) differs from process 0 (grouping {}) at line {at:?}: {:?} against {:?}",
+                groupings[i],
+                groupings[0],
+                line(&b),
+                line(&a),
+            ));
+        }
+    }
+    Ok(text(&results[0]))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_log_applies_byte_for_byte_alike_in_three_processes() {
     if let Ok(arg) = std::env::var(CHILD) {
-        let (grouping, out) = arg.split_once(':').unwrap();
-        child(grouping.parse().unwrap(), std::path::Path::new(out)).await;
+        let mut parts = arg.splitn(3, ':');
+        let (grouping, seed, out) = (parts.next(), parts.next(), parts.next());
+        let (grouping, seed) = (grouping.unwrap().parse(), seed.unwrap().parse());
+        let out = std::path::Path::new(out.unwrap());
+        child(grouping.unwrap(), seed.unwrap(), out).await;
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
     // One entry per call, all at once, and groups of 7.
-    let groupings = [1usize, 0, 7];
-    let outs: Vec<_> = (0..3)
-        .map(|i| tmp.path().join(format!("out-{i}")))
-        .collect();
-    let mut children: Vec<_> = groupings
-        .iter()
-        .zip(&outs)
-        .map(|(g, out)| spawn_child(*g, out))
-        .collect();
-    let start = Instant::now();
-    for c in &mut children {
-        loop {
-            if let Some(status) = c.try_wait().unwrap() {
-                assert!(status.success(), "a child failed: {status}");
-                break;
-            }
-            if start.elapsed() > Duration::from_secs(300) {
-                for c in &mut children {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
-                panic!("the children did not finish within 300 s");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-    let results: Vec<Vec<u8>> = outs.iter().map(|o| std::fs::read(o).unwrap()).collect();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let first = three_processes(SEED, [1, 0, 7]).await.unwrap();
     // The log did what it is meant to exercise.
-    let first = text(&results[0]);
     assert!(first.lines().any(|l| l.contains(" delete l/")));
     assert!(first.lines().any(|l| l.contains(" delete r/")));
     assert!(first.contains("Duplicate") && first.contains("Stale"));
@@ -290,20 +313,44 @@ async fn one_log_applies_byte_for_byte_alike_in_three_processes() {
         !revisions.contains("compact: 0,") && revisions.contains("physical"),
         "no compaction applied: {revisions}"
     );
-    for (i, r) in results.iter().enumerate().skip(1) {
-        if r != &results[0] {
-            let (a, b) = (text(&results[0]), text(r));
-            let at = a.lines().zip(b.lines()).position(|(x, y)| x != y);
-            let line = |s: &str| at.and_then(|n| s.lines().nth(n)).unwrap_or("").to_owned();
-            panic!(
-                "process {i} (grouping {}) differs from process 0 (grouping {}) at line {at:?}: {:?} against {:?}",
-                groupings[i],
-                groupings[0],
-                line(&b),
-                line(&a),
-            );
+}
+
+/// Logs from other seeds, each grouped three ways (one entry a call, all
+/// at once, and groups of 2 to 14 chosen by the seed): one more fixed
+/// seed in `cargo test`; new seeds for `RAFTKV_DETERMINISM_SECONDS`
+/// (`cargo xtask raft-determinism --minutes N`), from
+/// `RAFTKV_DETERMINISM_SEED` or the clock. Prints the logs applied and
+/// the failures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_from_many_seeds_apply_alike() {
+    let budget = std::env::var(SECONDS).ok().map(|s| {
+        Duration::from_secs_f64(s.parse().expect("RAFTKV_DETERMINISM_SECONDS is seconds"))
+    });
+    let first_seed = match std::env::var("RAFTKV_DETERMINISM_SEED") {
+        Ok(s) => s.parse().expect("RAFTKV_DETERMINISM_SEED is a number"),
+        Err(_) if budget.is_some() => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64),
+        Err(_) => 0x5eed_0008,
+    };
+    let start = Instant::now();
+    let (mut logs, mut failures) = (0u64, Vec::new());
+    loop {
+        let seed = first_seed.wrapping_add(logs);
+        let grouping = 2 + (seed % 13) as usize;
+        if let Err(e) = three_processes(seed, [1, 0, grouping]).await {
+            failures.push(e);
+        }
+        logs += 1;
+        if budget.is_none_or(|b| start.elapsed() >= b) {
+            break;
         }
     }
+    println!(
+        "determinism: {logs} logs from seed {first_seed} on, {} failures",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{failures:#?}");
 }
 
 /// Every event of the history from revision `from` up to the put of key
