@@ -52,6 +52,6 @@ pub use error::{Error, Result};
 pub use fsck::fsck;
 pub use layout::{Kind, Time, FORMAT_VERSION, MAX_FILE_SIZE, NAME_MAX, ROOT, SYMLINK_MAX};
 pub use volume::{
-    journal_dir, Fs, Ino, MkfsOptions, MountOptions, MountReport, NewNode, RenameMode, SetAttr,
-    Stat, LINK_MAX,
+    journal_dir, Atime, Fs, Ino, MkfsOptions, MountOptions, MountReport, NewNode, RenameMode,
+    SetAttr, Stat, LINK_MAX,
 };

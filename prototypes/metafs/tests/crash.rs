@@ -384,6 +384,7 @@ fn run_seed(seed: u64) -> u64 {
         // From the least the cache keeps (4 blocks) up: eviction and
         // read-back under every operation and crash.
         cache_bytes: rng.range(4, 64) as usize * 4096,
+        ..MountOptions::default()
     };
     let threads = rng.range(2, 4) as usize;
     let mut vfs = SimVfs::new();
