@@ -49,6 +49,11 @@
 //!   mount as root (every applicable test must pass), a 2 GiB file through
 //!   the mount and back byte-exact (not with `--quick`), fsck; `--bindfs`
 //!   runs the suite on ext4 through bindfs too. Installs what it needs.
+//! - `cargo xtask xfstests [--group quick|auto] [--fs LIST] [--tests LIST]
+//!   [--ci]`: xfstests (built at a pinned commit under `target/tools`) on
+//!   metafs, on ext4 through bindfs and on ext4 itself, in one run; the
+//!   table of outcomes into docs/XFSTESTS.md; `--ci` runs the fixed subset
+//!   on metafs alone. As root; installs what it needs.
 //! - `cargo xtask bench-fs [ARGS...]`: `metafs bench --scenario fs-mark`
 //!   (the real fs_mark on a metafs mount beside ext4 through bindfs and
 //!   native ext4), after installing Debian's fsmark and bindfs if missing;
@@ -65,6 +70,7 @@
 #![forbid(unsafe_code)]
 
 mod fs_suite;
+mod xfstests;
 
 use std::env;
 use std::io::{BufRead, BufReader};
@@ -550,7 +556,7 @@ fn bench_raft(args: &[String]) -> Result<(), String> {
 }
 
 fn usage() -> String {
-    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | bench-raft [ARGS...] | raft-faults [--minutes N] [ARGS...] | raft-soak [--minutes N] [ARGS...] | fs-suite [--quick] [--bindfs] | bench-fs [ARGS...] | crash [--minutes N] | corrupt [--minutes N] | fuzz [--minutes N] | kv-faults [--minutes N]>"
+    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | bench-raft [ARGS...] | raft-faults [--minutes N] [ARGS...] | raft-soak [--minutes N] [ARGS...] | fs-suite [--quick] [--bindfs] | xfstests [--group quick|auto] [--ci] | bench-fs [ARGS...] | crash [--minutes N] | corrupt [--minutes N] | fuzz [--minutes N] | kv-faults [--minutes N]>"
         .into()
 }
 
@@ -618,6 +624,7 @@ fn main() -> ExitCode {
         ),
         Some("fs-suite") => fs_suite::run(&args[1..]),
         Some("bench-fs") => fs_suite::bench_fs(&args[1..]),
+        Some("xfstests") => xfstests::run(&args[1..]),
         Some("corrupt") => minutes(&args[1..]).and_then(|m| {
             campaign(
                 "corruption campaign",
