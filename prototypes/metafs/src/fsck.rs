@@ -10,8 +10,8 @@
 //! - a symlink's target is 1..=4095 bytes with no NUL; FIFOs, sockets and
 //!   devices own no blocks;
 //! - no live inode is unreachable but the orphans (unlinked while open:
-//!   link count 0, on the orphan list), and the inode bitmap marks exactly
-//!   the live inodes;
+//!   link count 0, on the orphan list; a directory among them empty), and
+//!   the inode bitmap marks exactly the live inodes;
 //! - no block is owned twice, lies outside the data area, or is mapped
 //!   past its inode's size; an inode's block count is what its map holds;
 //!   and the block bitmap equals exactly the blocks owned (plus the fixed
@@ -86,10 +86,16 @@ fn check(x: &mut Inspector<'_>) -> Result<Vec<String>> {
         Ok(list) => {
             for ino in list {
                 let i = x.inode(ino)?;
-                if i.kind == Kind::Dir || inodes.contains_key(&ino) {
-                    w.problems
-                        .push(format!("orphan inode {ino} is a directory or still named"));
+                if inodes.contains_key(&ino) || i.nlink != 0 || i.kind == Kind::Free {
+                    w.problems.push(format!(
+                        "orphan inode {ino} is still named, linked ({}) or free",
+                        i.nlink
+                    ));
                     continue;
+                }
+                if i.kind == Kind::Dir && !x.entries(ino)?.is_empty() {
+                    w.problems
+                        .push(format!("orphan directory {ino} holds entries"));
                 }
                 check_blocks(x, ino, &i, &mut w)?;
                 inodes.insert(ino, i);

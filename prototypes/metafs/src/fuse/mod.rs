@@ -5,9 +5,10 @@
 //! FUSE inode numbers are metafs's own (the root is 1 in both). The mount
 //! uses `default_permissions`: the kernel checks access against the mode,
 //! owner and group metafs keeps, as it does for a disk filesystem, and a
-//! new inode's owner is the caller's uid and gid. Reads do not move the
-//! access time (`noatime`); every other change moves the times POSIX
-//! says. `fsync` and `fsyncdir` commit (durable on return); since the
+//! new inode's owner is the caller's uid and gid. Reads move the access
+//! time as the mount's atime option says (the kernel leaves atime to a
+//! FUSE filesystem; relatime by default); every other change moves the
+//! times POSIX says. `fsync` and `fsyncdir` commit (durable on return); since the
 //! kernel does not forward `sync(2)`/`syncfs(2)` to FUSE, [`mount`] also
 //! commits on a timer (jbd2's commit interval, here 1 s), so `sync`
 //! followed by a second's wait is durable too; unmounting checkpoints.
@@ -387,6 +388,26 @@ impl Filesystem for MetaFuse {
             }
             from = last + 1;
         }
+    }
+
+    fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // Counted like a file's open: a directory removed while open
+        // lives on, empty and unlinked, until its releasedir.
+        match self.fs.open(ino(i)) {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(self.fs.release(ino(i)), reply);
     }
 
     fn fsyncdir(

@@ -99,6 +99,10 @@ impl MountConfig {
                 _ => return Err(format!("unknown mount option {o:?}")),
             }
         }
+        if self.read_only {
+            // Nothing is written through a read-only mount, times included.
+            fs.atime = Atime::Never;
+        }
         Ok(())
     }
 
@@ -176,10 +180,12 @@ mod tests {
         assert!(c.allow_other && c.nosuid && !c.read_only && !c.nodev);
         assert_eq!((fs.atime, fs.diratime), (Atime::Never, false));
         assert_eq!(c.commit_every, Duration::from_secs(5));
-        c.apply_options("ro,strictatime,diratime,cache=8", &mut fs)
+        c.apply_options("strictatime,diratime,cache=8", &mut fs)
             .unwrap();
-        assert!(c.read_only);
         assert_eq!((fs.atime, fs.diratime), (Atime::Strict, true));
+        c.apply_options("ro,strictatime", &mut fs).unwrap();
+        assert!(c.read_only);
+        assert_eq!(fs.atime, Atime::Never, "a read-only mount moves no atime");
         assert_eq!(fs.cache_bytes, 8 << 20);
         for bad in [
             "sync",

@@ -103,9 +103,22 @@ impl Fs {
 
     /// Up to `limit` entries of `dir` from position `pos` (0: the start):
     /// (position, name, inode, kind). Resume from the last position + 1;
-    /// a position stays valid while its entry lives.
+    /// a position stays valid while its entry lives. A listing from the
+    /// start moves the directory's access time as [`MountOptions::atime`]
+    /// and [`MountOptions::diratime`] say.
     pub fn readdir_from(&self, dir: Ino, pos: u64, limit: usize) -> Result<Vec<EntryAt>> {
-        self.with(|st, img| st.entries_from(img, dir, pos, limit))
+        let policy = match self.options.diratime {
+            true => self.options.atime,
+            false => Atime::Never,
+        };
+        self.with(|st, img| {
+            let out = st.entries_from(img, dir, pos, limit)?;
+            if pos == 0 {
+                let d = st.dir(img, dir)?;
+                st.accessed(img, dir, d, policy)?;
+            }
+            Ok(out)
+        })
     }
 
     /// The parent of a directory (the root is its own).
@@ -220,7 +233,7 @@ impl Fs {
                 return Err(Error::NotEmpty);
             }
             st.remove_entry(img, dir, name)?;
-            st.free_inode(img, ino)?;
+            st.last_link_gone(img, ino)?;
             st.add_links(img, dir, -1)?;
             st.touch(img, dir)
         })
@@ -379,7 +392,7 @@ impl State {
             Some(t) => {
                 self.retarget_entry(img, to_dir, to_name, ino, src.kind)?;
                 if self.live(img, t)?.kind == Kind::Dir {
-                    self.free_inode(img, t)?;
+                    self.last_link_gone(img, t)?;
                     self.add_links(img, to_dir, -1)?;
                 } else {
                     self.drop_link(img, t)?;
