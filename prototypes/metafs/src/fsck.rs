@@ -12,11 +12,15 @@
 //! - no live inode is unreachable but the orphans (unlinked while open:
 //!   link count 0, on the orphan list; a directory among them empty), and
 //!   the inode bitmap marks exactly the live inodes;
+//! - an inode's extended attributes are a well-formed chain of attribute
+//!   blocks whose run decodes, its ACLs valid;
 //! - no block is owned twice, lies outside the data area, or is mapped
-//!   past its inode's size; an inode's block count is what its map holds;
+//!   past its inode's size; an inode's block count is what its map and
+//!   its attribute chain hold;
 //!   and the block bitmap equals exactly the blocks owned (plus the fixed
 //!   metadata).
 
+use crate::acl;
 use crate::layout::{Inode, Kind, BLOCK, ROOT};
 use crate::volume::{Fs, Inspector};
 use crate::Result;
@@ -140,6 +144,7 @@ fn check_blocks(x: &mut Inspector<'_>, ino: u32, i: &Inode, w: &mut Walk) -> Res
             return Ok(());
         }
     };
+    let chain = check_xattrs(x, ino, i, w)?;
     let n = i.size.div_ceil(BLOCK as u64);
     if !i.kind.has_data() && (!data.is_empty() || !trees.is_empty()) {
         w.problems
@@ -157,14 +162,14 @@ fn check_blocks(x: &mut Inspector<'_>, ino: u32, i: &Inode, w: &mut Walk) -> Res
         w.problems
             .push(format!("directory inode {ino} has a hole in its blocks"));
     }
-    let total = (data.len() + trees.len()) as u64;
+    let total = (data.len() + trees.len() + chain.len()) as u64;
     if total != i.blocks {
         w.problems.push(format!(
             "inode {ino} counts {} blocks, its map holds {total}",
             i.blocks
         ));
     }
-    for b in data.into_iter().map(|(_, b)| b).chain(trees) {
+    for b in data.into_iter().map(|(_, b)| b).chain(trees).chain(chain) {
         if b < sb.data_start || b >= sb.blocks {
             w.problems.push(format!(
                 "inode {ino} points to block {b}, outside the data area"
@@ -175,6 +180,35 @@ fn check_blocks(x: &mut Inspector<'_>, ino: u32, i: &Inode, w: &mut Walk) -> Res
         }
     }
     Ok(())
+}
+
+/// Inode `ino`'s extended attributes: a well-formed chain whose run
+/// decodes, every ACL among them valid (a default one on a directory
+/// only). Returns the chain's blocks (none when it is damaged).
+fn check_xattrs(x: &mut Inspector<'_>, ino: u32, i: &Inode, w: &mut Walk) -> Result<Vec<u32>> {
+    let chain = match x.xattr_chain(i) {
+        Ok(c) => c,
+        Err(e) => {
+            w.problems.push(format!("inode {ino}'s attributes: {e}"));
+            return Ok(Vec::new());
+        }
+    };
+    match x.xattrs(i) {
+        Ok(attrs) => {
+            for (name, value) in attrs {
+                let is_acl = name == acl::ACCESS || name == acl::DEFAULT;
+                if is_acl && acl::Acl::decode(&value).is_err() {
+                    w.problems.push(format!("inode {ino} holds an invalid ACL"));
+                }
+                if name == acl::DEFAULT && i.kind != Kind::Dir {
+                    w.problems
+                        .push(format!("inode {ino} is no directory but has a default ACL"));
+                }
+            }
+        }
+        Err(e) => w.problems.push(format!("inode {ino}'s attributes: {e}")),
+    }
+    Ok(chain)
 }
 
 /// The entries of directory `ino`: each names a live inode of the kind it

@@ -41,6 +41,7 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod acl;
 mod error;
 mod fsck;
 pub mod fuse;
@@ -52,6 +53,6 @@ pub use error::{Error, Result};
 pub use fsck::fsck;
 pub use layout::{Kind, Time, FORMAT_VERSION, MAX_FILE_SIZE, NAME_MAX, ROOT, SYMLINK_MAX};
 pub use volume::{
-    journal_dir, Atime, Fs, Ino, MkfsOptions, MountOptions, MountReport, NewNode, RenameMode,
-    SetAttr, Stat, LINK_MAX,
+    check_xattr_name, journal_dir, Atime, Fs, Ino, MkfsOptions, MountOptions, MountReport, NewNode,
+    RenameMode, SetAttr, Stat, XattrSet, LINK_MAX,
 };

@@ -19,7 +19,7 @@ use convert::{attr, errno, file_type, ino, kind_of_mode, time_or_now};
 use fuser::{
     Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner, OpenFlags,
     RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -31,6 +31,7 @@ use syncer::Syncer;
 mod convert;
 mod session;
 mod syncer;
+mod xattr;
 
 pub use convert::{metafs_time, system_time};
 pub use session::{mount, MountConfig};
@@ -87,8 +88,9 @@ impl MetaFuse {
         }
     }
 
-    /// A new node in `parent` owned by the caller (`mode`: the umask
-    /// already taken out).
+    /// A new node in `parent` owned by the caller (metafs takes the umask
+    /// out, or inherits the directory's default ACL).
+    #[allow(clippy::too_many_arguments)]
     fn make(
         &self,
         req: &Request,
@@ -96,6 +98,7 @@ impl MetaFuse {
         name: &OsStr,
         kind: Kind,
         mode: u32,
+        umask: u32,
         rdev: u32,
     ) -> crate::Result<u32> {
         let node = NewNode {
@@ -104,12 +107,22 @@ impl MetaFuse {
             uid: req.uid(),
             gid: req.gid(),
             rdev,
+            umask: (umask & 0o777) as u16,
         };
         self.fs.make_node(ino(parent), name.as_bytes(), node)
     }
 }
 
 impl Filesystem for MetaFuse {
+    fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> std::io::Result<()> {
+        // POSIX ACLs checked by the kernel, kept by metafs; the umask
+        // left to metafs (a default ACL replaces it). A kernel without
+        // them gets neither, and metafs works as before.
+        use fuser::InitFlags as F;
+        let _ = config.add_capabilities(F::FUSE_POSIX_ACL | F::FUSE_DONT_MASK);
+        Ok(())
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.entry(self.fs.lookup(ino(parent), name.as_bytes()), reply);
     }
@@ -173,7 +186,7 @@ impl Filesystem for MetaFuse {
     ) {
         let r = match kind_of_mode(mode) {
             Some(Kind::Dir) | None => Err(Error::InvalidArgument("mknod of no file type")),
-            Some(k) => self.make(req, parent, name, k, mode & !umask, rdev),
+            Some(k) => self.make(req, parent, name, k, mode, umask, rdev),
         };
         self.entry(r, reply);
     }
@@ -188,7 +201,7 @@ impl Filesystem for MetaFuse {
         reply: ReplyEntry,
     ) {
         self.entry(
-            self.make(req, parent, name, Kind::Dir, mode & !umask, 0),
+            self.make(req, parent, name, Kind::Dir, mode, umask, 0),
             reply,
         );
     }
@@ -390,6 +403,31 @@ impl Filesystem for MetaFuse {
         }
     }
 
+    fn setxattr(
+        &self,
+        req: &Request,
+        i: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        self.do_setxattr(req, i, name, value, flags, reply);
+    }
+
+    fn getxattr(&self, _req: &Request, i: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.do_getxattr(i, name, size, reply);
+    }
+
+    fn listxattr(&self, _req: &Request, i: INodeNo, size: u32, reply: ReplyXattr) {
+        self.do_listxattr(i, size, reply);
+    }
+
+    fn removexattr(&self, _req: &Request, i: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.do_removexattr(i, name, reply);
+    }
+
     fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         // Counted like a file's open: a directory removed while open
         // lives on, empty and unlinked, until its releasedir.
@@ -447,7 +485,7 @@ impl Filesystem for MetaFuse {
         reply: ReplyCreate,
     ) {
         match self
-            .make(req, parent, name, Kind::File, mode & !umask, 0)
+            .make(req, parent, name, Kind::File, mode, umask, 0)
             .and_then(|i| self.fs.open(i).and_then(|()| self.fs.stat(i)))
         {
             Ok(s) => reply.created(

@@ -78,8 +78,10 @@ mod ops;
 mod orphans;
 mod replay;
 mod state;
+mod xattr;
 
 pub use ops::{NewNode, RenameMode, SetAttr, LINK_MAX};
+pub use xattr::{check_xattr_name, XattrSet};
 
 /// An inode number.
 pub type Ino = u32;
@@ -207,7 +209,8 @@ pub struct Stat {
     pub ctime: Time,
     /// Device number (devices).
     pub rdev: u32,
-    /// Blocks allocated to it (data, directory and indirect blocks).
+    /// Blocks allocated to it (data, directory, indirect and extended
+    /// attribute blocks).
     pub blocks: u64,
 }
 
@@ -666,6 +669,14 @@ impl Inspector<'_> {
     /// The orphan list.
     pub(crate) fn orphans(&mut self) -> Result<Vec<Ino>> {
         self.st.orphans(self.img)
+    }
+    /// The blocks of an inode's attribute chain.
+    pub(crate) fn xattr_chain(&mut self, i: &Inode) -> Result<Vec<u32>> {
+        self.st.xattr_chain(self.img, i)
+    }
+    /// An inode's attributes.
+    pub(crate) fn xattrs(&mut self, i: &Inode) -> Result<Vec<crate::layout::xattr::Xattr>> {
+        self.st.xattrs(self.img, i)
     }
     /// What a symlink points to.
     pub(crate) fn data(&mut self, i: &Inode) -> Result<Vec<u8>> {
