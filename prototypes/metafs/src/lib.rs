@@ -53,6 +53,6 @@ pub use error::{Error, Result};
 pub use fsck::fsck;
 pub use layout::{Kind, Time, FORMAT_VERSION, MAX_FILE_SIZE, NAME_MAX, ROOT, SYMLINK_MAX};
 pub use volume::{
-    check_xattr_name, journal_dir, Atime, Fs, Ino, MkfsOptions, MountOptions, MountReport, NewNode,
-    RenameMode, SetAttr, Stat, XattrSet, LINK_MAX,
+    check_xattr_name, journal_dir, Atime, Falloc, Fs, Ino, MkfsOptions, MountOptions, MountReport,
+    NewNode, RenameMode, SetAttr, Stat, XattrSet, LINK_MAX,
 };

@@ -4,7 +4,9 @@
 //! zero, unlink, rename across directories (replacing files), hard link,
 //! symlink, chmod, mkdir, rmdir, extended attributes set and removed (one
 //! to over two blocks of them), access ACLs set (the mode with them) and
-//! rewritten by chmod, fsync, sync — each in its own two
+//! rewritten by chmod, `fallocate` (preallocation past the end or up to a
+//! new one; holes punched on block boundaries), fsync, sync — each in its
+//! own two
 //! directories, while the main
 //! thread crashes the machine at a random moment (under both crash
 //! policies: drop every unsynced write, or keep a random subset of
@@ -30,7 +32,7 @@
 
 use journal_core::vfs::{CrashPolicy, SimVfs, SplitMix64, Vfs};
 use metafs::acl::{self, Acl, Entry};
-use metafs::{fsck, Error, Fs, Kind, MkfsOptions, MountOptions, XattrSet};
+use metafs::{fsck, Error, Falloc, Fs, Kind, MkfsOptions, MountOptions, XattrSet};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -225,7 +227,7 @@ fn step(fs: &Fs, root: &str, m: &mut Model, rng: &mut SplitMix64, n: u64) -> met
         Some(Node::File { id, .. }) => *id,
         _ => unreachable!("a file"),
     };
-    match rng.below(17) {
+    match rng.below(19) {
         0..=2 => {
             let name = new_name(rng);
             if m.contains_key(&name) {
@@ -367,6 +369,34 @@ fn step(fs: &Fs, root: &str, m: &mut Model, rng: &mut SplitMix64, n: u64) -> met
                 }
                 Some(_) => return Ok(Did::Nothing),
             }
+        }
+        17 if !files.is_empty() => {
+            // Preallocation: past the end (invisible), or up to a new end
+            // (zeros).
+            let name = pick(rng, &files);
+            let (off, len) = (rng.below(50_000), rng.range(1, 10_000));
+            let keep_size = rng.chance(1, 2);
+            let ino = fs.resolve(&path(&name))?;
+            fs.fallocate(ino, off, len, Falloc::Allocate { keep_size })?;
+            let end = (off + len) as usize;
+            each_name(m, id_of(m, &name), |d, _, _| {
+                if !keep_size && end > d.len() {
+                    d.resize(end, 0);
+                }
+            });
+        }
+        18 if !files.is_empty() => {
+            // A hole punched on block boundaries (only metadata changes).
+            let name = pick(rng, &files);
+            let (off, len) = (rng.below(14) * 4096, rng.range(1, 4) * 4096);
+            fs.fallocate(fs.resolve(&path(&name))?, off, len, Falloc::PunchHole)?;
+            each_name(m, id_of(m, &name), |d, _, _| {
+                let (a, b) = (
+                    (off as usize).min(d.len()),
+                    ((off + len) as usize).min(d.len()),
+                );
+                d[a..b].fill(0);
+            });
         }
         14 => {
             if rng.chance(1, 2) {

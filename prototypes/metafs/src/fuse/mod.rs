@@ -13,13 +13,13 @@
 //! commits on a timer (jbd2's commit interval, here 1 s), so `sync`
 //! followed by a second's wait is durable too; unmounting checkpoints.
 
-use crate::volume::{Fs, NewNode, RenameMode, SetAttr};
+use crate::volume::{Falloc, Fs, NewNode, RenameMode, SetAttr};
 use crate::{Error, Kind};
 use convert::{attr, errno, file_type, ino, kind_of_mode, time_or_now};
 use fuser::{
     Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner, OpenFlags,
     RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -426,6 +426,51 @@ impl Filesystem for MetaFuse {
 
     fn removexattr(&self, _req: &Request, i: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.do_removexattr(i, name, reply);
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        // FALLOC_FL_KEEP_SIZE 1, PUNCH_HOLE 2, ZERO_RANGE 0x10; the rest
+        // (collapse, insert, unshare, ...) metafs does not do.
+        let how = match mode {
+            0 | 1 => Falloc::Allocate {
+                keep_size: mode == 1,
+            },
+            3 => Falloc::PunchHole,
+            0x10 | 0x11 => Falloc::ZeroRange {
+                keep_size: mode == 0x11,
+            },
+            _ => return reply.error(Errno::from_i32(95)), // EOPNOTSUPP
+        };
+        Self::empty(self.fs.fallocate(ino(i), offset, length, how), reply);
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        // The kernel asks only for SEEK_DATA (3) and SEEK_HOLE (4).
+        let (Ok(offset), 3 | 4) = (u64::try_from(offset), whence) else {
+            return reply.error(Errno::from_i32(22)); // EINVAL
+        };
+        match self.fs.seek(ino(i), offset, whence == 3) {
+            Ok(Some(at)) => reply.offset(at as i64),
+            Ok(None) => reply.error(Errno::from_i32(6)), // ENXIO
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {

@@ -94,7 +94,7 @@ impl State {
     }
 
     /// Regular file `ino` (what write and truncate take).
-    fn regular(&mut self, img: &dyn VfsFile, ino: Ino) -> Result<Inode> {
+    pub(super) fn regular(&mut self, img: &dyn VfsFile, ino: Ino) -> Result<Inode> {
         let i = self.live(img, ino)?;
         match i.kind {
             Kind::File => Ok(i),

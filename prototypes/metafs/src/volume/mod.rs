@@ -74,12 +74,14 @@ mod cache;
 mod commit;
 mod data;
 mod dirs;
+mod falloc;
 mod ops;
 mod orphans;
 mod replay;
 mod state;
 mod xattr;
 
+pub use falloc::Falloc;
 pub use ops::{NewNode, RenameMode, SetAttr, LINK_MAX};
 pub use xattr::{check_xattr_name, XattrSet};
 
