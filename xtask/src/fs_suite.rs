@@ -7,7 +7,10 @@
 //! those in [`NOT_APPLICABLE`], each with its reason. Then (unless
 //! `--quick`) a 2 GiB file goes through the mount and back byte-exact, and
 //! the unmounted image must fsck clean. `--bindfs` also runs the suite on
-//! ext4 through bindfs, the FUSE passthrough, for comparison.
+//! ext4 through bindfs, the FUSE passthrough, for comparison. Last, unless
+//! `--no-xfstests`, xfstests's fixed subset on metafs (`cargo xtask
+//! xfstests --ci`: each test's outcome as listed, fsck clean after each,
+//! every daemon exited cleanly).
 //!
 //! It installs what it needs: Debian's fuse3 (and bindfs with `--bindfs`),
 //! pjdfstest into `target/tools`, the `tests` user.
@@ -295,13 +298,17 @@ fn fsck(metafs: &Path, image: &Path) -> Result<(), String> {
     sh("fsck", Command::new(metafs).arg("fsck").arg(image))
 }
 
-/// `cargo xtask fs-suite [--quick] [--bindfs]`.
+/// `cargo xtask fs-suite [--quick] [--bindfs] [--no-xfstests]`.
 pub fn run(args: &[String]) -> Result<(), String> {
     let quick = args.iter().any(|a| a == "--quick");
     let bindfs = args.iter().any(|a| a == "--bindfs");
-    if let Some(a) = args.iter().find(|a| *a != "--quick" && *a != "--bindfs") {
+    let xfstests = !args.iter().any(|a| a == "--no-xfstests");
+    if let Some(a) = args
+        .iter()
+        .find(|a| !["--quick", "--bindfs", "--no-xfstests"].contains(&a.as_str()))
+    {
         return Err(format!(
-            "fs-suite: unknown argument {a} (--quick, --bindfs)"
+            "fs-suite: unknown argument {a} (--quick, --bindfs, --no-xfstests)"
         ));
     }
     let root = std::env::current_dir().map_err(|e| e.to_string())?;
@@ -376,6 +383,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         fsck(&metafs, &image)?;
     }
     let _ = fs::remove_dir_all(&work);
+    if xfstests {
+        crate::xfstests::run(&["--ci".into()])?;
+    }
     Ok(())
 }
 
