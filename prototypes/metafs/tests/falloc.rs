@@ -242,3 +242,44 @@ fn seek_data_and_seek_hole_find_each_other_through_every_tree() {
     assert_eq!(fs.seek(e, 0, false).unwrap(), None);
     clean(&fs);
 }
+
+#[test]
+fn space_freed_by_a_delete_is_had_again_before_any_sync() {
+    // Freed blocks are reusable once their free is durable: a write or
+    // preallocation short of space commits to have them (xfstests's
+    // generic/213: preallocate 1 GiB, delete, preallocate it again).
+    let (_, fs) = sim_fs(64 << 20);
+    fs.sync().unwrap();
+    let most = fs.data_available() * 3 / 4;
+    let f = fs.create_path("/f").unwrap();
+    fs.fallocate(f, 0, most * B, GROW).unwrap();
+    fs.unlink_path("/f").unwrap();
+    let g = fs.create_path("/g").unwrap();
+    fs.fallocate(g, 0, most * B, GROW).unwrap();
+    assert_eq!(fs.stat(g).unwrap().size, most * B);
+    fs.unlink_path("/g").unwrap();
+    // Written rather than preallocated: the same.
+    let h = fs.create_path("/h").unwrap();
+    let chunk = vec![7u8; 1 << 20];
+    for k in 0..(most * B) / (1 << 20) {
+        fs.write(h, k * (1 << 20), &chunk).unwrap();
+    }
+    clean(&fs);
+}
+
+#[test]
+fn a_file_of_the_size_statfs_reports_available_fits() {
+    // xfstests's generic/103 preallocates what `df` says is available but
+    // 512 KiB: the tree blocks that map the file must be left out of it.
+    let (_, fs) = sim_fs(64 << 20);
+    let avail = fs.data_available();
+    assert!(avail < fs.free().0, "the mapping's blocks are set aside");
+    let f = fs.create_path("/f").unwrap();
+    fs.fallocate(f, 0, avail * B, GROW).unwrap();
+    assert_eq!(fs.stat(f).unwrap().size, avail * B);
+    assert!(matches!(
+        fs.fallocate(f, avail * B, fs.free().0 * B + B, KEEP),
+        Err(Error::NoSpace)
+    ));
+    clean(&fs);
+}

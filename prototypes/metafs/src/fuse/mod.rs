@@ -462,13 +462,14 @@ impl Filesystem for MetaFuse {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        // The kernel asks only for SEEK_DATA (3) and SEEK_HOLE (4).
-        let (Ok(offset), 3 | 4) = (u64::try_from(offset), whence) else {
-            return reply.error(Errno::from_i32(22)); // EINVAL
+        let found = match seek_request(offset, whence) {
+            Err(e) => return reply.error(Errno::from_i32(e)),
+            Ok(None) => Ok(None),
+            Ok(Some((offset, data))) => self.fs.seek(ino(i), offset, data),
         };
-        match self.fs.seek(ino(i), offset, whence == 3) {
+        match found {
             Ok(Some(at)) => reply.offset(at as i64),
-            Ok(None) => reply.error(Errno::from_i32(6)), // ENXIO
+            Ok(None) => reply.error(Errno::from_i32(ENXIO)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -510,7 +511,7 @@ impl Filesystem for MetaFuse {
         reply.statfs(
             sb.blocks as u64,
             free_blocks,
-            free_blocks,
+            self.fs.data_available(),
             sb.inodes as u64,
             free_inodes,
             crate::layout::BLOCK as u32,
@@ -542,5 +543,34 @@ impl Filesystem for MetaFuse {
             ),
             Err(e) => reply.error(errno(&e)),
         }
+    }
+}
+
+const ENXIO: i32 = 6;
+
+/// What an `lseek` the kernel passes on asks for: `(offset, SEEK_DATA?)`,
+/// `None` for a negative offset — nothing there, `ENXIO`, as Linux
+/// answers for any filesystem (xfstests's generic/448) — or the errno of
+/// a request metafs does not take (the kernel sends only `SEEK_DATA`, 3,
+/// and `SEEK_HOLE`, 4).
+fn seek_request(offset: i64, whence: i32) -> Result<Option<(u64, bool)>, i32> {
+    if !matches!(whence, 3 | 4) {
+        return Err(22); // EINVAL
+    }
+    Ok(u64::try_from(offset).ok().map(|o| (o, whence == 3)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::seek_request;
+
+    #[test]
+    fn a_negative_seek_data_or_hole_offset_finds_nothing_and_others_are_refused() {
+        assert_eq!(seek_request(-1, 3), Ok(None));
+        assert_eq!(seek_request(i64::MIN, 4), Ok(None));
+        assert_eq!(seek_request(0, 3), Ok(Some((0, true))));
+        assert_eq!(seek_request(4096, 4), Ok(Some((4096, false))));
+        assert_eq!(seek_request(0, 0), Err(22));
+        assert_eq!(seek_request(-1, 2), Err(22));
     }
 }

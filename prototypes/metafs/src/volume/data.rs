@@ -8,7 +8,7 @@ impl Fs {
     /// (all, or an error with nothing changed). A write past the end
     /// leaves a hole, which reads as zeros and takes no blocks.
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<usize> {
-        self.with(|st, img| {
+        self.with_space(|st, img| {
             let mut i = st.regular(img, ino)?;
             st.write_data(img, &mut i, offset, data)?;
             st.set_inode(img, ino, &i)?;

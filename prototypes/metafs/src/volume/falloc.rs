@@ -17,7 +17,7 @@
 
 use super::bmap::blocks_of;
 use super::*;
-use crate::layout::{span, tree_first, MAX_BLOCKS};
+use crate::layout::{span, tree_first, MAX_BLOCKS, PER_INDIRECT};
 
 /// Blocks one step of a range covers (64 MiB).
 const CHUNK: u64 = 16_384;
@@ -76,7 +76,7 @@ impl Fs {
             ],
         };
         if mode != Falloc::PunchHole {
-            self.with(|st, img| st.room_for(img, ino, first, end_block - 1))?;
+            self.with_space(|st, img| st.room_for(img, ino, first, end_block - 1))?;
         }
         if !matches!(mode, Falloc::Allocate { .. }) {
             self.with(|st, img| st.zero_partial(img, ino, offset, end))?;
@@ -85,7 +85,7 @@ impl Fs {
             let mut at = from;
             while at < to {
                 let next = to.min(at + CHUNK);
-                self.with(|st, img| st.pass(img, ino, at, next, pass))?;
+                self.with_space(|st, img| st.pass(img, ino, at, next, pass))?;
                 at = next;
             }
         }
@@ -110,6 +110,18 @@ impl Fs {
         })
     }
 
+    /// Blocks of data one new file could still be given: the free blocks
+    /// less the tree blocks that would map them (about one in 1,024) —
+    /// `statfs`'s `f_bavail`, so that a file of the size `df` reports
+    /// available fits (xfstests's generic/103 preallocates all of it but
+    /// 512 KiB). Blocks freed but not yet reusable count as free: a write
+    /// or preallocation that needs them commits to have them
+    /// ([`Fs::with_space`]).
+    pub fn data_available(&self) -> u64 {
+        let free = self.free().0;
+        free.saturating_sub(map_overhead(free))
+    }
+
     /// `SEEK_DATA` (`data`) or `SEEK_HOLE` from `offset` in file `ino`:
     /// the first byte at or after `offset` in a mapped block (or a hole:
     /// an unmapped block, or the end of the file). `None` (`ENXIO`) at or
@@ -130,6 +142,15 @@ impl Fs {
             })
         })
     }
+}
+
+/// At most the tree blocks that map `n` data blocks of one file: a leaf
+/// per [`PER_INDIRECT`] data blocks, a node above per `PER_INDIRECT`
+/// leaves, the three trees' roots, and one more leaf and node where a
+/// run straddles two of them.
+fn map_overhead(n: u64) -> u64 {
+    let per = PER_INDIRECT as u64;
+    n.div_ceil(per) + n.div_ceil(per * per) + 3 + 2
 }
 
 impl State {
