@@ -7,10 +7,7 @@
 //! those in [`NOT_APPLICABLE`], each with its reason. Then (unless
 //! `--quick`) a 2 GiB file goes through the mount and back byte-exact, and
 //! the unmounted image must fsck clean. `--bindfs` also runs the suite on
-//! ext4 through bindfs, the FUSE passthrough, for comparison. Last, unless
-//! `--no-xfstests`, xfstests's fixed subset on metafs (`cargo xtask
-//! xfstests --ci`: each test's outcome as listed, fsck clean after each,
-//! every daemon exited cleanly).
+//! ext4 through bindfs, the FUSE passthrough, for comparison.
 //!
 //! It installs what it needs: Debian's fuse3 (and bindfs with `--bindfs`),
 //! pjdfstest into `target/tools`, the `tests` user.
@@ -298,17 +295,13 @@ fn fsck(metafs: &Path, image: &Path) -> Result<(), String> {
     sh("fsck", Command::new(metafs).arg("fsck").arg(image))
 }
 
-/// `cargo xtask fs-suite [--quick] [--bindfs] [--no-xfstests]`.
+/// `cargo xtask fs-suite [--quick] [--bindfs]`.
 pub fn run(args: &[String]) -> Result<(), String> {
     let quick = args.iter().any(|a| a == "--quick");
     let bindfs = args.iter().any(|a| a == "--bindfs");
-    let xfstests = !args.iter().any(|a| a == "--no-xfstests");
-    if let Some(a) = args
-        .iter()
-        .find(|a| !["--quick", "--bindfs", "--no-xfstests"].contains(&a.as_str()))
-    {
+    if let Some(a) = args.iter().find(|a| *a != "--quick" && *a != "--bindfs") {
         return Err(format!(
-            "fs-suite: unknown argument {a} (--quick, --bindfs, --no-xfstests)"
+            "fs-suite: unknown argument {a} (--quick, --bindfs)"
         ));
     }
     let root = std::env::current_dir().map_err(|e| e.to_string())?;
@@ -383,9 +376,6 @@ pub fn run(args: &[String]) -> Result<(), String> {
         fsck(&metafs, &image)?;
     }
     let _ = fs::remove_dir_all(&work);
-    if xfstests {
-        crate::xfstests::run(&["--ci".into()])?;
-    }
     Ok(())
 }
 

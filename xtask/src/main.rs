@@ -2,10 +2,9 @@
 //! wherever cargo does.
 //!
 //! - `cargo xtask ci`: format check, clippy with `-D warnings`, the docs with
-//!   `-D warnings`, the whole test suite, pjdfstest and xfstests's fixed
-//!   subset on a metafs mount (`fs-suite --quick`), `cargo package` of the
-//!   six library crates, the loom suite, then the shuttle schedules. What
-//!   `.ci/run` runs.
+//!   `-D warnings`, the whole test suite, pjdfstest on a metafs mount
+//!   (`fs-suite --quick`), `cargo package` of the six library crates, the
+//!   loom suite, then the shuttle schedules. What `.ci/run` runs.
 //! - `cargo xtask package`: `cargo package` of the library crates together
 //!   (each verified by building it from its package).
 //! - `cargo xtask test`: the whole test suite (all crates, all targets, doc
@@ -46,17 +45,18 @@
 //!   local cluster kept by `raftkv cluster`'s supervisor under recorded
 //!   load, `kill -9` of a random node every 10 s (`--kill-every`), every
 //!   key's history checked at the end.
-//! - `cargo xtask fs-suite [--quick] [--bindfs] [--no-xfstests]`: pjdfstest
-//!   on a metafs mount as root (every applicable test must pass), a 2 GiB
-//!   file through the mount and back byte-exact (not with `--quick`),
-//!   fsck; `--bindfs` runs the suite on ext4 through bindfs too; then
-//!   xfstests's fixed subset on metafs (`xfstests --ci`). Installs what it
-//!   needs.
+//! - `cargo xtask fs-suite [--quick] [--bindfs]`: pjdfstest on a metafs
+//!   mount as root (every applicable test must pass), a 2 GiB file through
+//!   the mount and back byte-exact (not with `--quick`), fsck; `--bindfs`
+//!   runs the suite on ext4 through bindfs too. Installs what it needs.
 //! - `cargo xtask xfstests [--group quick|auto] [--fs LIST] [--tests LIST]
 //!   [--ci]`: xfstests (built at a pinned commit under `target/tools`) on
 //!   metafs, on ext4 through bindfs and on ext4 itself, in one run; the
-//!   table of outcomes into docs/XFSTESTS.md; `--ci` runs the fixed subset
-//!   on metafs alone. As root; installs what it needs.
+//!   table of outcomes into docs/XFSTESTS.md; `--fs metafs` (etc.) runs
+//!   one, `--report` makes the table from the runs' saved results; `--ci`
+//!   runs the fixed subset on metafs alone (not part of `ci`: `.ci/run`
+//!   runs it when `XFSTESTS_GIT` names xfstests's source). As root;
+//!   installs what it needs.
 //! - `cargo xtask bench-fs [ARGS...]`: `metafs bench --scenario fs-mark`
 //!   (the real fs_mark on a metafs mount beside ext4 through bindfs and
 //!   native ext4), after installing Debian's fsmark and bindfs if missing;
@@ -559,7 +559,7 @@ fn bench_raft(args: &[String]) -> Result<(), String> {
 }
 
 fn usage() -> String {
-    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | bench-raft [ARGS...] | raft-faults [--minutes N] [ARGS...] | raft-soak [--minutes N] [ARGS...] | fs-suite [--quick] [--bindfs] [--no-xfstests] | xfstests [--group quick|auto] [--ci] | bench-fs [ARGS...] | crash [--minutes N] | corrupt [--minutes N] | fuzz [--minutes N] | kv-faults [--minutes N]>"
+    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | bench-raft [ARGS...] | raft-faults [--minutes N] [ARGS...] | raft-soak [--minutes N] [ARGS...] | fs-suite [--quick] [--bindfs] | xfstests [--group quick|auto] [--ci] | bench-fs [ARGS...] | crash [--minutes N] | corrupt [--minutes N] | fuzz [--minutes N] | kv-faults [--minutes N]>"
         .into()
 }
 

@@ -5,7 +5,7 @@
 //! ```text
 //! cargo xtask xfstests [--group quick|auto] [--fs ext4,bindfs,metafs]
 //!                      [--tests generic/001,generic/002] [--no-doc]
-//!                      [--source GIT] [--timeout-min N]
+//!                      [--source GIT] [--timeout-min N] [--report]
 //! cargo xtask xfstests --ci        the fixed subset CI runs, on metafs alone
 //! ```
 //!
@@ -17,7 +17,10 @@
 //! metafs's mount helpers into /sbin, makes fresh images and loop devices
 //! under `target/xfstests`, and runs `./check` on each filesystem in turn,
 //! every test under a watchdog. The tests it runs are `generic/` ones:
-//! those any filesystem answers to.
+//! those any filesystem answers to. Each filesystem's results stay under
+//! `target/xfstests/FS/results`; `--report` makes the group's table from
+//! them without running anything (so the filesystems can be run one at a
+//! time, or side by side).
 
 use std::time::Duration;
 
@@ -43,6 +46,21 @@ struct Plan {
     source: String,
     /// A test running longer than this is killed (and counted a hang).
     timeout: Duration,
+    /// Run nothing: make the group's table from the results the last runs
+    /// left, filesystem by filesystem (`--report`).
+    report: bool,
+}
+
+impl Plan {
+    /// What a run was of, as its saved results name it: the group, or
+    /// `tests` for a hand-picked list.
+    fn label(&self) -> &str {
+        if self.tests.is_empty() || self.group == "ci" {
+            &self.group
+        } else {
+            "tests"
+        }
+    }
 }
 
 fn parse(args: &[String]) -> Result<Plan, String> {
@@ -53,6 +71,7 @@ fn parse(args: &[String]) -> Result<Plan, String> {
         doc: true,
         source: std::env::var("XFSTESTS_GIT").unwrap_or_else(|_| setup::DEFAULT_SOURCE.into()),
         timeout: Duration::from_secs(30 * 60),
+        report: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -75,6 +94,7 @@ fn parse(args: &[String]) -> Result<Plan, String> {
             }
             "--tests" => plan.tests = value()?.split(',').map(str::to_owned).collect(),
             "--no-doc" => plan.doc = false,
+            "--report" => plan.report = true,
             "--source" => plan.source = value()?,
             "--timeout-min" => {
                 let m: u64 = value()?.parse().map_err(|_| "--timeout-min N")?;
@@ -102,9 +122,12 @@ fn parse(args: &[String]) -> Result<Plan, String> {
 pub fn run(args: &[String]) -> Result<(), String> {
     let plan = parse(args)?;
     let root = std::env::current_dir().map_err(|e| e.to_string())?;
+    let work = root.join("target/xfstests");
+    if plan.report {
+        return report(&root, &work, &plan);
+    }
     let xfstests = setup::prepare(&root, &plan.source)?;
     let tools = setup::build_metafs(&root)?;
-    let work = root.join("target/xfstests");
     let mut results = Vec::new();
     for &fs in &plan.systems {
         let stage = setup::Stage::new(&work, fs, &tools)?;
@@ -130,4 +153,34 @@ pub fn run(args: &[String]) -> Result<(), String> {
         );
     }
     table.daemons_ok()
+}
+
+/// `--report`: the table of `plan`'s group from what the last run on each
+/// filesystem left under `work` (runs made one filesystem at a time, e.g.
+/// `--fs metafs` then `--fs bindfs`), written as a run's would be.
+fn report(root: &std::path::Path, work: &std::path::Path, plan: &Plan) -> Result<(), String> {
+    let xfstests = root.join("target/tools/xfstests");
+    let mut results = Vec::new();
+    for &fs in &plan.systems {
+        let res = work.join(fs).join("results");
+        if let Some(o) = run::saved(fs, &res, plan.label(), &xfstests)? {
+            let daemons = (fs == "metafs").then(|| setup::DaemonReport::from_logs(&res));
+            results.push((fs, o, daemons));
+        }
+    }
+    if results.is_empty() {
+        return Err(format!("xfstests --report: no saved {} run", plan.label()));
+    }
+    let table = report::Table::new(plan, results);
+    table.print();
+    if plan.doc {
+        let doc = root.join("docs/XFSTESTS.md");
+        table.write_doc(&doc, &setup::describe(&xfstests)?)?;
+        eprintln!(
+            "xfstests: wrote the {} table to {}",
+            plan.group,
+            doc.display()
+        );
+    }
+    Ok(())
 }

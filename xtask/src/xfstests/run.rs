@@ -118,7 +118,43 @@ pub fn check(xfstests: &Path, stage: &Stage, plan: &Plan) -> Result<Outcomes, St
         stage.fs,
         started.elapsed().as_secs_f64() / 60.0
     );
-    outcomes(&lines, &hung, stage, xfstests)
+    // What the table is made from, kept beside `./check`'s own record
+    // (its check.log has the Ran / Not run / Failures lines) so that
+    // `--report` can make the table again from runs made one by one.
+    let keep = format!("{}\n{}\n", plan.label(), hung.join(" "));
+    fs::create_dir_all(&stage.results).map_err(|e| e.to_string())?;
+    fs::write(stage.results.join(SAVED), keep).map_err(|e| e.to_string())?;
+    outcomes(&lines, &hung, stage.fs, &stage.results, xfstests)
+}
+
+/// The file in a stage's results that names the run's group and its hung
+/// tests.
+const SAVED: &str = "metafs-run";
+
+/// The outcomes a finished run left in `results` (a stage's results
+/// directory), if that run was of `label`'s group.
+pub fn saved(
+    fs: &str,
+    results: &Path,
+    label: &str,
+    xfstests: &Path,
+) -> Result<Option<Outcomes>, String> {
+    let Ok(keep) = fs::read_to_string(results.join(SAVED)) else {
+        return Ok(None);
+    };
+    let mut keep = keep.lines();
+    if keep.next() != Some(label) {
+        return Ok(None);
+    }
+    let hung: Vec<String> = keep
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let log = fs::read_to_string(results.join("check.log")).map_err(|e| e.to_string())?;
+    let lines: Vec<String> = log.lines().map(str::to_owned).collect();
+    outcomes(&lines, &hung, fs, results, xfstests).map(Some)
 }
 
 /// The test a line of `./check`'s output starts, if it starts one.
@@ -173,7 +209,8 @@ fn kill_test(check: u32) -> Result<(), String> {
 fn outcomes(
     lines: &[String],
     hung: &[String],
-    stage: &Stage,
+    fs_name: &str,
+    results: &Path,
     xfstests: &Path,
 ) -> Result<Outcomes, String> {
     let list = |prefix: &str| -> Vec<String> {
@@ -185,14 +222,11 @@ fn outcomes(
     };
     let (ran, not_run, failed) = (list("Ran: "), list("Not run: "), list("Failures: "));
     if ran.is_empty() {
-        return Err(format!(
-            "{}: ./check ran nothing (see its output above)",
-            stage.fs
-        ));
+        return Err(format!("{fs_name}: ./check ran nothing (see its output)"));
     }
     let mut out = Outcomes::new();
     for t in ran {
-        let res = stage.results.join(&t);
+        let res = results.join(&t);
         let o = if hung.contains(&t) {
             Outcome::Hung
         } else if not_run.contains(&t) {

@@ -227,16 +227,22 @@ pub fn build_metafs(root: &Path) -> Result<Tools, String> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
-    // A copy of the run's own: a build during the run leaves it alone.
+    // A copy of the run's own: a build during the run leaves it alone. It
+    // replaces the last by a rename, so a run still going on (another
+    // filesystem's) never finds the helper missing.
     let bin = root.join("target/tools/bin/metafs");
     let bindfs = root.join("target/tools/bin/mount.fuse.bindfs");
     fs::create_dir_all(root.join("target/tools/bin")).map_err(|e| e.to_string())?;
-    let _ = fs::remove_file(&bin);
-    fs::copy(target.join("release/metafs"), &bin).map_err(|e| format!("copy metafs: {e}"))?;
+    let fresh = bin.with_extension(format!("new.{}", std::process::id()));
+    fs::copy(target.join("release/metafs"), &fresh).map_err(|e| format!("copy metafs: {e}"))?;
+    fs::rename(&fresh, &bin).map_err(|e| format!("install metafs: {e}"))?;
     for (file, text) in [
         (&bindfs, BINDFS_HELPER),
         (&umount_by_source(root), UMOUNT_BY_SOURCE),
     ] {
+        if fs::read_to_string(file).is_ok_and(|t| t == text) {
+            continue;
+        }
         fs::write(file, text).map_err(|e| e.to_string())?;
         use std::os::unix::fs::PermissionsExt;
         fs::set_permissions(file, fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
@@ -251,6 +257,7 @@ pub fn build_metafs(root: &Path) -> Result<Tools, String> {
             Ok(m) if !m.file_type().is_symlink() => {
                 return Err(format!("{} exists and is not our link", link.display()))
             }
+            Ok(_) if fs::read_link(link).is_ok_and(|t| t == *to) => continue,
             Ok(_) => fs::remove_file(link).map_err(|e| e.to_string())?,
             Err(_) => {}
         }
@@ -446,22 +453,16 @@ impl Stage {
     }
 
     /// What metafs's daemons logged: starts, clean exits, errors, panics.
+    /// Their logs are copied into the results first (the host filesystem
+    /// they are on goes with the stage).
     pub fn daemon_report(&self) -> Result<DaemonReport, String> {
-        let mut r = DaemonReport::default();
-        for name in ["test.img.log", "scratch.img.log"] {
-            let text = fs::read_to_string(self.dir.join("host").join(name)).unwrap_or_default();
-            for line in text.lines() {
-                let what = line.split_once("]: ").map_or(line, |(_, w)| w);
-                if what.starts_with("mounted ") {
-                    r.starts += 1;
-                } else if what.starts_with("exited: ") {
-                    r.clean_exits += 1;
-                } else if what.starts_with("exited with an error") || what.starts_with("panic") {
-                    r.problems.push(format!("{name}: {what}"));
-                }
+        for name in DAEMON_LOGS {
+            let log = self.dir.join("host").join(name);
+            if log.exists() {
+                fs::copy(&log, self.results.join(name)).map_err(|e| format!("{name}: {e}"))?;
             }
         }
-        Ok(r)
+        Ok(DaemonReport::from_logs(&self.results))
     }
 
     /// Unmounts what is still mounted under the stage, detaches its loop
@@ -515,15 +516,56 @@ pub struct DaemonReport {
     pub problems: Vec<String>,
 }
 
+/// The daemons' logs, beside their images.
+const DAEMON_LOGS: [&str; 2] = ["test.img.log", "scratch.img.log"];
+
+impl DaemonReport {
+    /// What the logs in `dir` say.
+    pub fn from_logs(dir: &Path) -> DaemonReport {
+        let mut r = DaemonReport::default();
+        for name in DAEMON_LOGS {
+            let text = fs::read_to_string(dir.join(name)).unwrap_or_default();
+            for line in text.lines() {
+                let what = line.split_once("]: ").map_or(line, |(_, w)| w);
+                if what.starts_with("mounted ") {
+                    r.starts += 1;
+                } else if what.starts_with("exited: ") {
+                    r.clean_exits += 1;
+                } else if what.starts_with("exited with an error") || what.starts_with("panic") {
+                    r.problems.push(format!("{name}: {what}"));
+                }
+            }
+        }
+        r
+    }
+}
+
 /// `_check_fuse_filesystem` for metafs (see [`HOOK_PATCH`]): the device
 /// unmounted if mounted (the unmount helper returns once the daemon has
-/// let go of the image), `metafs fsck` on it, mounted again as it was.
+/// let go of the image; an unmount that finds the mount busy is tried
+/// again, and one that never succeeds fails the test rather than fsck a
+/// live image), `metafs fsck` on it, mounted again as it was.
 const METAFS_FSCK_HOOK: &str = r#"
 _check_fuse_filesystem()
 {
 	local device=$1 ok=1 opts
 	local mnt=$(findmnt -n -l -o TARGET,SOURCE -t fuse | awk -v d="$device" '$2 == d { print $1; exit }')
-	[ -n "$mnt" ] && $UMOUNT_PROG "$mnt"
+	if [ -n "$mnt" ]; then
+		# A statfs of every mount (df, findmnt -D: anything on the
+		# machine) holds the mount for an instant: an unmount that
+		# meets one says "busy". Tried again, a few times.
+		local try
+		for try in 1 2 3 4 5 6 7 8 9 10; do
+			$UMOUNT_PROG "$mnt" 2>> $seqres.full && break
+			sleep 1
+		done
+		if findmnt -n "$mnt" > /dev/null; then
+			_log_err "_check_fuse_filesystem: $mnt stays busy: not unmounted, not checked"
+			status=1
+			[ "$iam" != "check" ] && _exit 1
+			return 1
+		fi
+	fi
 	if ! $METAFS_BIN fsck "$device" > $tmp.fsck 2>&1; then
 		_log_err "_check_fuse_filesystem: metafs on $device is inconsistent"
 		echo "*** metafs fsck output ***" >> $seqres.full
