@@ -22,7 +22,9 @@
 //! the image's journal lock, which the daemon holds until its checkpoint is
 //! done: when `umount` returns, the image is whole and free — for `metafs
 //! fsck`, or the next mount of a `umount; mount` cycle. The mount helper
-//! waits for that lock too (a lazy unmount's daemon may still be serving).
+//! waits for that lock too (a lazy unmount's daemon may still be serving);
+//! an image the mount table shows mounted is refused at once: one daemon
+//! serves an image, so it cannot be mounted twice side by side.
 //! The waits are `flock(1)`'s, bounded by [`LOCK_WAIT_SECS`].
 
 use crate::serve::{self, MountArgs};
@@ -101,6 +103,20 @@ fn mount_helper(args: &[OsString]) -> Result<ExitCode, String> {
             .status()
             .map_err(|e| format!("mount: {e}"))?;
         return Ok(ExitCode::from(st.code().unwrap_or(1).clamp(0, 255) as u8));
+    }
+    // An image serves one mount: mounted already, it is refused at once
+    // (not after the wait below, which is for a daemon still finishing).
+    let mounted = Command::new("findmnt")
+        .args(["-n", "-l", "-t", "fuse", "-o", "TARGET", "-S"])
+        .arg(source)
+        .output()
+        .map_err(|e| format!("findmnt: {e}"))?;
+    let mounted = String::from_utf8_lossy(&mounted.stdout);
+    if let Some(at) = mounted.lines().next() {
+        return Err(format!(
+            "{} is already mounted on {at}: an image serves one mount",
+            source.display()
+        ));
     }
     wait_free(source)?;
     let mut log = source.as_os_str().to_owned();

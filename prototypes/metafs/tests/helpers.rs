@@ -149,6 +149,19 @@ fn the_helpers_mount_and_unmount_so_fsck_right_after_finds_the_image_free() {
             vec![round; 10_000]
         );
     }
+    // Mounted already: a second mount of the image is refused at once,
+    // not after the wait for a finishing daemon (xfstests's generic/732).
+    let second = tmp.path().join("mnt2");
+    std::fs::create_dir(&second).unwrap();
+    let t = std::time::Instant::now();
+    let out = run(&mount_helper, &[i, second.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already mounted"),
+        "{out:?}"
+    );
+    assert!(t.elapsed() < std::time::Duration::from_secs(30));
+    assert!(mounted(&second).is_none());
     ok(run(&umount_helper, &[m]));
     let log = std::fs::read_to_string(format!("{i}.log")).unwrap();
     assert_eq!(log.matches(": mounted ").count(), 6, "{log}");
