@@ -3,8 +3,7 @@
 //! runs), with an optional log of its life.
 
 use clap::Args;
-use journal_core::sync::Mutex;
-use journal_core::vfs::{OpenOptions, OsVfs, Vfs, VfsFile};
+use journal_core::vfs::{OpenOptions, OsVfs, Vfs};
 use metafs::fuse::MountConfig;
 use metafs::{Fs, MountOptions};
 use std::io::{BufRead, BufReader};
@@ -57,29 +56,34 @@ pub struct MountArgs {
     pub log: Option<PathBuf>,
 }
 
-/// A log file, appended to line by line (through journal-core's VFS, like
-/// every file metafs writes).
+/// A log file, appended to line by line. Opened `O_APPEND`: each line is
+/// one write at the end of the file as it is then, so the daemons of
+/// successive mounts of an image may share its log — the next mount's
+/// daemon starts as soon as this one lets go of the image, before this
+/// one's last line (the `exited` line, written after the checkpoint) is
+/// written; a daemon keeping its own end would write that line over the
+/// next one's `mounted` (seen under xfstests: a daemon that looked dead).
 pub struct Log {
-    file: Box<dyn VfsFile>,
-    end: Mutex<u64>,
+    file: std::fs::File,
 }
 
 impl Log {
     /// Opens (creating) `path` for appending.
     pub fn open(path: &Path) -> Result<Arc<Log>, String> {
-        let file = OsVfs::new()
-            .open(path, OpenOptions::create().mode(0o644))
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o644)
+            .open(path)
             .map_err(|e| format!("log {}: {e}", path.display()))?;
-        let end = file.len().map_err(|e| e.to_string())?;
-        Ok(Arc::new(Log {
-            file,
-            end: Mutex::new(end),
-        }))
+        Ok(Arc::new(Log { file }))
     }
 
     /// Appends `line`, stamped with the time and this process's id
     /// (a failed write is dropped: the log must not stop the daemon).
     pub fn line(&self, line: &str) {
+        use std::io::Write;
         let t = metafs::Time::now();
         let text = format!(
             "{}.{:03} metafs[{}]: {line}\n",
@@ -87,10 +91,7 @@ impl Log {
             t.nsec / 1_000_000,
             std::process::id()
         );
-        let mut end = self.end.lock();
-        if self.file.write_at(text.as_bytes(), *end).is_ok() {
-            *end += text.len() as u64;
-        }
+        let _ = (&self.file).write_all(text.as_bytes());
     }
 }
 
@@ -227,4 +228,37 @@ fn last_line(path: &Path) -> Option<String> {
     let text = String::from_utf8_lossy(&buf[..n]);
     let line = text.lines().last()?;
     Some(line.split_once("]: ").map_or(line, |(_, w)| w).to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Log;
+
+    #[test]
+    fn two_daemons_sharing_a_log_lose_none_of_each_others_lines() {
+        // The next mount's daemon opens the log before this one writes
+        // its `exited` line.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("image.log");
+        let first = Log::open(&path).unwrap();
+        first.line("mounted by the first");
+        let second = Log::open(&path).unwrap();
+        second.line("mounted by the second");
+        first.line("exited: the first");
+        second.line("exited: the second");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text
+            .lines()
+            .map(|l| l.split_once("]: ").unwrap().1)
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "mounted by the first",
+                "mounted by the second",
+                "exited: the first",
+                "exited: the second"
+            ]
+        );
+    }
 }
