@@ -116,7 +116,7 @@ impl Fs {
     /// available fits (xfstests's generic/103 preallocates all of it but
     /// 512 KiB). Blocks freed but not yet reusable count as free: a write
     /// or preallocation that needs them commits to have them
-    /// ([`Fs::with_space`]).
+    /// (see `Fs::with_space`).
     pub fn data_available(&self) -> u64 {
         let free = self.free().0;
         free.saturating_sub(map_overhead(free))

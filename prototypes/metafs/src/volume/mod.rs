@@ -35,7 +35,8 @@
 //! Two rules keep freed blocks honest (both jbd2's):
 //! - a block freed in a transaction is not reused before that transaction
 //!   is durable (else new data could overwrite a block the committed
-//!   metadata still points to);
+//!   metadata still points to) — a write or `fallocate` short of space
+//!   while such blocks wait commits to have them, as ext4 does;
 //! - a freed *metadata* block is *revoked* in the transaction's record, so
 //!   replay never writes an older image of it over what it holds next.
 //!
