@@ -53,6 +53,14 @@
 //!   mount as root (every applicable test must pass), a 2 GiB file through
 //!   the mount and back byte-exact (not with `--quick`), fsck; `--bindfs`
 //!   runs the suite on ext4 through bindfs too. Installs what it needs.
+//! - `cargo xtask xfstests [--group quick|auto] [--fs LIST] [--tests LIST]
+//!   [--ci]`: xfstests (built at a pinned commit under `target/tools`) on
+//!   metafs, on ext4 through bindfs and on ext4 itself, in one run; the
+//!   table of outcomes into docs/XFSTESTS.md; `--fs metafs` (etc.) runs
+//!   one, `--report` makes the table from the runs' saved results; `--ci`
+//!   runs the fixed subset on metafs alone (not part of `ci`: `.ci/run`
+//!   runs it when `XFSTESTS_GIT` names xfstests's source). As root;
+//!   installs what it needs.
 //! - `cargo xtask bench-fs [ARGS...]`: `metafs bench --scenario fs-mark`
 //!   (the real fs_mark on a metafs mount beside ext4 through bindfs and
 //!   native ext4), after installing Debian's fsmark and bindfs if missing;
@@ -68,7 +76,9 @@
 //!   racing grows of the data file).
 #![forbid(unsafe_code)]
 
+mod campaigns;
 mod fs_suite;
+mod xfstests;
 
 use std::env;
 use std::io::{BufRead, BufReader};
@@ -384,76 +394,6 @@ fn fuzz(minutes: f64) -> Result<(), String> {
     Ok(())
 }
 
-/// `cargo xtask kv-faults --minutes N`: kvstore's fault campaigns for N
-/// minutes in all — half the I/O-fault campaign (a write, sync or read of
-/// the data file or the double-write area failing anywhere, then a crash
-/// and a reopen), a quarter the hostile and crafted pages, a quarter the
-/// crash campaign. Built with the `fuzz` profile (release, overflow checks
-/// and debug assertions). Each prints its cases and failures.
-fn kv_faults(minutes: f64) -> Result<(), String> {
-    let secs = minutes * 60.0;
-    for (what, test, var, share) in [
-        (
-            "kvstore I/O-fault campaign",
-            "io_faults",
-            "KVSTORE_IOFAULT_SECONDS",
-            0.5,
-        ),
-        (
-            "kvstore hostile and crafted pages",
-            "hostile",
-            "JOURNAL_FUZZ_SECONDS",
-            0.25,
-        ),
-        (
-            "kvstore crash campaign",
-            "crash",
-            "KVSTORE_CRASH_SECONDS",
-            0.25,
-        ),
-    ] {
-        let mut cmd = cargo();
-        cmd.args([
-            "test",
-            "--profile",
-            "fuzz",
-            "--package",
-            "kvstore",
-            "--test",
-            test,
-            "--",
-            "--nocapture",
-        ]);
-        cmd.env(var, (secs * share).to_string());
-        run_tests(what, &mut cmd)?;
-    }
-    Ok(())
-}
-
-/// `cargo xtask raft-determinism --minutes N`: raftkv's determinism
-/// campaign — logs from new seeds, each applied by three processes
-/// grouped three ways, their answers, versions, hashes and stores
-/// compared byte for byte — for N minutes. Built with the `fuzz` profile;
-/// prints the logs applied and the failures.
-fn raft_determinism(minutes: f64) -> Result<(), String> {
-    let mut cmd = cargo();
-    cmd.args([
-        "test",
-        "--profile",
-        "fuzz",
-        "--package",
-        "raftkv",
-        "--test",
-        "determinism",
-        "logs_from_many_seeds_apply_alike",
-        "--",
-        "--exact",
-        "--nocapture",
-    ]);
-    cmd.env("RAFTKV_DETERMINISM_SECONDS", (minutes * 60.0).to_string());
-    run_tests("raftkv determinism campaign", &mut cmd)
-}
-
 /// Runs one test target of journal-tests in release mode, its output shown,
 /// with `envs` set.
 fn release_test(what: &str, test: &str, envs: &[(&str, String)]) -> Result<(), String> {
@@ -592,7 +532,7 @@ fn bench_raft(args: &[String]) -> Result<(), String> {
 }
 
 fn usage() -> String {
-    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | bench-raft [ARGS...] | raft-faults [--minutes N] [ARGS...] | raft-soak [--minutes N] [ARGS...] | fs-suite [--quick] [--bindfs] | bench-fs [ARGS...] | crash [--minutes N] | corrupt [--minutes N] | fuzz [--minutes N] | kv-faults [--minutes N] | raft-determinism [--minutes N]>"
+    "usage: cargo xtask <ci | test | package | loom [CRATE...] | shuttle [--iterations N] | bench-peers [ARGS...] | bench-raft [ARGS...] | raft-faults [--minutes N] [ARGS...] | raft-soak [--minutes N] [ARGS...] | fs-suite [--quick] [--bindfs] | xfstests [--group quick|auto] [--ci] | bench-fs [ARGS...] | crash [--minutes N] | corrupt [--minutes N] | fuzz [--minutes N] | kv-faults [--minutes N] | raft-determinism [--minutes N]>"
         .into()
 }
 
@@ -660,6 +600,7 @@ fn main() -> ExitCode {
         ),
         Some("fs-suite") => fs_suite::run(&args[1..]),
         Some("bench-fs") => fs_suite::bench_fs(&args[1..]),
+        Some("xfstests") => xfstests::run(&args[1..]),
         Some("corrupt") => minutes(&args[1..]).and_then(|m| {
             campaign(
                 "corruption campaign",
@@ -669,8 +610,8 @@ fn main() -> ExitCode {
             )
         }),
         Some("fuzz") => minutes(&args[1..]).and_then(fuzz),
-        Some("kv-faults") => minutes(&args[1..]).and_then(kv_faults),
-        Some("raft-determinism") => minutes(&args[1..]).and_then(raft_determinism),
+        Some("kv-faults") => minutes(&args[1..]).and_then(campaigns::kv_faults),
+        Some("raft-determinism") => minutes(&args[1..]).and_then(campaigns::raft_determinism),
         _ => Err(usage()),
     };
     if matches!(

@@ -32,6 +32,18 @@ pub enum Error {
     /// An argument makes no sense, such as renaming a directory into
     /// itself (`EINVAL`).
     InvalidArgument(&'static str),
+    /// No such extended attribute (`ENODATA`).
+    NoData,
+    /// Not something this filesystem keeps, such as an extended attribute
+    /// of an unknown namespace or an `fallocate` mode it lacks
+    /// (`EOPNOTSUPP`).
+    NotSupported(&'static str),
+    /// An extended attribute's value is larger than Linux allows
+    /// (`E2BIG`).
+    TooBig,
+    /// An extended attribute's name is longer than Linux allows
+    /// (`ERANGE`).
+    OutOfRange,
     /// The image is not a metafs image (or its journal is not its own).
     NotMetafs(String),
     /// The image was made in another format version.
@@ -63,6 +75,10 @@ impl Error {
             Error::NotPermitted => 1,        // EPERM
             Error::TooManyLinks => 31,       // EMLINK
             Error::InvalidArgument(_) => 22, // EINVAL
+            Error::NoData => 61,             // ENODATA
+            Error::NotSupported(_) => 95,    // EOPNOTSUPP
+            Error::TooBig => 7,              // E2BIG
+            Error::OutOfRange => 34,         // ERANGE
             // The disk under the journal is full: the commit failed and
             // poisoned the filesystem (its transaction was already
             // visible), but the caller learns why.
@@ -89,6 +105,10 @@ impl fmt::Display for Error {
             Error::NotPermitted => f.write_str("operation not permitted"),
             Error::TooManyLinks => f.write_str("too many links"),
             Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
+            Error::NoData => f.write_str("no such extended attribute"),
+            Error::NotSupported(what) => write!(f, "not supported: {what}"),
+            Error::TooBig => f.write_str("extended attribute value too large"),
+            Error::OutOfRange => f.write_str("extended attribute name too long"),
             Error::NotMetafs(why) => write!(f, "not a metafs image: {why}"),
             Error::UnsupportedVersion(v) => {
                 write!(

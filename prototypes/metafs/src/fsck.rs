@@ -10,13 +10,18 @@
 //! - a symlink's target is 1..=4095 bytes with no NUL; FIFOs, sockets and
 //!   devices own no blocks;
 //! - no live inode is unreachable but the orphans (unlinked while open:
-//!   link count 0, on the orphan list), and the inode bitmap marks exactly
-//!   the live inodes;
+//!   link count 0, on the orphan list; a directory among them empty), and
+//!   the inode bitmap marks exactly the live inodes;
+//! - an inode's extended attributes are a well-formed chain of attribute
+//!   blocks whose run decodes, its ACLs valid;
 //! - no block is owned twice, lies outside the data area, or is mapped
-//!   past its inode's size; an inode's block count is what its map holds;
+//!   past its inode's size (a file's preallocated ones excepted); an
+//!   inode's block count is what its map and
+//!   its attribute chain hold;
 //!   and the block bitmap equals exactly the blocks owned (plus the fixed
 //!   metadata).
 
+use crate::acl;
 use crate::layout::{Inode, Kind, BLOCK, ROOT};
 use crate::volume::{Fs, Inspector};
 use crate::Result;
@@ -86,10 +91,16 @@ fn check(x: &mut Inspector<'_>) -> Result<Vec<String>> {
         Ok(list) => {
             for ino in list {
                 let i = x.inode(ino)?;
-                if i.kind == Kind::Dir || inodes.contains_key(&ino) {
-                    w.problems
-                        .push(format!("orphan inode {ino} is a directory or still named"));
+                if inodes.contains_key(&ino) || i.nlink != 0 || i.kind == Kind::Free {
+                    w.problems.push(format!(
+                        "orphan inode {ino} is still named, linked ({}) or free",
+                        i.nlink
+                    ));
                     continue;
+                }
+                if i.kind == Kind::Dir && !x.entries(ino)?.is_empty() {
+                    w.problems
+                        .push(format!("orphan directory {ino} holds entries"));
                 }
                 check_blocks(x, ino, &i, &mut w)?;
                 inodes.insert(ino, i);
@@ -134,6 +145,7 @@ fn check_blocks(x: &mut Inspector<'_>, ino: u32, i: &Inode, w: &mut Walk) -> Res
             return Ok(());
         }
     };
+    let chain = check_xattrs(x, ino, i, w)?;
     let n = i.size.div_ceil(BLOCK as u64);
     if !i.kind.has_data() && (!data.is_empty() || !trees.is_empty()) {
         w.problems
@@ -141,7 +153,8 @@ fn check_blocks(x: &mut Inspector<'_>, ino: u32, i: &Inode, w: &mut Walk) -> Res
     }
     let mut hole = false;
     for (k, &(idx, b)) in data.iter().enumerate() {
-        if idx >= n {
+        // (A file's preallocated blocks may lie past its end.)
+        if idx >= n && i.kind != Kind::File {
             w.problems
                 .push(format!("inode {ino} maps block {b} past its size"));
         }
@@ -151,14 +164,14 @@ fn check_blocks(x: &mut Inspector<'_>, ino: u32, i: &Inode, w: &mut Walk) -> Res
         w.problems
             .push(format!("directory inode {ino} has a hole in its blocks"));
     }
-    let total = (data.len() + trees.len()) as u64;
+    let total = (data.len() + trees.len() + chain.len()) as u64;
     if total != i.blocks {
         w.problems.push(format!(
             "inode {ino} counts {} blocks, its map holds {total}",
             i.blocks
         ));
     }
-    for b in data.into_iter().map(|(_, b)| b).chain(trees) {
+    for b in data.into_iter().map(|(_, b)| b).chain(trees).chain(chain) {
         if b < sb.data_start || b >= sb.blocks {
             w.problems.push(format!(
                 "inode {ino} points to block {b}, outside the data area"
@@ -169,6 +182,35 @@ fn check_blocks(x: &mut Inspector<'_>, ino: u32, i: &Inode, w: &mut Walk) -> Res
         }
     }
     Ok(())
+}
+
+/// Inode `ino`'s extended attributes: a well-formed chain whose run
+/// decodes, every ACL among them valid (a default one on a directory
+/// only). Returns the chain's blocks (none when it is damaged).
+fn check_xattrs(x: &mut Inspector<'_>, ino: u32, i: &Inode, w: &mut Walk) -> Result<Vec<u32>> {
+    let chain = match x.xattr_chain(i) {
+        Ok(c) => c,
+        Err(e) => {
+            w.problems.push(format!("inode {ino}'s attributes: {e}"));
+            return Ok(Vec::new());
+        }
+    };
+    match x.xattrs(i) {
+        Ok(attrs) => {
+            for (name, value) in attrs {
+                let is_acl = name == acl::ACCESS || name == acl::DEFAULT;
+                if is_acl && acl::Acl::decode(&value).is_err() {
+                    w.problems.push(format!("inode {ino} holds an invalid ACL"));
+                }
+                if name == acl::DEFAULT && i.kind != Kind::Dir {
+                    w.problems
+                        .push(format!("inode {ino} is no directory but has a default ACL"));
+                }
+            }
+        }
+        Err(e) => w.problems.push(format!("inode {ino}'s attributes: {e}")),
+    }
+    Ok(chain)
 }
 
 /// The entries of directory `ino`: each names a live inode of the kind it

@@ -3,21 +3,25 @@
 //! ```text
 //! metafs mkfs IMAGE [--size 256M]      a new image, its journal in IMAGE.journal
 //! metafs fsck IMAGE                    exit 0 clean, 1 with one line per problem
-//! metafs mount IMAGE DIR               serve it through FUSE until unmounted
+//! metafs mount IMAGE DIR [-o OPTS]    serve it through FUSE until unmounted
 //! metafs bench [--scenario xfs]        fs_mark-like creates/s
 //! ```
+//!
+//! Linked as `/sbin/mount.fuse.metafs` and `/sbin/umount.fuse.metafs`, it
+//! is the helper `mount -t fuse.metafs IMAGE DIR` and `umount DIR` run
+//! (`helper.rs`).
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod bench;
 mod fsmark;
+mod helper;
+mod serve;
 
 use clap::{Parser, Subcommand};
 use metafs::{fsck, Fs, MkfsOptions, MountOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -51,27 +55,7 @@ enum Command {
     },
     /// Mount an image on a directory through FUSE; runs until unmounted
     /// (`umount DIR` or `fusermount3 -u DIR`), then checkpoints.
-    Mount {
-        /// The image file.
-        image: PathBuf,
-        /// The mount point (an existing directory).
-        dir: PathBuf,
-        /// Commit the running transaction this often, milliseconds (the
-        /// kernel does not forward sync(2) to FUSE).
-        #[arg(long, default_value_t = 1000)]
-        commit_ms: u64,
-        /// Let every user reach the mount, not only its owner (FUSE's
-        /// `allow_other`; non-root mounters need `user_allow_other` in
-        /// /etc/fuse.conf). Access is still checked against each file's
-        /// mode and owner.
-        #[arg(long)]
-        allow_other: bool,
-        /// Memory for metadata blocks, MiB (the directory indexes may
-        /// hold a name per 64 bytes of it besides; see
-        /// `MountOptions::cache_bytes`).
-        #[arg(long, default_value_t = 64)]
-        cache_mib: usize,
-    },
+    Mount(serve::MountArgs),
     /// fs_mark-like creates/s: threads creating 0-4 KiB files in their own
     /// directories, with an fsync per file or one sync at the end.
     Bench(bench::BenchArgs),
@@ -127,38 +111,18 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 Ok(ExitCode::from(1))
             }
         }
-        Command::Mount {
-            image,
-            dir,
-            commit_ms,
-            allow_other,
-            cache_mib,
-        } => {
-            let options = MountOptions {
-                cache_bytes: cache_mib.saturating_mul(1 << 20),
-                ..MountOptions::default()
-            };
-            let fs = Arc::new(
-                Fs::mount(&image, options).map_err(|e| format!("{}: {e}", image.display()))?,
-            );
-            let opts = metafs::fuse::MountConfig {
-                commit_every: Duration::from_millis(commit_ms.max(1)),
-                allow_other,
-            };
-            let fs = metafs::fuse::mount(fs, &dir, opts, || {
-                // Scripts and tests wait for this line.
-                println!("mounted {} on {}", image.display(), dir.display());
-            })
-            .map_err(|e| format!("mount {}: {e}", dir.display()))?;
-            fs.close().map_err(|e| e.to_string())?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Mount(args) => serve::mount(&args),
         Command::Bench(args) => bench::run(&args).map(|()| ExitCode::SUCCESS),
     }
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let r = match argv.first().and_then(helper::by_name) {
+        Some(helper) => helper(&argv[1..]),
+        None => run(Cli::parse()),
+    };
+    match r {
         Ok(c) => c,
         Err(e) => {
             eprintln!("metafs: {e}");

@@ -2,7 +2,11 @@
 //!
 //! Several threads run random operations — create, append, truncate to
 //! zero, unlink, rename across directories (replacing files), hard link,
-//! symlink, chmod, mkdir, rmdir, fsync, sync — each in its own two
+//! symlink, chmod, mkdir, rmdir, extended attributes set and removed (one
+//! to over two blocks of them), access ACLs set (the mode with them) and
+//! rewritten by chmod, `fallocate` (preallocation past the end or up to a
+//! new one; holes punched on block boundaries), fsync, sync — each in its
+//! own two
 //! directories, while the main
 //! thread crashes the machine at a random moment (under both crash
 //! policies: drop every unsynced write, or keep a random subset of
@@ -13,7 +17,8 @@
 //! After each recovery: `fsck` is clean, and each thread's directories
 //! hold exactly the state after some prefix of its operations (names,
 //! bytes, modes, symlink targets, and which names share an inode) — at least
-//! every operation before its last `fsync`/`sync` that returned. Exact
+//! every operation before its last `fsync`/`sync` that returned (and the
+//! extended attributes of each file). Exact
 //! states make every rename all or nothing and show any block of one file
 //! holding another's bytes. (Overwrites in place are left out on purpose:
 //! in ordered mode, as in ext4's, an overwrite may reach the disk before
@@ -26,7 +31,8 @@
 //! its seed, `METAFS_CRASH_SEED=N` reruns it.
 
 use journal_core::vfs::{CrashPolicy, SimVfs, SplitMix64, Vfs};
-use metafs::{fsck, Error, Fs, Kind, MkfsOptions, MountOptions};
+use metafs::acl::{self, Acl, Entry};
+use metafs::{fsck, Error, Falloc, Fs, Kind, MkfsOptions, MountOptions, XattrSet};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -61,6 +67,7 @@ enum Node {
         id: u64,
         data: Vec<u8>,
         mode: u16,
+        xattrs: Xattrs,
     },
     /// A symlink and its target.
     Link(Vec<u8>),
@@ -68,6 +75,9 @@ enum Node {
 
 /// One thread's view: relative path → what it holds.
 type Model = BTreeMap<String, Node>;
+
+/// A file's extended attributes: name → value.
+type Xattrs = BTreeMap<Vec<u8>, Vec<u8>>;
 
 /// A model with each file's id replaced by the first of its names, so a
 /// model and an observation compare equal when the same names share the
@@ -97,10 +107,13 @@ fn same(a: &Model, b: &Model) -> bool {
             .into_iter()
             .map(|(k, (n, g))| {
                 let n = match n {
-                    Node::File { data, mode, .. } => Node::File {
+                    Node::File {
+                        data, mode, xattrs, ..
+                    } => Node::File {
                         id: 0,
                         data: data.clone(),
                         mode: *mode,
+                        xattrs: xattrs.clone(),
                     },
                     n => n.clone(),
                 };
@@ -111,15 +124,59 @@ fn same(a: &Model, b: &Model) -> bool {
     a.len() == b.len() && strip(a) == strip(b)
 }
 
-/// Applies `f` to the data of every name of inode `id`.
-fn each_name(m: &mut Model, id: u64, mut f: impl FnMut(&mut Vec<u8>, &mut u16)) {
+/// Applies `f` to the data, mode and attributes of every name of inode
+/// `id`.
+fn each_name(m: &mut Model, id: u64, mut f: impl FnMut(&mut Vec<u8>, &mut u16, &mut Xattrs)) {
     for n in m.values_mut() {
-        if let Node::File { id: i, data, mode } = n {
+        if let Node::File {
+            id: i,
+            data,
+            mode,
+            xattrs,
+        } = n
+        {
             if *i == id {
-                f(data, mode);
+                f(data, mode, xattrs);
             }
         }
     }
+}
+
+/// An access ACL granting `uid` `perm`: never one the mode says whole.
+fn acl_for(uid: u32, perm: u16) -> Acl {
+    let e = |tag, perm, id| Entry { tag, perm, id };
+    Acl(vec![
+        e(acl::USER_OBJ, 6, 0),
+        e(acl::USER, perm, uid),
+        e(acl::GROUP_OBJ, 4, 0),
+        e(acl::MASK, perm | 4, 0),
+        e(acl::OTHER, 0, 0),
+    ])
+}
+
+/// Sets or removes (1 in 3, if set) one of four attributes of a file.
+fn xattr_step(
+    fs: &Fs,
+    ino: u32,
+    x: &mut Xattrs,
+    rng: &mut SplitMix64,
+    n: u64,
+) -> metafs::Result<()> {
+    let name = format!("user.k{}", rng.below(4)).into_bytes();
+    if x.contains_key(&name) && rng.chance(1, 3) {
+        fs.removexattr(ino, &name)?;
+        x.remove(&name);
+        return Ok(());
+    }
+    // Mostly small; now and then more than two attribute blocks.
+    let len = match rng.chance(1, 4) {
+        true => rng.range(4000, 9000),
+        false => rng.range(0, 100),
+    } as usize;
+    let value = bytes(n, len);
+    fs.setxattr(ino, &name, &value, XattrSet::Any)?;
+    x.insert(name, value);
+    Ok(())
 }
 
 /// What one thread did: the state after each of its operations, and how
@@ -170,7 +227,7 @@ fn step(fs: &Fs, root: &str, m: &mut Model, rng: &mut SplitMix64, n: u64) -> met
         Some(Node::File { id, .. }) => *id,
         _ => unreachable!("a file"),
     };
-    match rng.below(15) {
+    match rng.below(19) {
         0..=2 => {
             let name = new_name(rng);
             if m.contains_key(&name) {
@@ -183,6 +240,7 @@ fn step(fs: &Fs, root: &str, m: &mut Model, rng: &mut SplitMix64, n: u64) -> met
                     id: n,
                     data: Vec::new(),
                     mode: 0o644,
+                    xattrs: Xattrs::new(),
                 },
             );
         }
@@ -198,12 +256,12 @@ fn step(fs: &Fs, root: &str, m: &mut Model, rng: &mut SplitMix64, n: u64) -> met
                 return Ok(Did::Nothing);
             }
             fs.write(ino, data.len() as u64, &add)?;
-            each_name(m, id, |d, _| d.extend_from_slice(&add));
+            each_name(m, id, |d, _, _| d.extend_from_slice(&add));
         }
         6 if !files.is_empty() => {
             let name = pick(rng, &files);
             fs.truncate(fs.resolve(&path(&name))?, 0)?;
-            each_name(m, id_of(m, &name), |d, _| d.clear());
+            each_name(m, id_of(m, &name), |d, _, _| d.clear());
         }
         7 if !names.is_empty() => {
             let name = pick(rng, &names);
@@ -254,7 +312,39 @@ fn step(fs: &Fs, root: &str, m: &mut Model, rng: &mut SplitMix64, n: u64) -> met
                 ..Default::default()
             };
             fs.setattr(fs.resolve(&path(&name))?, &attr)?;
-            each_name(m, id_of(m, &name), |_, md| *md = mode);
+            // chmod rewrites an access ACL's owner, mask and other.
+            each_name(m, id_of(m, &name), |_, md, x| {
+                *md = mode;
+                if let Some(v) = x.get_mut(acl::ACCESS) {
+                    let mut list = Acl::decode(v).unwrap();
+                    list.chmod(mode);
+                    *v = list.encode();
+                }
+            });
+        }
+        15 if !files.is_empty() => {
+            let name = pick(rng, &files);
+            let ino = fs.resolve(&path(&name))?;
+            let Some(Node::File { xattrs, .. }) = m.get(&name) else {
+                unreachable!()
+            };
+            let mut x = xattrs.clone();
+            xattr_step(fs, ino, &mut x, rng, n)?;
+            each_name(m, id_of(m, &name), |_, _, xs| *xs = x.clone());
+        }
+        16 if !files.is_empty() => {
+            let name = pick(rng, &files);
+            let list = acl_for(1000 + rng.below(5) as u32, rng.below(8) as u16);
+            fs.setxattr(
+                fs.resolve(&path(&name))?,
+                acl::ACCESS,
+                &list.encode(),
+                XattrSet::Any,
+            )?;
+            each_name(m, id_of(m, &name), |_, md, x| {
+                *md = list.mode(*md).0;
+                x.insert(acl::ACCESS.to_vec(), list.encode());
+            });
         }
         13 => {
             let name = format!("{}/d{}", ["a", "b"][rng.below(2) as usize], rng.below(3));
@@ -280,7 +370,35 @@ fn step(fs: &Fs, root: &str, m: &mut Model, rng: &mut SplitMix64, n: u64) -> met
                 Some(_) => return Ok(Did::Nothing),
             }
         }
-        _ => {
+        17 if !files.is_empty() => {
+            // Preallocation: past the end (invisible), or up to a new end
+            // (zeros).
+            let name = pick(rng, &files);
+            let (off, len) = (rng.below(50_000), rng.range(1, 10_000));
+            let keep_size = rng.chance(1, 2);
+            let ino = fs.resolve(&path(&name))?;
+            fs.fallocate(ino, off, len, Falloc::Allocate { keep_size })?;
+            let end = (off + len) as usize;
+            each_name(m, id_of(m, &name), |d, _, _| {
+                if !keep_size && end > d.len() {
+                    d.resize(end, 0);
+                }
+            });
+        }
+        18 if !files.is_empty() => {
+            // A hole punched on block boundaries (only metadata changes).
+            let name = pick(rng, &files);
+            let (off, len) = (rng.below(14) * 4096, rng.range(1, 4) * 4096);
+            fs.fallocate(fs.resolve(&path(&name))?, off, len, Falloc::PunchHole)?;
+            each_name(m, id_of(m, &name), |d, _, _| {
+                let (a, b) = (
+                    (off as usize).min(d.len()),
+                    ((off + len) as usize).min(d.len()),
+                );
+                d[a..b].fill(0);
+            });
+        }
+        14 => {
             if rng.chance(1, 2) {
                 fs.sync()?;
             } else {
@@ -288,6 +406,7 @@ fn step(fs: &Fs, root: &str, m: &mut Model, rng: &mut SplitMix64, n: u64) -> met
             }
             return Ok(Did::Synced);
         }
+        _ => return Ok(Did::Nothing),
     }
     Ok(Did::Changed)
 }
@@ -314,12 +433,22 @@ fn observe(fs: &Fs, root: &str) -> Model {
                     _ => {
                         let s = fs.stat(ino).unwrap();
                         let data = fs.read(ino, 0, s.size as usize).unwrap();
+                        let xattrs = fs
+                            .listxattr(ino)
+                            .unwrap()
+                            .into_iter()
+                            .map(|n| {
+                                let v = fs.getxattr(ino, &n).unwrap();
+                                (n, v)
+                            })
+                            .collect();
                         m.insert(
                             name,
                             Node::File {
                                 id: ino as u64,
                                 data,
                                 mode: s.mode,
+                                xattrs,
                             },
                         );
                     }
@@ -384,6 +513,7 @@ fn run_seed(seed: u64) -> u64 {
         // From the least the cache keeps (4 blocks) up: eviction and
         // read-back under every operation and crash.
         cache_bytes: rng.range(4, 64) as usize * 4096,
+        ..MountOptions::default()
     };
     let threads = rng.range(2, 4) as usize;
     let mut vfs = SimVfs::new();

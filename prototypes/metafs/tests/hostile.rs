@@ -1,11 +1,15 @@
 //! Hostile images: one to three fields of the superblock (its CRC
 //! re-sealed), of an inode in use (kind, mode, link count, owner, size,
-//! times, parent, device, block pointers, tree roots, block count), of a
-//! directory entry (inode number, `rec_len`, name length, kind), of an
-//! indirect block's pointers, or a word of either bitmap, set to values a
+//! times, parent, device, block pointers, tree roots, block count, its
+//! extended attribute chain), of a directory entry (inode number,
+//! `rec_len`, name length, kind), of an indirect block's pointers, of an
+//! extended attribute block (magic, next block, length, the first
+//! attribute's name and value lengths), or a word of either bitmap, set to
+//! values a
 //! damaged or
 //! malicious image could hold. Mounting, walking the tree (every
-//! directory listed, every file stat'ed and read), fsck, a write, every
+//! directory listed, every file stat'ed and read, its attributes listed
+//! and read), fsck, a write and an attribute set, every
 //! file unlinked (so hostile block maps are freed) and an unmount must
 //! each answer with a typed error or with data: never a
 //! panic, a hang, or an allocation sized by a number read from the image.
@@ -73,6 +77,21 @@ fn base() -> SimVfs {
     fs.link(big, fs.resolve("/d1").unwrap(), b"big2").unwrap();
     fs.make_node(ROOT, b"fifo", metafs::NewNode::new(Kind::Fifo, 0o600))
         .unwrap();
+    // Attributes: a few small ones, a chain of three blocks, an ACL.
+    let any = metafs::XattrSet::Any;
+    fs.setxattr(big, b"user.small", b"v", any).unwrap();
+    fs.setxattr(big, b"trusted.t", &[1, 2, 3], any).unwrap();
+    let d0 = fs.resolve("/d0").unwrap();
+    fs.setxattr(d0, b"user.long", &vec![0x33; 9000], any)
+        .unwrap();
+    let list = metafs::acl::Acl::from_mode(0o640).encode();
+    let mut named = list[..12].to_vec();
+    named.extend_from_slice(&[2, 0, 5, 0, 0xe8, 3, 0, 0]); // a named user
+    named.extend_from_slice(&list[12..20]);
+    named.extend_from_slice(&[0x10, 0, 5, 0, 0, 0, 0, 0]); // the mask
+    named.extend_from_slice(&list[20..]);
+    fs.setxattr(sparse, metafs::acl::ACCESS, &named, any)
+        .unwrap();
     fs.unmount().unwrap();
     vfs
 }
@@ -95,11 +114,16 @@ fn pick_field(img: &[u8], sb: &Super, rng: &mut SplitMix64) -> (usize, usize) {
     };
     let in_use: Vec<u32> = (1..sb.inodes).filter(|&i| img[inode_at(i)] != 0).collect();
     let pick = |rng: &mut SplitMix64, v: &[usize]| v[rng.below(v.len() as u64) as usize];
-    // Blocks the inodes point at: directory blocks and tree roots.
+    // Blocks the inodes point at: directory blocks, tree roots, the first
+    // blocks of attribute chains.
     let mut dir_blocks = Vec::new();
     let mut trees = Vec::new();
+    let mut chains = Vec::new();
     for &i in &in_use {
         let at = inode_at(i);
+        if u32_at(img, at + 140) != 0 {
+            chains.push(u32_at(img, at + 140) as usize);
+        }
         let ptrs = (0..DIRECT).map(|k| u32_at(img, at + 68 + 4 * k));
         if img[at] == 2 {
             dir_blocks.extend(ptrs.filter(|&b| b != 0).map(|b| b as usize));
@@ -110,7 +134,7 @@ fn pick_field(img: &[u8], sb: &Super, rng: &mut SplitMix64) -> (usize, usize) {
                 .filter(|&b| b != 0),
         );
     }
-    match rng.below(10) {
+    match rng.below(11) {
         0 => (4 + 4 * rng.below(12) as usize, 4), // a superblock word
         1..=4 => {
             let at = inode_at(in_use[rng.below(in_use.len() as u64) as usize]);
@@ -129,6 +153,7 @@ fn pick_field(img: &[u8], sb: &Super, rng: &mut SplitMix64) -> (usize, usize) {
                 (124, 4), // triple-indirect root
                 (128, 8), // block count
                 (136, 4), // next orphan (the root: the list's head)
+                (140, 4), // the attribute chain
             ];
             let f = match rng.below(f.len() as u64 + 2) as usize {
                 k if k < f.len() => f[k],
@@ -150,6 +175,14 @@ fn pick_field(img: &[u8], sb: &Super, rng: &mut SplitMix64) -> (usize, usize) {
         8 if !trees.is_empty() => {
             let blk = pick(rng, &trees);
             (blk * BLOCK + 4 * rng.below((BLOCK / 4) as u64) as usize, 4)
+        }
+        9 if !chains.is_empty() => {
+            let blk = pick(rng, &chains);
+            // magic, next, length; the first attribute's name and value
+            // lengths.
+            let f = [(0, 4), (4, 4), (8, 2), (12, 1), (13, 4)];
+            let (o, w) = f[rng.below(5) as usize];
+            (blk * BLOCK + o, w)
         }
         _ => {
             let start = if rng.chance(1, 2) {
@@ -205,6 +238,11 @@ fn exercise(image: &SimVfs) -> bool {
                 break;
             }
             let _ = fs.stat(ino);
+            if let Ok(names) = fs.listxattr(ino) {
+                for n in names {
+                    let _ = fs.getxattr(ino, &n);
+                }
+            }
             match kind {
                 Kind::Dir => todo.push(ino),
                 _ => {
@@ -216,6 +254,11 @@ fn exercise(image: &SimVfs) -> bool {
     }
     let _ = fsck(&fs);
     let _ = fs.create_path("/after").and_then(|i| fs.write(i, 0, b"x"));
+    for (dir, name) in &files {
+        let _ = fs
+            .lookup(*dir, name)
+            .and_then(|i| fs.setxattr(i, b"user.after", b"y", metafs::XattrSet::Any));
+    }
     for (dir, name) in files {
         let _ = fs.unlink(dir, &name);
     }

@@ -6,8 +6,8 @@
 
 use journal_core::vfs::{CrashPolicy, SimVfs, Vfs};
 use metafs::{
-    fsck, Error, Fs, Kind, MkfsOptions, MountOptions, NewNode, RenameMode, SetAttr, Time, NAME_MAX,
-    ROOT, SYMLINK_MAX,
+    fsck, Atime, Error, Fs, Kind, MkfsOptions, MountOptions, NewNode, RenameMode, SetAttr, Time,
+    NAME_MAX, ROOT, SYMLINK_MAX,
 };
 use std::path::Path;
 use std::sync::Arc;
@@ -346,5 +346,126 @@ fn a_directory_of_twenty_thousand_entries_lists_and_finds_each_once() {
         let r = fs.lookup(d, format!("entry-{k:05}").as_bytes());
         assert_eq!(r.is_ok(), k % 2 == 1, "entry {k}");
     }
+    clean(&fs);
+}
+
+fn mount_atime(vfs: &SimVfs, atime: Atime, diratime: bool) -> Fs {
+    let o = MountOptions {
+        journal: journal(),
+        atime,
+        diratime,
+        ..MountOptions::default()
+    };
+    Fs::mount_with(Arc::new(vfs.clone()), IMG, o).unwrap()
+}
+
+#[test]
+fn reads_move_the_access_time_as_the_mount_says() {
+    let (vfs, fs) = sim_fs(8 << 20, None);
+    let f = fs.create_path("/f").unwrap();
+    let d = fs.mkdir_path("/d").unwrap();
+    fs.write(f, 0, b"data").unwrap();
+    // relatime (the default): a read after a change moves atime once.
+    let w = fs.stat(f).unwrap();
+    fs.read(f, 0, 4).unwrap();
+    let r1 = fs.stat(f).unwrap();
+    assert!(r1.atime > w.mtime && r1.atime > w.ctime, "{r1:?}");
+    assert_eq!(
+        (r1.mtime, r1.ctime),
+        (w.mtime, w.ctime),
+        "a read changes nothing else"
+    );
+    fs.read(f, 0, 4).unwrap();
+    assert_eq!(
+        fs.stat(f).unwrap().atime,
+        r1.atime,
+        "relatime: no second move"
+    );
+    // ... or when atime is a day old.
+    let old = Time {
+        sec: r1.atime.sec - 2 * 86_400,
+        nsec: 0,
+    };
+    let a = SetAttr {
+        atime: Some(old),
+        ctime: Some(w.ctime),
+        ..SetAttr::default()
+    };
+    fs.setattr(f, &a).unwrap();
+    fs.read(f, 0, 1).unwrap();
+    assert!(fs.stat(f).unwrap().atime > r1.atime);
+    // A listing from the start moves the directory's.
+    let d0 = fs.stat(d).unwrap();
+    fs.readdir_from(d, 0, 10).unwrap();
+    let d1 = fs.stat(d).unwrap();
+    assert!(d1.atime > d0.atime);
+    // Synced, the moved times survive a crash.
+    let (vfs, fs) = crash(&vfs, fs);
+    assert_eq!(fs.stat(d).unwrap().atime, d1.atime);
+    drop(fs);
+    // strictatime: every read.
+    let fs = mount_atime(&vfs, Atime::Strict, true);
+    let before = fs.stat(f).unwrap().atime;
+    fs.read(f, 0, 1).unwrap();
+    let s1 = fs.stat(f).unwrap().atime;
+    fs.read(f, 0, 1).unwrap();
+    assert!(before < s1 && s1 < fs.stat(f).unwrap().atime);
+    fs.unmount().unwrap();
+    // noatime: never; nodiratime: not a directory's.
+    let fs = mount_atime(&vfs, Atime::Never, true);
+    fs.write(f, 0, b"new").unwrap();
+    let n0 = fs.stat(f).unwrap().atime;
+    fs.read(f, 0, 3).unwrap();
+    assert_eq!(fs.stat(f).unwrap().atime, n0);
+    fs.unmount().unwrap();
+    let fs = mount_atime(&vfs, Atime::Strict, false);
+    let dn = fs.stat(d).unwrap().atime;
+    fs.readdir_from(d, 0, 10).unwrap();
+    assert_eq!(fs.stat(d).unwrap().atime, dn);
+    fs.read(f, 0, 3).unwrap();
+    assert!(
+        fs.stat(f).unwrap().atime > n0,
+        "files still move under nodiratime"
+    );
+    clean(&fs);
+}
+
+#[test]
+fn a_directory_removed_or_replaced_while_open_lives_until_closed_or_the_next_mount() {
+    let (vfs, fs) = sim_fs(8 << 20, None);
+    // (The root's first directory block stays once allocated.)
+    fs.create_path("/keep").unwrap();
+    let root_links = fs.stat(ROOT).unwrap().nlink;
+    let free0 = fs.free();
+    // rmdir of an open directory: gone from its parent, alive with no
+    // links until its last close.
+    let d = fs.mkdir_path("/d").unwrap();
+    fs.create_path("/d/x").unwrap();
+    fs.unlink_path("/d/x").unwrap();
+    fs.open(d).unwrap();
+    fs.rmdir_path("/d").unwrap();
+    assert!(matches!(fs.resolve("/d"), Err(Error::NotFound)));
+    let s = fs.stat(d).unwrap();
+    assert_eq!((s.kind, s.nlink), (Kind::Dir, 0));
+    assert!(fs.readdir(d).unwrap().is_empty());
+    assert_eq!(fs.stat(ROOT).unwrap().nlink, root_links);
+    clean(&fs);
+    fs.release(d).unwrap();
+    assert!(matches!(fs.stat(d), Err(Error::NotFound)));
+    // rename over an open empty directory (generic/035): the one replaced
+    // has nlink 0 while open.
+    let a = fs.mkdir_path("/a").unwrap();
+    let b = fs.mkdir_path("/b").unwrap();
+    fs.open(b).unwrap();
+    fs.rename_path("/a", "/b").unwrap();
+    assert_eq!(fs.resolve("/b").unwrap(), a);
+    assert_eq!(fs.stat(b).unwrap().nlink, 0);
+    assert_eq!(fs.stat(ROOT).unwrap().nlink, root_links + 1);
+    clean(&fs);
+    // Synced and crashed while still open: the mount frees it.
+    let (_, fs) = crash(&vfs, fs);
+    assert!(matches!(fs.stat(b), Err(Error::NotFound)));
+    fs.rmdir_path("/b").unwrap();
+    assert_eq!(fs.free(), free0);
     clean(&fs);
 }

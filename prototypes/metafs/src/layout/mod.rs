@@ -19,6 +19,7 @@
 use crate::{Error, Result};
 
 pub mod dir;
+pub mod xattr;
 
 /// Bytes per block.
 pub const BLOCK: usize = 4096;
@@ -45,8 +46,9 @@ pub const SYMLINK_MAX: usize = 4095;
 pub const ROOT: u32 = 1;
 /// `"MTFS"` read as a little-endian u32.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"MTFS");
-/// The image format version this build writes and reads.
-pub const FORMAT_VERSION: u16 = 2;
+/// The image format version this build writes and reads (3: inodes name
+/// their extended attributes' chain).
+pub const FORMAT_VERSION: u16 = 3;
 /// Bits in one bitmap block.
 pub const BITS_PER_BLOCK: u32 = (BLOCK * 8) as u32;
 
@@ -74,7 +76,7 @@ fn put(b: &mut [u8], o: usize, v: &[u8]) {
 /// | offset | size | field |
 /// |---:|---:|---|
 /// | 0 | 4 | magic `MTFS` |
-/// | 4 | 2 | format version (2) |
+/// | 4 | 2 | format version (3) |
 /// | 6 | 2 | reserved |
 /// | 8 | 4 | block size (4096) |
 /// | 12 | 4 | blocks in the image |
@@ -318,9 +320,10 @@ impl Time {
 /// | 116 | 4 | single-indirect block (0: none) |
 /// | 120 | 4 | double-indirect block |
 /// | 124 | 4 | triple-indirect block |
-/// | 128 | 8 | blocks allocated to it (data and indirect blocks) |
+/// | 128 | 8 | blocks allocated to it (data, indirect and extended attribute blocks) |
 /// | 136 | 4 | the orphan list: in the root, its first inode; in an orphan, the next (0 ends it) |
-/// | 140 | 116 | reserved |
+/// | 140 | 4 | the first block of its extended attributes ([`xattr`]; 0: none) |
+/// | 144 | 112 | reserved |
 ///
 /// An *orphan* is an inode whose last name was removed while it was still
 /// open: its link count is 0, it keeps its blocks until the last close,
@@ -353,10 +356,12 @@ pub struct Inode {
     pub direct: [u32; DIRECT],
     /// Roots of the single-, double- and triple-indirect trees.
     pub trees: [u32; 3],
-    /// Blocks allocated to it: data and tree blocks.
+    /// Blocks allocated to it: data, tree and extended attribute blocks.
     pub blocks: u64,
     /// The orphan list's next inode (the root: its first).
     pub next_orphan: u32,
+    /// The first block of its extended attributes' chain (0: none).
+    pub xattr: u32,
 }
 
 impl Inode {
@@ -378,6 +383,7 @@ impl Inode {
             trees: [0; 3],
             blocks: 0,
             next_orphan: 0,
+            xattr: 0,
         }
     }
 
@@ -427,6 +433,7 @@ impl Inode {
             trees: [u32_at(b, 116), u32_at(b, 120), u32_at(b, 124)],
             blocks,
             next_orphan: u32_at(b, 136),
+            xattr: u32_at(b, 140),
         })
     }
 
@@ -452,6 +459,7 @@ impl Inode {
         }
         put(b, 128, &self.blocks.to_le_bytes());
         put(b, 136, &self.next_orphan.to_le_bytes());
+        put(b, 140, &self.xattr.to_le_bytes());
     }
 }
 
@@ -564,6 +572,7 @@ mod tests {
         i.rdev = 3;
         i.blocks = 4;
         i.next_orphan = 12;
+        i.xattr = 13;
         let mut b = vec![0u8; INODE_SIZE];
         i.encode(&mut b);
         assert_eq!(Inode::decode(&b).unwrap(), i);

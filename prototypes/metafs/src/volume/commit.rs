@@ -86,6 +86,36 @@ impl Fs {
         Ok(Some(lsn))
     }
 
+    /// [`Fs::with`] for an operation that checks its space before it
+    /// changes anything (a write, a step of `fallocate`): refused for want
+    /// of space while blocks freed by recent transactions wait to become
+    /// reusable (a free is reusable once durable), it is tried once more
+    /// after a commit — and if that leaves frees held, a checkpoint — has
+    /// released them. ext4 does the same: an allocation that fails while
+    /// jbd2 holds freed blocks forces a commit and retries
+    /// (`ext4_should_retry_alloc`). Without it, a file deleted and its
+    /// space taken again at once (xfstests's generic/213) is refused space
+    /// that `statfs` counts free.
+    pub(super) fn with_space<T>(
+        &self,
+        mut op: impl FnMut(&mut State, &dyn VfsFile) -> Result<T>,
+    ) -> Result<T> {
+        match self.with(&mut op) {
+            Err(Error::NoSpace) if self.frees_held() => {
+                self.sync()?;
+                if self.frees_held() {
+                    self.checkpoint()?;
+                }
+                self.with(op)
+            }
+            r => r,
+        }
+    }
+
+    fn frees_held(&self) -> bool {
+        !self.state.lock().unavailable.is_empty()
+    }
+
     /// Blocks freed by transactions that are now durable become reusable.
     pub(super) fn release_frees(&self) {
         let durable = self.journal.durable_lsn();

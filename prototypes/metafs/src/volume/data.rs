@@ -8,7 +8,7 @@ impl Fs {
     /// (all, or an error with nothing changed). A write past the end
     /// leaves a hole, which reads as zeros and takes no blocks.
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<usize> {
-        self.with(|st, img| {
+        self.with_space(|st, img| {
             let mut i = st.regular(img, ino)?;
             st.write_data(img, &mut i, offset, data)?;
             st.set_inode(img, ino, &i)?;
@@ -16,15 +16,19 @@ impl Fs {
         })
     }
 
-    /// Reads up to `len` bytes at `offset` of file `ino` (fewer at the end).
+    /// Reads up to `len` bytes at `offset` of file `ino` (fewer at the end);
+    /// moves its access time as [`MountOptions::atime`] says.
     pub fn read(&self, ino: Ino, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let policy = self.options.atime;
         self.with(|st, img| {
             let i = st.live(img, ino)?;
-            match i.kind {
-                Kind::File | Kind::Symlink => st.read_data(img, &i, offset, len),
-                Kind::Dir => Err(Error::IsADirectory),
-                _ => Err(Error::InvalidArgument("not a regular file")),
-            }
+            let data = match i.kind {
+                Kind::File | Kind::Symlink => st.read_data(img, &i, offset, len)?,
+                Kind::Dir => return Err(Error::IsADirectory),
+                _ => return Err(Error::InvalidArgument("not a regular file")),
+            };
+            st.accessed(img, ino, i, policy)?;
+            Ok(data)
         })
     }
 
@@ -63,8 +67,34 @@ impl Fs {
 }
 
 impl State {
+    /// `ino` (whose inode is `i`) was read: its access time moves if
+    /// `policy` says so (Linux's `relatime_need_update`: under relatime,
+    /// when the access time is not after the modification or the change
+    /// time, or is a day old).
+    pub(super) fn accessed(
+        &mut self,
+        img: &dyn VfsFile,
+        ino: Ino,
+        mut i: Inode,
+        policy: Atime,
+    ) -> Result<()> {
+        let now = Time::now();
+        let due = match policy {
+            Atime::Never => false,
+            Atime::Strict => true,
+            Atime::Relatime => {
+                i.atime <= i.mtime || i.atime <= i.ctime || now.sec - i.atime.sec >= 24 * 3600
+            }
+        };
+        if !due || i.atime == now {
+            return Ok(());
+        }
+        i.atime = now;
+        self.set_inode(img, ino, &i)
+    }
+
     /// Regular file `ino` (what write and truncate take).
-    fn regular(&mut self, img: &dyn VfsFile, ino: Ino) -> Result<Inode> {
+    pub(super) fn regular(&mut self, img: &dyn VfsFile, ino: Ino) -> Result<Inode> {
         let i = self.live(img, ino)?;
         match i.kind {
             Kind::File => Ok(i),

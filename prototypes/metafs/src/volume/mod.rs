@@ -35,7 +35,8 @@
 //! Two rules keep freed blocks honest (both jbd2's):
 //! - a block freed in a transaction is not reused before that transaction
 //!   is durable (else new data could overwrite a block the committed
-//!   metadata still points to);
+//!   metadata still points to) — a write or `fallocate` short of space
+//!   while such blocks wait commits to have them, as ext4 does;
 //! - a freed *metadata* block is *revoked* in the transaction's record, so
 //!   replay never writes an older image of it over what it holds next.
 //!
@@ -74,11 +75,16 @@ mod cache;
 mod commit;
 mod data;
 mod dirs;
+mod falloc;
 mod ops;
 mod orphans;
+mod replay;
 mod state;
+mod xattr;
 
+pub use falloc::Falloc;
 pub use ops::{NewNode, RenameMode, SetAttr, LINK_MAX};
+pub use xattr::{check_xattr_name, XattrSet};
 
 /// An inode number.
 pub type Ino = u32;
@@ -129,6 +135,11 @@ pub struct MountOptions {
     /// `cache_bytes / 64` names, except those of the eight directories
     /// used last.
     pub cache_bytes: usize,
+    /// When reads move the access time (default: [`Atime::Relatime`]).
+    pub atime: Atime,
+    /// Whether listing a directory moves its access time too (the policy
+    /// permitting; default yes; `nodiratime` turns it off).
+    pub diratime: bool,
 }
 
 impl Default for MountOptions {
@@ -137,8 +148,24 @@ impl Default for MountOptions {
             journal: journal_core::Options::default(),
             checkpoint_log_bytes: 64 << 20,
             cache_bytes: 64 << 20,
+            atime: Atime::Relatime,
+            diratime: true,
         }
     }
+}
+
+/// When a read (of a file's data, or a directory's listing) moves the
+/// access time: Linux's mount options of the same names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Atime {
+    /// `relatime` (Linux's default): when the access time is not after
+    /// the modification or change time, or is a day old.
+    #[default]
+    Relatime,
+    /// `strictatime`: at every read.
+    Strict,
+    /// `noatime`: never.
+    Never,
 }
 
 /// What mounting found and did.
@@ -185,7 +212,8 @@ pub struct Stat {
     pub ctime: Time,
     /// Device number (devices).
     pub rdev: u32,
-    /// Blocks allocated to it (data, directory and indirect blocks).
+    /// Blocks allocated to it (data, directory, indirect and extended
+    /// attribute blocks).
     pub blocks: u64,
 }
 
@@ -452,7 +480,7 @@ impl Fs {
             ));
         }
         journal.register_data_file(image_path)?;
-        let (report, next_tid) = replay(&journal, &*image, &sb)?;
+        let (report, next_tid) = replay::replay(&journal, &*image, &sb)?;
         let state = State::load(&*image, sb, options.cache_bytes)?;
         let fs = Fs {
             image,
@@ -645,54 +673,16 @@ impl Inspector<'_> {
     pub(crate) fn orphans(&mut self) -> Result<Vec<Ino>> {
         self.st.orphans(self.img)
     }
+    /// The blocks of an inode's attribute chain.
+    pub(crate) fn xattr_chain(&mut self, i: &Inode) -> Result<Vec<u32>> {
+        self.st.xattr_chain(self.img, i)
+    }
+    /// An inode's attributes.
+    pub(crate) fn xattrs(&mut self, i: &Inode) -> Result<Vec<crate::layout::xattr::Xattr>> {
+        self.st.xattrs(self.img, i)
+    }
     /// What a symlink points to.
     pub(crate) fn data(&mut self, i: &Inode) -> Result<Vec<u8>> {
         self.st.read_data(self.img, i, 0, i.size as usize)
     }
-}
-
-/// Replays the journal into the image; returns what it did and the next
-/// transaction id.
-fn replay(journal: &Journal, image: &dyn VfsFile, sb: &Super) -> Result<(MountReport, u64)> {
-    let mut txns = Vec::new();
-    for r in journal.read_from(journal.redo_lsn())? {
-        let (_, bytes) = r?;
-        txns.push(txn::decode(&bytes)?);
-    }
-    let mut report = MountReport {
-        transactions: txns.len() as u64,
-        ..MountReport::default()
-    };
-    // A block's image is replayed unless a transaction at or after it
-    // revoked the block (jbd2's revoke table).
-    let mut revoked_at: HashMap<u32, u64> = HashMap::new();
-    for t in &txns {
-        for &b in &t.revoked {
-            let e = revoked_at.entry(b).or_insert(t.tid);
-            *e = (*e).max(t.tid);
-        }
-    }
-    let mut next_tid = 1;
-    for t in &txns {
-        for (b, img) in &t.blocks {
-            if *b >= sb.blocks {
-                return Err(Error::Corrupt(format!(
-                    "transaction {} logs block {b}",
-                    t.tid
-                )));
-            }
-            if revoked_at.get(b).is_some_and(|&r| r >= t.tid) {
-                report.blocks_revoked += 1;
-                continue;
-            }
-            image.write_at(img, *b as u64 * BLOCK as u64)?;
-            report.blocks_replayed += 1;
-        }
-        next_tid = next_tid.max(t.tid + 1);
-    }
-    if !txns.is_empty() {
-        // The image holds everything now: flush it and move the tail.
-        journal.checkpoint(journal.appended_lsn())?;
-    }
-    Ok((report, next_tid))
 }

@@ -3,6 +3,8 @@
 //! and setattr (mode, owner, times, size).
 
 use super::*;
+use crate::acl::{self, Acl};
+use crate::layout::xattr::Xattr;
 
 /// What a new inode is made with ([`Fs::make_node`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,10 +19,13 @@ pub struct NewNode {
     pub gid: u32,
     /// Device number (devices only).
     pub rdev: u32,
+    /// The creator's umask: taken out of `mode` unless the directory has
+    /// a default ACL, which then masks the mode instead (POSIX.1e).
+    pub umask: u16,
 }
 
 impl NewNode {
-    /// A node of `kind` with `mode`, owned by root, device 0.
+    /// A node of `kind` with `mode`, owned by root, device 0, umask 0.
     pub fn new(kind: Kind, mode: u16) -> Self {
         NewNode {
             kind,
@@ -28,6 +33,7 @@ impl NewNode {
             uid: 0,
             gid: 0,
             rdev: 0,
+            umask: 0,
         }
     }
 }
@@ -67,6 +73,24 @@ pub struct SetAttr {
 /// Most links one inode may have (ext4's limit).
 pub const LINK_MAX: u32 = 65_000;
 
+/// A new inode's mode and attributes: inherited from its directory's
+/// default ACL, or its mode less the umask.
+fn inherit(default: Option<&Acl>, node: &NewNode) -> (u16, Vec<Xattr>) {
+    let mode = node.mode & 0o7777;
+    let Some(def) = default else {
+        return (mode & !node.umask, Vec::new());
+    };
+    let (access, mode) = def.create(mode);
+    let mut attrs = Vec::new();
+    if let Some(a) = access {
+        attrs.push((acl::ACCESS.to_vec(), a.encode()));
+    }
+    if node.kind == Kind::Dir {
+        attrs.push((acl::DEFAULT.to_vec(), def.encode()));
+    }
+    (mode, attrs)
+}
+
 pub(super) fn stat_of(ino: Ino, i: &Inode) -> Stat {
     Stat {
         ino,
@@ -103,9 +127,22 @@ impl Fs {
 
     /// Up to `limit` entries of `dir` from position `pos` (0: the start):
     /// (position, name, inode, kind). Resume from the last position + 1;
-    /// a position stays valid while its entry lives.
+    /// a position stays valid while its entry lives. A listing from the
+    /// start moves the directory's access time as [`MountOptions::atime`]
+    /// and [`MountOptions::diratime`] say.
     pub fn readdir_from(&self, dir: Ino, pos: u64, limit: usize) -> Result<Vec<EntryAt>> {
-        self.with(|st, img| st.entries_from(img, dir, pos, limit))
+        let policy = match self.options.diratime {
+            true => self.options.atime,
+            false => Atime::Never,
+        };
+        self.with(|st, img| {
+            let out = st.entries_from(img, dir, pos, limit)?;
+            if pos == 0 {
+                let d = st.dir(img, dir)?;
+                st.accessed(img, dir, d, policy)?;
+            }
+            Ok(out)
+        })
     }
 
     /// The parent of a directory (the root is its own).
@@ -116,7 +153,9 @@ impl Fs {
     /// Creates `name` in `dir` as `node` describes: a file, directory,
     /// symlink (empty: use [`Fs::symlink`]), FIFO, socket or device. In a
     /// set-group-ID directory the new inode takes the directory's group,
-    /// and a new directory the set-group-ID bit.
+    /// and a new directory the set-group-ID bit. Under a directory with a
+    /// default ACL the new inode inherits it (its access list, and a
+    /// directory its default list too); elsewhere the umask applies.
     pub fn make_node(&self, dir: Ino, name: &[u8], node: NewNode) -> Result<Ino> {
         check_name(name)?;
         if node.kind == Kind::Free {
@@ -220,7 +259,7 @@ impl Fs {
                 return Err(Error::NotEmpty);
             }
             st.remove_entry(img, dir, name)?;
-            st.free_inode(img, ino)?;
+            st.last_link_gone(img, ino)?;
             st.add_links(img, dir, -1)?;
             st.touch(img, dir)
         })
@@ -246,7 +285,9 @@ impl Fs {
         self.with(|st, img| st.rename(img, (dir, name), (to_dir, to_name), mode))
     }
 
-    /// Changes the attributes `a` names; returns them all after.
+    /// Changes the attributes `a` names; returns them all after. A new
+    /// mode rewrites an access ACL's owner, mask (or group) and other
+    /// entries with it.
     pub fn setattr(&self, ino: Ino, a: &SetAttr) -> Result<Stat> {
         if let Some(size) = a.size {
             self.truncate(ino, size)?;
@@ -254,7 +295,7 @@ impl Fs {
         self.with(|st, img| {
             let mut i = st.live(img, ino)?;
             if let Some(m) = a.mode {
-                i.mode = m & 0o7777;
+                st.chmod(img, &mut i, m)?;
             }
             i.uid = a.uid.unwrap_or(i.uid);
             i.gid = a.gid.unwrap_or(i.gid);
@@ -274,13 +315,20 @@ impl State {
         if self.find(img, dir, name)?.is_some() {
             return Err(Error::Exists);
         }
-        if self.free_inodes == 0 || self.available() < self.add_needs(img, dir, name)? {
+        let default = match node.kind {
+            Kind::Symlink => None,
+            _ => self.acl_of(img, &d, acl::DEFAULT)?,
+        };
+        // The inherited lists take one attribute block at most.
+        let extra = default.is_some() as u64;
+        if self.free_inodes == 0 || self.available() < self.add_needs(img, dir, name)? + extra {
             return Err(Error::NoSpace);
         }
         if d.kind == Kind::Dir && node.kind == Kind::Dir && d.nlink >= LINK_MAX {
             return Err(Error::TooManyLinks);
         }
-        let mut new = Inode::new(node.kind, node.mode, node.uid, node.gid, dir, Time::now());
+        let (mode, attrs) = inherit(default.as_ref(), &node);
+        let mut new = Inode::new(node.kind, mode, node.uid, node.gid, dir, Time::now());
         new.rdev = node.rdev;
         if d.mode & 0o2000 != 0 {
             new.gid = d.gid;
@@ -289,12 +337,33 @@ impl State {
             }
         }
         let ino = self.alloc_inode(img, &new)?;
+        if !attrs.is_empty() {
+            self.write_xattrs(img, &mut new, &attrs)?;
+            self.set_inode(img, ino, &new)?;
+        }
         self.add_entry(img, dir, name, ino, node.kind)?;
         if node.kind == Kind::Dir {
             self.add_links(img, dir, 1)?;
         }
         self.touch(img, dir)?;
         Ok(ino)
+    }
+
+    /// `chmod`: the mode's permission bits, and an access ACL's entries
+    /// with them (the caller writes `i` back).
+    fn chmod(&mut self, img: &dyn VfsFile, i: &mut Inode, mode: u16) -> Result<()> {
+        i.mode = mode & 0o7777;
+        let Some(mut list) = self.acl_of(img, i, acl::ACCESS)? else {
+            return Ok(());
+        };
+        list.chmod(i.mode);
+        let mut attrs = self.xattrs(img, i)?;
+        for (n, v) in &mut attrs {
+            if n == acl::ACCESS {
+                *v = list.encode();
+            }
+        }
+        self.write_xattrs(img, i, &attrs)
     }
 
     /// Changes the link count of `ino` by `by`.
@@ -379,7 +448,7 @@ impl State {
             Some(t) => {
                 self.retarget_entry(img, to_dir, to_name, ino, src.kind)?;
                 if self.live(img, t)?.kind == Kind::Dir {
-                    self.free_inode(img, t)?;
+                    self.last_link_gone(img, t)?;
                     self.add_links(img, to_dir, -1)?;
                 } else {
                     self.drop_link(img, t)?;

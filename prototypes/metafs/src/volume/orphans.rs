@@ -1,13 +1,16 @@
 //! Open files and orphans: an inode whose last name goes while it is open
 //! keeps its blocks until the last close (POSIX), on the orphan list that
 //! starts in the root inode, so a crash before that close cannot leak it:
-//! mount frees every inode on the list (ext4's orphan list).
+//! mount frees every inode on the list (ext4's orphan list). Directories
+//! too: one removed (or renamed over) while open stays, empty, with no
+//! links, until its last close — `fstat` on it says `nlink` 0.
 
 use super::*;
 
 impl Fs {
-    /// Opens inode `ino`: until the matching [`Fs::release`], removing its
-    /// last name does not free it.
+    /// Opens inode `ino` (a file, or a directory: FUSE's `opendir`): until
+    /// the matching [`Fs::release`], removing its last name does not free
+    /// it.
     pub fn open(&self, ino: Ino) -> Result<()> {
         self.with(|st, img| {
             st.live(img, ino)?;
@@ -29,7 +32,7 @@ impl Fs {
             }
             st.open.remove(&ino);
             let i = st.live(img, ino)?;
-            if i.nlink == 0 && i.kind != Kind::Dir {
+            if i.nlink == 0 {
                 st.unlist_orphan(img, ino)?;
                 st.free_inode(img, ino)?;
             }
@@ -39,8 +42,8 @@ impl Fs {
 }
 
 impl State {
-    /// The last name of non-directory `ino` went: free it, or if it is
-    /// open, make it an orphan.
+    /// The last name of `ino` went (a directory's only one: it is empty):
+    /// free it, or if it is open, make it an orphan.
     pub(super) fn last_link_gone(&mut self, img: &dyn VfsFile, ino: Ino) -> Result<()> {
         if !self.open.contains_key(&ino) {
             return self.free_inode(img, ino);
@@ -88,7 +91,7 @@ impl State {
         let list = self.orphans(img)?;
         for &ino in &list {
             let i = self.live(img, ino)?;
-            if i.nlink != 0 || i.kind == Kind::Dir {
+            if i.nlink != 0 {
                 return Err(Error::Corrupt(format!(
                     "orphan inode {ino} has {} links",
                     i.nlink

@@ -265,11 +265,13 @@ impl State {
         Ok(ino)
     }
 
-    /// Frees inode `ino`: its blocks, its bitmap bit, its directory index.
+    /// Frees inode `ino`: its blocks and attributes, its bitmap bit, its
+    /// directory index.
     pub(super) fn free_inode(&mut self, img: &dyn VfsFile, ino: Ino) -> Result<()> {
         let mut i = self.inode(img, ino)?;
         let meta = i.kind == Kind::Dir;
         self.free_blocks_from(img, &mut i, 0, meta)?;
+        self.free_xattrs(img, &mut i)?;
         self.set_inode(img, ino, &Inode::free())?;
         let place = self.sb.ibit_place(ino);
         self.set_bit_in(img, place, false)?;

@@ -5,26 +5,36 @@
 //! FUSE inode numbers are metafs's own (the root is 1 in both). The mount
 //! uses `default_permissions`: the kernel checks access against the mode,
 //! owner and group metafs keeps, as it does for a disk filesystem, and a
-//! new inode's owner is the caller's uid and gid. Reads do not move the
-//! access time (`noatime`); every other change moves the times POSIX
-//! says. `fsync` and `fsyncdir` commit (durable on return); since the
+//! new inode's owner is the caller's uid and gid. Reads move the access
+//! time as the mount's atime option says (the kernel leaves atime to a
+//! FUSE filesystem; relatime by default); every other change moves the
+//! times POSIX says. `fsync` and `fsyncdir` commit (durable on return); since the
 //! kernel does not forward `sync(2)`/`syncfs(2)` to FUSE, [`mount`] also
 //! commits on a timer (jbd2's commit interval, here 1 s), so `sync`
 //! followed by a second's wait is durable too; unmounting checkpoints.
 
-use crate::volume::{Fs, NewNode, RenameMode, SetAttr, Stat};
-use crate::{Error, Kind, Time};
+use crate::volume::{Falloc, Fs, NewNode, RenameMode, SetAttr};
+use crate::{Error, Kind};
+use convert::{attr, errno, file_type, ino, kind_of_mode, time_or_now};
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use journal_core::sync::{Condvar, Deadline, Mutex};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
+use syncer::Syncer;
+
+mod convert;
+mod session;
+mod syncer;
+mod xattr;
+
+pub use convert::{metafs_time, system_time};
+pub use session::{mount, MountConfig};
 
 /// How long the kernel may cache attributes and entries (names found and
 /// names absent). Every change to the filesystem comes through this
@@ -63,193 +73,6 @@ impl MetaFuse {
     }
 }
 
-/// The commit thread of a mount (jbd2's kjournald): it takes every fsync
-/// queued since its last commit, commits once — the commit covers every
-/// change those fsyncs wait for, since each was made before its fsync
-/// arrived — and answers them all; with none queued it commits on a timer
-/// (jbd2's commit interval), since the kernel does not forward
-/// `sync(2)`. The dispatch threads never wait for the disk, so a few of
-/// them serve any number of fsync callers, and one commit carries every
-/// fsync that arrived while the last was being written.
-#[derive(Debug, Default)]
-struct Syncer {
-    state: Mutex<SyncQueue>,
-    wake: Condvar,
-}
-
-#[derive(Debug, Default)]
-struct SyncQueue {
-    replies: Vec<ReplyEmpty>,
-    /// A commit is running (the syncer's, or a lone fsync's inline).
-    busy: bool,
-    /// The last commit served one fsync and none arrived while it ran: a
-    /// lone fsync caller, whose next fsync commits inline.
-    crowded: bool,
-    stop: bool,
-}
-
-impl Syncer {
-    /// An fsync: committed right here when the caller is alone — nothing
-    /// committing or queued, and the last commit had no company (so a lone
-    /// fsync pays no hand-off to the syncer: jbd's lone writer that never
-    /// waits) — else queued for the syncer's next commit. (Committing
-    /// inline whenever nothing was running took a dispatch thread off the
-    /// requests under load: 7,442 files/s at 4 fs_mark threads against
-    /// 8,834 queued.)
-    fn queue(&self, fs: &Fs, reply: ReplyEmpty) {
-        let mut q = self.state.lock();
-        if q.busy || q.crowded || !q.replies.is_empty() {
-            q.replies.push(reply);
-            drop(q);
-            self.wake.notify_one();
-            return;
-        }
-        q.busy = true;
-        drop(q);
-        let r = fs.sync();
-        match &r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
-        let mut q = self.state.lock();
-        q.busy = false;
-        q.crowded = !q.replies.is_empty();
-        drop(q);
-        // fsyncs that arrived meanwhile wait for the syncer.
-        self.wake.notify_one();
-    }
-
-    fn stop(&self) {
-        self.state.lock().stop = true;
-        self.wake.notify_one();
-    }
-
-    /// The thread's loop: until stopped with nothing queued.
-    fn run(&self, fs: &Fs, every: Duration) {
-        let mut q = self.state.lock();
-        loop {
-            let deadline = Deadline::after(every);
-            while (q.busy || q.replies.is_empty()) && !q.stop && !deadline.expired() {
-                q = self.wake.wait_deadline(q, &deadline).0;
-            }
-            if q.stop && q.replies.is_empty() {
-                return;
-            }
-            if q.busy {
-                continue; // the timer fired during an inline commit
-            }
-            q.busy = true;
-            let batch = std::mem::take(&mut q.replies);
-            let n = batch.len();
-            drop(q);
-            // A failure poisons the filesystem: every later fsync gets it.
-            let r = fs.sync();
-            for reply in batch {
-                match &r {
-                    Ok(()) => reply.ok(),
-                    Err(e) => reply.error(errno(e)),
-                }
-            }
-            q = self.state.lock();
-            q.busy = false;
-            q.crowded = n > 1 || !q.replies.is_empty();
-        }
-    }
-}
-
-fn errno(e: &Error) -> Errno {
-    Errno::from_i32(e.errno())
-}
-
-/// A metafs time as the system's (out of range: the epoch).
-pub fn system_time(t: Time) -> SystemTime {
-    let at = if t.sec >= 0 {
-        UNIX_EPOCH.checked_add(Duration::new(t.sec as u64, t.nsec))
-    } else {
-        UNIX_EPOCH
-            .checked_sub(Duration::from_secs(t.sec.unsigned_abs()))
-            .and_then(|s| s.checked_add(Duration::from_nanos(t.nsec as u64)))
-    };
-    at.unwrap_or(UNIX_EPOCH)
-}
-
-/// A system time as metafs keeps it.
-pub fn metafs_time(s: SystemTime) -> Time {
-    match s.duration_since(UNIX_EPOCH) {
-        Ok(d) => Time {
-            sec: d.as_secs().min(i64::MAX as u64) as i64,
-            nsec: d.subsec_nanos(),
-        },
-        Err(e) => {
-            let d = e.duration();
-            let sec = -(d.as_secs().min(i64::MAX as u64) as i64);
-            match d.subsec_nanos() {
-                0 => Time { sec, nsec: 0 },
-                n => Time {
-                    sec: sec.saturating_sub(1),
-                    nsec: 1_000_000_000 - n,
-                },
-            }
-        }
-    }
-}
-
-fn file_type(k: Kind) -> FileType {
-    match k {
-        Kind::Dir => FileType::Directory,
-        Kind::Symlink => FileType::Symlink,
-        Kind::Fifo => FileType::NamedPipe,
-        Kind::Socket => FileType::Socket,
-        Kind::CharDevice => FileType::CharDevice,
-        Kind::BlockDevice => FileType::BlockDevice,
-        Kind::File | Kind::Free => FileType::RegularFile,
-    }
-}
-
-/// The kind a `mknod` mode's `S_IFMT` bits name (none: a regular file).
-fn kind_of_mode(mode: u32) -> Option<Kind> {
-    Some(match mode & 0o170000 {
-        0 | 0o100000 => Kind::File,
-        0o010000 => Kind::Fifo,
-        0o020000 => Kind::CharDevice,
-        0o060000 => Kind::BlockDevice,
-        0o140000 => Kind::Socket,
-        0o040000 => Kind::Dir,
-        _ => return None,
-    })
-}
-
-fn attr(s: &Stat) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(s.ino as u64),
-        size: s.size,
-        blocks: s.blocks * (crate::layout::BLOCK as u64 / 512),
-        atime: system_time(s.atime),
-        mtime: system_time(s.mtime),
-        ctime: system_time(s.ctime),
-        crtime: system_time(s.ctime),
-        kind: file_type(s.kind),
-        perm: s.mode,
-        nlink: s.nlink,
-        uid: s.uid,
-        gid: s.gid,
-        rdev: s.rdev,
-        flags: 0,
-        blksize: crate::layout::BLOCK as u32,
-    }
-}
-
-fn ino(i: INodeNo) -> u32 {
-    u32::try_from(u64::from(i)).unwrap_or(0)
-}
-
-fn time_or_now(t: TimeOrNow) -> Time {
-    match t {
-        TimeOrNow::Now => Time::now(),
-        TimeOrNow::SpecificTime(s) => metafs_time(s),
-    }
-}
-
 impl MetaFuse {
     fn entry(&self, r: crate::Result<u32>, reply: ReplyEntry) {
         match r.and_then(|i| self.fs.stat(i)) {
@@ -265,8 +88,9 @@ impl MetaFuse {
         }
     }
 
-    /// A new node in `parent` owned by the caller (`mode`: the umask
-    /// already taken out).
+    /// A new node in `parent` owned by the caller (metafs takes the umask
+    /// out, or inherits the directory's default ACL).
+    #[allow(clippy::too_many_arguments)]
     fn make(
         &self,
         req: &Request,
@@ -274,6 +98,7 @@ impl MetaFuse {
         name: &OsStr,
         kind: Kind,
         mode: u32,
+        umask: u32,
         rdev: u32,
     ) -> crate::Result<u32> {
         let node = NewNode {
@@ -282,12 +107,22 @@ impl MetaFuse {
             uid: req.uid(),
             gid: req.gid(),
             rdev,
+            umask: (umask & 0o777) as u16,
         };
         self.fs.make_node(ino(parent), name.as_bytes(), node)
     }
 }
 
 impl Filesystem for MetaFuse {
+    fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> std::io::Result<()> {
+        // POSIX ACLs checked by the kernel, kept by metafs; the umask
+        // left to metafs (a default ACL replaces it). A kernel without
+        // them gets neither, and metafs works as before.
+        use fuser::InitFlags as F;
+        let _ = config.add_capabilities(F::FUSE_POSIX_ACL | F::FUSE_DONT_MASK);
+        Ok(())
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.entry(self.fs.lookup(ino(parent), name.as_bytes()), reply);
     }
@@ -351,7 +186,7 @@ impl Filesystem for MetaFuse {
     ) {
         let r = match kind_of_mode(mode) {
             Some(Kind::Dir) | None => Err(Error::InvalidArgument("mknod of no file type")),
-            Some(k) => self.make(req, parent, name, k, mode & !umask, rdev),
+            Some(k) => self.make(req, parent, name, k, mode, umask, rdev),
         };
         self.entry(r, reply);
     }
@@ -366,7 +201,7 @@ impl Filesystem for MetaFuse {
         reply: ReplyEntry,
     ) {
         self.entry(
-            self.make(req, parent, name, Kind::Dir, mode & !umask, 0),
+            self.make(req, parent, name, Kind::Dir, mode, umask, 0),
             reply,
         );
     }
@@ -568,6 +403,97 @@ impl Filesystem for MetaFuse {
         }
     }
 
+    fn setxattr(
+        &self,
+        req: &Request,
+        i: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        self.do_setxattr(req, i, name, value, flags, reply);
+    }
+
+    fn getxattr(&self, _req: &Request, i: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.do_getxattr(i, name, size, reply);
+    }
+
+    fn listxattr(&self, _req: &Request, i: INodeNo, size: u32, reply: ReplyXattr) {
+        self.do_listxattr(i, size, reply);
+    }
+
+    fn removexattr(&self, _req: &Request, i: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.do_removexattr(i, name, reply);
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        // FALLOC_FL_KEEP_SIZE 1, PUNCH_HOLE 2, ZERO_RANGE 0x10; the rest
+        // (collapse, insert, unshare, ...) metafs does not do.
+        let how = match mode {
+            0 | 1 => Falloc::Allocate {
+                keep_size: mode == 1,
+            },
+            3 => Falloc::PunchHole,
+            0x10 | 0x11 => Falloc::ZeroRange {
+                keep_size: mode == 0x11,
+            },
+            _ => return reply.error(Errno::from_i32(95)), // EOPNOTSUPP
+        };
+        Self::empty(self.fs.fallocate(ino(i), offset, length, how), reply);
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let found = match seek_request(offset, whence) {
+            Err(e) => return reply.error(Errno::from_i32(e)),
+            Ok(None) => Ok(None),
+            Ok(Some((offset, data))) => self.fs.seek(ino(i), offset, data),
+        };
+        match found {
+            Ok(Some(at)) => reply.offset(at as i64),
+            Ok(None) => reply.error(Errno::from_i32(ENXIO)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // Counted like a file's open: a directory removed while open
+        // lives on, empty and unlinked, until its releasedir.
+        match self.fs.open(ino(i)) {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(self.fs.release(ino(i)), reply);
+    }
+
     fn fsyncdir(
         &self,
         _req: &Request,
@@ -585,7 +511,7 @@ impl Filesystem for MetaFuse {
         reply.statfs(
             sb.blocks as u64,
             free_blocks,
-            free_blocks,
+            self.fs.data_available(),
             sb.inodes as u64,
             free_inodes,
             crate::layout::BLOCK as u32,
@@ -605,7 +531,7 @@ impl Filesystem for MetaFuse {
         reply: ReplyCreate,
     ) {
         match self
-            .make(req, parent, name, Kind::File, mode & !umask, 0)
+            .make(req, parent, name, Kind::File, mode, umask, 0)
             .and_then(|i| self.fs.open(i).and_then(|()| self.fs.stat(i)))
         {
             Ok(s) => reply.created(
@@ -620,70 +546,31 @@ impl Filesystem for MetaFuse {
     }
 }
 
-/// How [`mount`] serves a filesystem.
-#[derive(Debug, Clone, Copy)]
-pub struct MountConfig {
-    /// Commit the running transaction this often (the kernel does not
-    /// forward `sync(2)`).
-    pub commit_every: Duration,
-    /// FUSE's `allow_other`: users other than the mounter reach the mount
-    /// (access still checked against each file's mode and owner).
-    pub allow_other: bool,
+const ENXIO: i32 = 6;
+
+/// What an `lseek` the kernel passes on asks for: `(offset, SEEK_DATA?)`,
+/// `None` for a negative offset — nothing there, `ENXIO`, as Linux
+/// answers for any filesystem (xfstests's generic/448) — or the errno of
+/// a request metafs does not take (the kernel sends only `SEEK_DATA`, 3,
+/// and `SEEK_HOLE`, 4).
+fn seek_request(offset: i64, whence: i32) -> Result<Option<(u64, bool)>, i32> {
+    if !matches!(whence, 3 | 4) {
+        return Err(22); // EINVAL
+    }
+    Ok(u64::try_from(offset).ok().map(|o| (o, whence == 3)))
 }
 
-impl Default for MountConfig {
-    fn default() -> Self {
-        Self {
-            commit_every: Duration::from_secs(1),
-            allow_other: false,
-        }
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::seek_request;
 
-/// Mounts `fs` on `dir` and serves it until the mount is unmounted
-/// (`umount DIR` or `fusermount3 -u DIR`); commits every
-/// `config.commit_every` meanwhile. `on_mounted` runs once the mount is live. Returns the
-/// filesystem for its caller to unmount (checkpoint) it.
-pub fn mount(
-    fs: Arc<Fs>,
-    dir: &Path,
-    config: MountConfig,
-    on_mounted: impl FnOnce(),
-) -> std::io::Result<Arc<Fs>> {
-    let MountConfig {
-        commit_every,
-        allow_other,
-    } = config;
-    let mut config = fuser::Config::default();
-    config.mount_options = vec![
-        fuser::MountOption::FSName("metafs".into()),
-        fuser::MountOption::Subtype("metafs".into()),
-        fuser::MountOption::RW,
-        fuser::MountOption::DefaultPermissions,
-    ];
-    if allow_other {
-        config.acl = fuser::SessionACL::All;
+    #[test]
+    fn a_negative_seek_data_or_hole_offset_finds_nothing_and_others_are_refused() {
+        assert_eq!(seek_request(-1, 3), Ok(None));
+        assert_eq!(seek_request(i64::MIN, 4), Ok(None));
+        assert_eq!(seek_request(0, 3), Ok(Some((0, true))));
+        assert_eq!(seek_request(4096, 4), Ok(Some((4096, false))));
+        assert_eq!(seek_request(0, 0), Err(22));
+        assert_eq!(seek_request(-1, 2), Err(22));
     }
-    // Threads that take requests from the kernel. None waits for the
-    // disk (fsyncs go to the syncer), so two keep both cores busy; 32, with
-    // fsyncs answered on them, spent 40% of the server's time switching
-    // threads (perf) for fewer files/s.
-    config.n_threads = Some(DISPATCH_THREADS);
-    let syncer = Arc::new(Syncer::default());
-    // The syncer: one that cannot be started fails the mount.
-    let (fs2, s2) = (fs.clone(), syncer.clone());
-    let thread = std::thread::Builder::new()
-        .name("metafs-commit".into())
-        .spawn(move || s2.run(&fs2, commit_every))?;
-    let served = MetaFuse {
-        fs: fs.clone(),
-        syncer: Some(syncer.clone()),
-    };
-    let r = fuser::spawn_mount(served, dir, &config).map(|session| {
-        on_mounted();
-        session.join()
-    });
-    syncer.stop();
-    let _ = thread.join();
-    r?.map(|()| fs)
 }
