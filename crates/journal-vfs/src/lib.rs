@@ -68,6 +68,10 @@ pub struct OpenOptions {
     /// `O_DIRECT`: bypass the page cache; buffers, offsets and lengths must
     /// then be aligned to the device's logical block size (where the OS has it).
     pub direct: bool,
+    /// `O_APPEND`: every [`VfsFile::write_at`] goes at the end of the file
+    /// as it is at that moment, whatever its offset says (Linux's `pwrite`
+    /// on such a file): processes sharing a log each add whole lines.
+    pub append: bool,
     /// Permission bits of a file this open creates (masked by the umask on
     /// [`OsVfs`]); `None` takes the filesystem's default
     /// ([`OsVfsOptions::file_mode`], 0o600). [`SimVfs`] keeps no modes.
@@ -101,6 +105,14 @@ impl OpenOptions {
             create: true,
             create_new: true,
             ..Self::default()
+        }
+    }
+    /// Read and append, creating the file if needed (see
+    /// [`OpenOptions::append`]).
+    pub fn append() -> Self {
+        Self {
+            append: true,
+            ..Self::create()
         }
     }
     /// The same, creating the file with permission bits `mode`.

@@ -155,7 +155,7 @@ impl Vfs for OsVfs {
     fn open(&self, path: &Path, opts: OpenOptions) -> Result<Box<dyn VfsFile>> {
         let mut o = std::fs::OpenOptions::new();
         let create = opts.create || opts.create_new;
-        o.read(true).write(opts.write || create);
+        o.read(true).write(opts.write || create).append(opts.append);
         if opts.create_new {
             o.create_new(true);
         } else if create {

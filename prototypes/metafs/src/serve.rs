@@ -64,18 +64,14 @@ pub struct MountArgs {
 /// written; a daemon keeping its own end would write that line over the
 /// next one's `mounted` (seen under xfstests: a daemon that looked dead).
 pub struct Log {
-    file: std::fs::File,
+    file: Box<dyn journal_core::vfs::VfsFile>,
 }
 
 impl Log {
     /// Opens (creating) `path` for appending.
     pub fn open(path: &Path) -> Result<Arc<Log>, String> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o644)
-            .open(path)
+        let file = OsVfs::new()
+            .open(path, OpenOptions::append().mode(0o644))
             .map_err(|e| format!("log {}: {e}", path.display()))?;
         Ok(Arc::new(Log { file }))
     }
@@ -83,7 +79,6 @@ impl Log {
     /// Appends `line`, stamped with the time and this process's id
     /// (a failed write is dropped: the log must not stop the daemon).
     pub fn line(&self, line: &str) {
-        use std::io::Write;
         let t = metafs::Time::now();
         let text = format!(
             "{}.{:03} metafs[{}]: {line}\n",
@@ -91,7 +86,8 @@ impl Log {
             t.nsec / 1_000_000,
             std::process::id()
         );
-        let _ = (&self.file).write_all(text.as_bytes());
+        // O_APPEND: the offset is the end, whatever is passed.
+        let _ = self.file.write_at(text.as_bytes(), 0);
     }
 }
 
@@ -232,7 +228,7 @@ fn last_line(path: &Path) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::Log;
+    use super::{Log, OpenOptions, OsVfs, Vfs};
 
     #[test]
     fn two_daemons_sharing_a_log_lose_none_of_each_others_lines() {
@@ -246,7 +242,10 @@ mod tests {
         second.line("mounted by the second");
         first.line("exited: the first");
         second.line("exited: the second");
-        let text = std::fs::read_to_string(&path).unwrap();
+        let f = OsVfs::new().open(&path, OpenOptions::read()).unwrap();
+        let mut bytes = vec![0; f.len().unwrap() as usize];
+        f.read_exact_at(&mut bytes, 0).unwrap();
+        let text = String::from_utf8(bytes).unwrap();
         let lines: Vec<&str> = text
             .lines()
             .map(|l| l.split_once("]: ").unwrap().1)

@@ -49,6 +49,7 @@ impl Vfs for SimVfs {
             path: path.to_path_buf(),
             writable: opts.write || create,
             direct: opts.direct,
+            append: opts.append,
         }))
     }
 
@@ -215,6 +216,8 @@ struct SimFile {
     /// Opened with `O_DIRECT`: writes must be aligned (see
     /// [`SIM_DIRECT_ALIGN`]).
     direct: bool,
+    /// Opened with `O_APPEND`: writes go at the end.
+    append: bool,
 }
 
 /// The direct-I/O alignment [`SimVfs`] reports and enforces.
@@ -295,6 +298,33 @@ impl SimFile {
         st.check_space(self.ino, end, op, &self.path)?;
         let inode = inode_of(&mut st.inodes, self.ino, op, &self.path)?;
         Ok(f(inode))
+    }
+
+    /// [`SimFile::with_inode_to`] for a write of `len` bytes at `offset`
+    /// — or, opened `O_APPEND`, at the end of the file as it is under the
+    /// lock, as Linux's `pwrite` does; `f` gets the offset written at.
+    fn write_inode<R>(
+        &self,
+        op: Op,
+        offset: u64,
+        len: u64,
+        f: impl FnOnce(&mut Inode, u64) -> R,
+    ) -> Result<R> {
+        let mut st = self.vfs.inner.state.lock();
+        st.call(op, &self.path)?;
+        if !self.writable {
+            let badf = io::Error::from_raw_os_error(Errno::BADF.raw_os_error());
+            return Err(VfsError::new(op, &self.path, badf));
+        }
+        let at = match self.append {
+            true => inode_of(&mut st.inodes, self.ino, op, &self.path)?
+                .live
+                .len() as u64,
+            false => offset,
+        };
+        st.check_space(self.ino, at.saturating_add(len), op, &self.path)?;
+        let inode = inode_of(&mut st.inodes, self.ino, op, &self.path)?;
+        Ok(f(inode, at))
     }
 
     fn counters(&self) -> &Counters {
@@ -388,11 +418,11 @@ impl VfsFile for SimFile {
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         self.check_direct(Op::Write, buf, offset)?;
         self.vfs.write_latency();
-        let end = offset.saturating_add(buf.len() as u64);
-        self.with_inode_to(Op::Write, true, end, |inode| {
+        let len = buf.len() as u64;
+        self.write_inode(Op::Write, offset, len, |inode, offset| {
             write_bytes(DataArc::make_mut(&mut inode.live), offset, buf);
             inode.pending.push((offset, buf.to_vec()));
-            cut_ranges(&mut inode.lost, offset, offset + buf.len() as u64);
+            cut_ranges(&mut inode.lost, offset, offset + len);
         })?;
         self.counters().writes.incr();
         self.counters().bytes_written.add(buf.len() as u64);
