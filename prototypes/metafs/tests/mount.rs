@@ -257,6 +257,13 @@ fn links_modes_times_rsync_and_git_through_the_mount() {
             "user.name=t",
             "-c",
             "user.email=t@example.org",
+            // No detached auto-maintenance (git 2.47 runs it in the
+            // background after a commit): a process left working in the
+            // repository keeps the mount busy, and `umount` refuses.
+            "-c",
+            "maintenance.auto=false",
+            "-c",
+            "gc.auto=0",
         ];
         all.extend_from_slice(args);
         sh("git", &all)
