@@ -153,7 +153,7 @@ impl<B: EtcdBackend> ClusterService<B> {
         req: Request<pb::MemberAddRequest>,
     ) -> Result<pb::MemberAddResponse, Status> {
         let etcd = &self.0;
-        if let Some(addr) = etcd.route(&req)? {
+        if let Some(addr) = etcd.route(&req).await? {
             let mut c = self.client(&addr)?;
             return Ok(c
                 .member_add(forward::request(req.into_inner()))
@@ -201,7 +201,7 @@ impl<B: EtcdBackend> ClusterService<B> {
         req: Request<pb::MemberRemoveRequest>,
     ) -> Result<pb::MemberRemoveResponse, Status> {
         let etcd = &self.0;
-        if let Some(addr) = etcd.route(&req)? {
+        if let Some(addr) = etcd.route(&req).await? {
             let mut c = self.client(&addr)?;
             return Ok(c
                 .member_remove(forward::request(req.into_inner()))
@@ -233,7 +233,7 @@ impl<B: EtcdBackend> ClusterService<B> {
         req: Request<pb::MemberPromoteRequest>,
     ) -> Result<pb::MemberPromoteResponse, Status> {
         let etcd = &self.0;
-        if let Some(addr) = etcd.route(&req)? {
+        if let Some(addr) = etcd.route(&req).await? {
             let mut c = self.client(&addr)?;
             return Ok(c
                 .member_promote(forward::request(req.into_inner()))
@@ -275,7 +275,7 @@ impl<B: EtcdBackend> ClusterService<B> {
         req: Request<pb::MemberUpdateRequest>,
     ) -> Result<pb::MemberUpdateResponse, Status> {
         let etcd = &self.0;
-        if let Some(addr) = etcd.route(&req)? {
+        if let Some(addr) = etcd.route(&req).await? {
             let mut c = self.client(&addr)?;
             return Ok(c
                 .member_update(forward::request(req.into_inner()))

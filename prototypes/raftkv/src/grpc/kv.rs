@@ -27,7 +27,7 @@ impl<B: EtcdBackend> KvService<B> {
     pub async fn range(&self, req: Request<pb::RangeRequest>) -> Result<pb::RangeResponse, Status> {
         let etcd = &self.0;
         if !req.get_ref().serializable {
-            if let Some(addr) = etcd.route(&req)? {
+            if let Some(addr) = etcd.route(&req).await? {
                 return Ok(forwarded!(etcd, addr, range, req)?.into_inner());
             }
         }
@@ -39,7 +39,7 @@ impl<B: EtcdBackend> KvService<B> {
     /// Serves a put.
     pub async fn put(&self, req: Request<pb::PutRequest>) -> Result<pb::PutResponse, Status> {
         let etcd = &self.0;
-        if let Some(addr) = etcd.route(&req)? {
+        if let Some(addr) = etcd.route(&req).await? {
             return Ok(forwarded!(etcd, addr, put, req)?.into_inner());
         }
         let a = etcd
@@ -56,7 +56,7 @@ impl<B: EtcdBackend> KvService<B> {
         req: Request<pb::DeleteRangeRequest>,
     ) -> Result<pb::DeleteRangeResponse, Status> {
         let etcd = &self.0;
-        if let Some(addr) = etcd.route(&req)? {
+        if let Some(addr) = etcd.route(&req).await? {
             return Ok(forwarded!(etcd, addr, delete_range, req)?.into_inner());
         }
         let a = etcd
@@ -70,7 +70,7 @@ impl<B: EtcdBackend> KvService<B> {
     /// Serves a transaction.
     pub async fn txn(&self, req: Request<pb::TxnRequest>) -> Result<pb::TxnResponse, Status> {
         let etcd = &self.0;
-        if let Some(addr) = etcd.route(&req)? {
+        if let Some(addr) = etcd.route(&req).await? {
             return Ok(forwarded!(etcd, addr, txn, req)?.into_inner());
         }
         let t = convert::txn_in(req.into_inner())?;
@@ -84,7 +84,7 @@ impl<B: EtcdBackend> KvService<B> {
         req: Request<pb::CompactionRequest>,
     ) -> Result<pb::CompactionResponse, Status> {
         let etcd = &self.0;
-        if let Some(addr) = etcd.route(&req)? {
+        if let Some(addr) = etcd.route(&req).await? {
             return Ok(forwarded!(etcd, addr, compact, req)?.into_inner());
         }
         let c = req.into_inner();

@@ -38,7 +38,7 @@ impl<B: EtcdBackend> LeaseService<B> {
         req: Request<pb::LeaseGrantRequest>,
     ) -> Result<pb::LeaseGrantResponse, Status> {
         let etcd = &self.0;
-        if let Some(addr) = etcd.route(&req)? {
+        if let Some(addr) = etcd.route(&req).await? {
             let mut c = self.client(&addr)?;
             return Ok(c
                 .lease_grant(forward::request(req.into_inner()))
@@ -61,7 +61,7 @@ impl<B: EtcdBackend> LeaseService<B> {
         req: Request<pb::LeaseRevokeRequest>,
     ) -> Result<pb::LeaseRevokeResponse, Status> {
         let etcd = &self.0;
-        if let Some(addr) = etcd.route(&req)? {
+        if let Some(addr) = etcd.route(&req).await? {
             let mut c = self.client(&addr)?;
             return Ok(c
                 .lease_revoke(forward::request(req.into_inner()))
@@ -84,7 +84,7 @@ impl<B: EtcdBackend> LeaseService<B> {
         req: Request<pb::LeaseTimeToLiveRequest>,
     ) -> Result<pb::LeaseTimeToLiveResponse, Status> {
         let etcd = &self.0;
-        if let Some(addr) = etcd.route(&req)? {
+        if let Some(addr) = etcd.route(&req).await? {
             let mut c = self.client(&addr)?;
             return Ok(c
                 .lease_time_to_live(forward::request(req.into_inner()))
@@ -118,7 +118,7 @@ impl<B: EtcdBackend> LeaseService<B> {
         req: Request<pb::LeaseLeasesRequest>,
     ) -> Result<pb::LeaseLeasesResponse, Status> {
         let etcd = &self.0;
-        if let Some(addr) = etcd.route(&req)? {
+        if let Some(addr) = etcd.route(&req).await? {
             let mut c = self.client(&addr)?;
             return Ok(c
                 .lease_leases(forward::request(req.into_inner()))
@@ -156,7 +156,7 @@ impl<B: EtcdBackend> LeaseService<B> {
         forwarded: bool,
     ) -> Result<KeepAliveStream, Status> {
         let etcd = self.0.clone();
-        if let Some(addr) = etcd.route_marked(forwarded)? {
+        if let Some(addr) = etcd.route_marked(forwarded).await? {
             let mut c = self.client(&addr)?;
             // Up: the client's requests until it ends its side (or one
             // fails to decode).

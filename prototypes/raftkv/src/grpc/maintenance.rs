@@ -187,7 +187,7 @@ impl<B: EtcdBackend> MaintenanceService<B> {
         req: Request<pb::MoveLeaderRequest>,
     ) -> Result<pb::MoveLeaderResponse, Status> {
         let etcd = &self.0;
-        if let Some(addr) = etcd.route(&req)? {
+        if let Some(addr) = etcd.route(&req).await? {
             let mut c = MaintenanceClient::new(etcd.forward.channel(&addr)?);
             return Ok(c
                 .move_leader(forward::request(req.into_inner()))

@@ -134,17 +134,41 @@ impl<B: EtcdBackend> Etcd<B> {
         }
     }
 
+    /// The leader, waiting (up to [`crate::api::REQUEST_TIMEOUT`]) while
+    /// this member knows none — an election under way — as etcd's
+    /// requests wait for a leader rather than fail at once; `NoLeader` if
+    /// none came.
+    pub async fn leader_awaited(&self) -> Result<Leader, Status> {
+        let none = self
+            .node
+            .raft
+            .metrics()
+            .borrow_watched()
+            .current_leader
+            .is_none();
+        if none {
+            let _ = self
+                .node
+                .raft
+                .wait(Some(crate::api::REQUEST_TIMEOUT))
+                .metrics(|m| m.current_leader.is_some(), "a leader")
+                .await;
+        }
+        self.leader()
+    }
+
     /// Where a request that needs the leader goes: `None` to serve it
-    /// here, or the leader's address; `Unavailable` if there is no leader,
-    /// or if the request was forwarded to this member already and it does
-    /// not lead.
-    pub fn route<T>(&self, req: &tonic::Request<T>) -> Result<Option<String>, Status> {
+    /// here, or the leader's address; `Unavailable` if there is no leader
+    /// (after [`Etcd::leader_awaited`]), or if the request was forwarded
+    /// to this member already and it does not lead.
+    pub async fn route<T>(&self, req: &tonic::Request<T>) -> Result<Option<String>, Status> {
         self.route_marked(req.metadata().contains_key(FORWARDED))
+            .await
     }
 
     /// [`Etcd::route`] of a request that was `forwarded` or not.
-    pub fn route_marked(&self, forwarded: bool) -> Result<Option<String>, Status> {
-        match self.leader()? {
+    pub async fn route_marked(&self, forwarded: bool) -> Result<Option<String>, Status> {
+        match self.leader_awaited().await? {
             Leader::Me => Ok(None),
             Leader::Other(..) if forwarded => Err(kv_status(&crate::kv::KvError::NotLeader)),
             Leader::Other(_, addr) => Ok(Some(addr)),

@@ -102,10 +102,31 @@ impl Node {
         }
     }
 
-    /// Proposes `cmd`; what applying it did, or etcd's error.
+    /// Proposes `cmd`; what applying it did, or etcd's error. With no
+    /// leader (this one stepped down, an election under way) it waits for
+    /// one, as etcd's proposals do, and proposes again if it is this
+    /// member; bounded by [`crate::api::REQUEST_TIMEOUT`] in all.
     async fn propose_kv(&self, cmd: Command) -> Result<(i64, Answer), KvError> {
-        let out =
-            tokio::time::timeout(crate::api::REQUEST_TIMEOUT, self.proposer.propose(cmd)).await;
+        let deadline = tokio::time::Instant::now() + crate::api::REQUEST_TIMEOUT;
+        let proposed = tokio::time::timeout_at(deadline, self.proposer.propose(cmd.clone())).await;
+        let out = match proposed {
+            Ok(Outcome::Forward(None)) => {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let led = self
+                    .raft
+                    .wait(Some(left))
+                    .metrics(|m| m.current_leader.is_some(), "a leader")
+                    .await;
+                match led {
+                    Ok(m) if m.current_leader == Some(self.id) => {
+                        tokio::time::timeout_at(deadline, self.proposer.propose(cmd)).await
+                    }
+                    Ok(_) => return Err(KvError::NotLeader),
+                    Err(_) => return Err(KvError::NoLeader),
+                }
+            }
+            other => other,
+        };
         match out {
             Err(_) | Ok(Outcome::Failed(_)) | Ok(Outcome::Busy) => Err(KvError::Timeout),
             Ok(Outcome::Forward(Some(_))) => Err(KvError::NotLeader),
