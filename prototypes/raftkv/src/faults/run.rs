@@ -281,7 +281,11 @@ async fn drive(
         .ok_or("no leader within 30 s of the final heal")?;
     final_reads(&c.endpoints(), &mut recs, base).await?;
     let members: Vec<usize> = live.into_iter().filter(|&i| !c.nodes[i].removed).collect();
-    let (said, hash_mismatches) = compare_hashes(c, &members, leader).await?;
+    // A member that does not answer ends the run; what happened goes with
+    // the error.
+    let (said, hash_mismatches) = compare_hashes(c, &members, leader)
+        .await
+        .map_err(|e| format!("{e}\n{}", events.join("\n")))?;
     events.extend(said.iter().map(|e| stamp(e)));
     let mut report = measure(fault, degraded, seed, &recs, &windows, p, events);
     report.hash_mismatches = hash_mismatches;
