@@ -41,9 +41,13 @@ async fn every_fault_with_all_members_and_with_one_down_stays_linearizable() {
         );
         if !r.passed() {
             bad.push(format!(
-                "{name}: {} violations, {} undecided: {:#?}\n{:#?}",
-                r.violations, r.undecided, r.events, r.bad_histories
+                "{name}: {} violations, {} undecided, {} HashKV mismatches: {:#?}\n{:#?}",
+                r.violations, r.undecided, r.hash_mismatches, r.events, r.bad_histories
             ));
+        }
+        // Every live member's HashKV was compared at the end.
+        if !r.events.iter().any(|e| e.contains("HashKV at revision")) {
+            bad.push(format!("{name}: no HashKV comparison in the events"));
         }
         // A run must have done something: its load goes on after the
         // last heal until 25 writes were acknowledged (bounded by

@@ -15,7 +15,7 @@
 //! `VmHWM` at the end — passes [`Lag::rss_limit_mib`].
 
 use super::cluster::ProcCluster;
-use super::run::{final_reads, measure};
+use super::run::{compare_hashes, final_reads, measure};
 use super::{nanos, workload, Fault, Params, Report};
 use crate::compare::{metric, sampler, status_mib};
 use base64::Engine;
@@ -416,12 +416,17 @@ pub(super) async fn drive(c: &mut ProcCluster, seed: u64, p: &Params) -> Result<
     // A cluster that does not recover ends the run; what happened before
     // goes with the error.
     let said = |e: &str| format!("{e}\n{}", events.join("\n"));
-    c.leader(&all, Duration::from_secs(30))
+    let leader = c
+        .leader(&all, Duration::from_secs(30))
         .await
         .ok_or_else(|| said("no leader within 30 s of the catch-up"))?;
     final_reads(&endpoints, &mut recs, base)
         .await
         .map_err(|e| said(&e))?;
+    let (hashes, hash_mismatches) = compare_hashes(c, &all, leader)
+        .await
+        .map_err(|e| said(&e))?;
+    events.extend(hashes.iter().map(|e| stamp(e)));
     let (follower, leader) = (metrics(c, b.node).await, metrics(c, b.leader).await);
     let hwm_mib = pids(c)
         .into_iter()
@@ -438,6 +443,7 @@ pub(super) async fn drive(c: &mut ProcCluster, seed: u64, p: &Params) -> Result<
         p,
         events,
     );
+    report.hash_mismatches = hash_mismatches;
     report.lag = Some(CatchUp {
         lag: lag.clone(),
         node: b.node + 1,

@@ -25,7 +25,12 @@
 //! 4. stops the clients, heals everything, reads every key linearizably
 //!    once more (so a lost write shows), and checks each key's history
 //!    within a step budget: a key is linearizable, a **violation**, or
-//!    **undecided** (reported apart, never counted as passing).
+//!    **undecided** (reported apart, never counted as passing);
+//! 5. has every live member (not the one down, not a removed one) answer
+//!    etcd's `HashKV` at one revision every member applied — the leader's
+//!    current one after the final reads — and compares the answers (hash
+//!    and compaction revision, as etcd does, [`hashes`]): a member that
+//!    differs is a **HashKV mismatch**, each member's answer in the events.
 //!
 //! Faults that need failpoints (crashes at chosen points, slow or failing
 //! fsyncs) arm them over HTTP on the chosen node, which needs a binary
@@ -35,6 +40,7 @@
 
 mod change;
 pub mod cluster;
+pub mod hashes;
 pub mod lag;
 pub mod proxy;
 mod run;
@@ -316,6 +322,10 @@ pub struct Report {
     pub undecided: usize,
     /// Keys checked.
     pub keys: usize,
+    /// Live members whose etcd `HashKV` (hash, compaction revision) at the
+    /// common revision after the final reads differs from the others'
+    /// ([`hashes`]; each member's answer is in the events).
+    pub hash_mismatches: usize,
     /// The longest time from a fault to the first write invoked after it
     /// that succeeded, over the windows (ms).
     pub recovery_write_ms: Option<u64>,
@@ -339,10 +349,14 @@ pub struct Report {
 }
 
 impl Report {
-    /// Whether the run passed: no violation, nothing undecided (and a
-    /// lagging follower caught up within its bounds).
+    /// Whether the run passed: no violation, nothing undecided, every
+    /// live member's `HashKV` equal (and a lagging follower caught up
+    /// within its bounds).
     pub fn passed(&self) -> bool {
-        self.violations == 0 && self.undecided == 0 && self.lag.as_ref().is_none_or(CatchUp::passed)
+        self.violations == 0
+            && self.undecided == 0
+            && self.hash_mismatches == 0
+            && self.lag.as_ref().is_none_or(CatchUp::passed)
     }
 }
 

@@ -106,8 +106,8 @@ pub async fn campaign(c: &Campaign) -> (Vec<Report>, Vec<String>) {
                 match run_case(&c.exe, dir.path(), fault, degraded, seed, &c.params).await {
                     Ok(r) => {
                         eprintln!(
-                            "{name}: {} ops, {} acked writes, {} violations, {} undecided",
-                            r.ops, r.acked_writes, r.violations, r.undecided
+                            "{name}: {} ops, {} acked writes, {} violations, {} undecided, {} HashKV mismatches",
+                            r.ops, r.acked_writes, r.violations, r.undecided, r.hash_mismatches
                         );
                         if let Some(l) = &r.lag {
                             eprint!("{}", super::lag::summary(l));
@@ -275,11 +275,39 @@ async fn drive(
         }
     }
     let live = candidates(c, down);
-    c.leader(&live, Duration::from_secs(30))
+    let leader = c
+        .leader(&live, Duration::from_secs(30))
         .await
         .ok_or("no leader within 30 s of the final heal")?;
     final_reads(&c.endpoints(), &mut recs, base).await?;
-    Ok(measure(fault, degraded, seed, &recs, &windows, p, events))
+    let members: Vec<usize> = live.into_iter().filter(|&i| !c.nodes[i].removed).collect();
+    // A member that does not answer ends the run; what happened goes with
+    // the error.
+    let (said, hash_mismatches) = compare_hashes(c, &members, leader)
+        .await
+        .map_err(|e| format!("{e}\n{}", events.join("\n")))?;
+    events.extend(said.iter().map(|e| stamp(e)));
+    let mut report = measure(fault, degraded, seed, &recs, &windows, p, events);
+    report.hash_mismatches = hash_mismatches;
+    Ok(report)
+}
+
+/// Every member in `members` answers etcd's `HashKV` at the current
+/// revision of `leader` (30 s for all to reach it): what each said, and how
+/// many disagree ([`super::hashes`]).
+pub(super) async fn compare_hashes(
+    c: &ProcCluster,
+    members: &[usize],
+    leader: usize,
+) -> Result<(Vec<String>, usize), String> {
+    let start = Instant::now();
+    let (at, hashes) = super::hashes::collect(c, members, leader, Duration::from_secs(30)).await?;
+    let (mut said, bad) = super::hashes::describe(at, &hashes);
+    said.push(format!(
+        "HashKV compared in {} ms",
+        start.elapsed().as_millis()
+    ));
+    Ok((said, bad))
 }
 
 /// One more linearizable read of every key `recs` touched, recorded (so a
@@ -443,6 +471,7 @@ pub(super) fn measure(
         violations,
         undecided,
         keys,
+        hash_mismatches: 0,
         recovery_write_ms: worst(true),
         recovery_read_ms: worst(false),
         error_rate: if recs.is_empty() {
@@ -467,7 +496,7 @@ pub fn table(reports: &[Report]) -> String {
         rows.entry((r.fault, r.degraded)).or_default().push(r);
     }
     let mut out = String::from(
-        "| fault | members | runs | ops overlapping a fault | acked writes | violations | undecided | first write after fault, worst (ms) | first read after fault, worst (ms) | error rate | p99 during fault (ms) |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| fault | members | runs | ops overlapping a fault | acked writes | violations | undecided | HashKV mismatches | first write after fault, worst (ms) | first read after fault, worst (ms) | error rate | p99 during fault (ms) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let ms = |x: Option<u64>| x.map_or("none".to_string(), |x| x.to_string());
     for ((fault, degraded), rs) in rows {
@@ -481,7 +510,7 @@ pub fn table(reports: &[Report]) -> String {
             .filter_map(|r| r.p99_in_fault_ms)
             .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1}% | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1}% | {} |\n",
             fault.name(),
             if degraded { "2 of 3" } else { "3 of 3" },
             rs.len(),
@@ -489,6 +518,7 @@ pub fn table(reports: &[Report]) -> String {
             rs.iter().map(|r| r.acked_writes).sum::<usize>(),
             rs.iter().map(|r| r.violations).sum::<usize>(),
             rs.iter().map(|r| r.undecided).sum::<usize>(),
+            rs.iter().map(|r| r.hash_mismatches).sum::<usize>(),
             ms(worst(&|r| r.recovery_write_ms)),
             ms(worst(&|r| r.recovery_read_ms)),
             100.0 * rs.iter().map(|r| r.error_rate).sum::<f64>() / rs.len() as f64,
