@@ -209,11 +209,18 @@ fn lease_timetolive() {
         t.run(&["put", "a", "1", &format!("--lease={id}")]);
         t.run(&["put", "b", "2", &format!("--lease={id}")]);
         let o = t.side.ctl(&["lease", "timetolive", &id, "--keys"]);
-        // The time left may differ by a second.
-        let o = Out {
-            stdout: sub(&o.stdout, r"remaining\(\d+s\)", "remaining(~100s)"),
-            ..o
-        };
+        // The time left may differ by a second; etcd lists the attached
+        // keys in its map's order, which changes from run to run: sorted.
+        let stdout = sub(&o.stdout, r"remaining\(\d+s\)", "remaining(~100s)");
+        let stdout = regex::Regex::new(r"attached keys\(\[([^\]]*)\]\)")
+            .unwrap()
+            .replace_all(&stdout, |c: &regex::Captures| {
+                let mut keys: Vec<&str> = c[1].split_whitespace().collect();
+                keys.sort_unstable();
+                format!("attached keys([{}])", keys.join(" "))
+            })
+            .into_owned();
+        let o = Out { stdout, ..o };
         t.note(&["lease", "timetolive", &id, "--keys"], &o);
         t.run(&["lease", "revoke", &id]);
         t.run(&["lease", "timetolive", &id]);
