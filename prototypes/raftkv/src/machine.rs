@@ -43,9 +43,16 @@
 //! Installing one is an atomic replace: a new store is filled from the
 //! received file, chunk by chunk, by a sorted bulk load
 //! (`kvstore::Store::bulk_load`: the file holds the keys in order) in a
-//! new directory (`sm-<generation>`), made durable, and then the
-//! `CURRENT` file is replaced (written, synced, renamed, directory
-//! synced) to name it; the old store is removed after.
+//! new directory (`sm-<generation>`), made durable; the received file is
+//! renamed into place as the current snapshot (directory synced); only
+//! then is the `CURRENT` file replaced (written, synced, renamed,
+//! directory synced) to name the new store, and only after that may the
+//! log be purged up to it: at any crash point the current snapshot covers
+//! the applied id, as openraft requires at start (it purges the log up to
+//! the applied id when the log ends below it). A crash before `CURRENT`
+//! names the new store leaves the old store with a newer current
+//! snapshot, which openraft installs again at start. The old store is
+//! removed after.
 //! Memory, at any store size: a chunk or two.
 
 use crate::types::{layout, TypeConfig};

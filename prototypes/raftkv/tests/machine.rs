@@ -278,6 +278,69 @@ async fn a_snapshot_install_is_all_or_nothing() {
     panic!("the install never finished within 400 calls");
 }
 
+/// A crash at any point of an install on a node that already holds a
+/// snapshot leaves a current snapshot that covers the store's applied id.
+/// At start openraft installs the current snapshot if it is newer than the
+/// store, then purges the log up to the applied id if the log ends below
+/// it, and refuses to start unless `purge_upto <= snapshot_last_log_id`
+/// (raft_state/mod.rs). The install used to name the new store before the
+/// received file was renamed into place: a crash between left the log
+/// purged to 200 at start and the current snapshot still the old one at 50.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_in_an_install_leaves_a_snapshot_covering_the_applied_id() {
+    let mut src = open(Arc::new(SimVfs::new()));
+    src.apply_all((1..=200).map(entry).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    let mut snap = src.build_snapshot().await.unwrap();
+    for at in 1..400 {
+        // The target: its log ends at 50, its own snapshot is at 50.
+        let sim = SimVfs::new();
+        let mut dst = open(Arc::new(sim.clone()));
+        dst.apply_all((1..=50).map(entry).collect::<Vec<_>>())
+            .await
+            .unwrap();
+        dst.build_snapshot().await.unwrap();
+        let rx = transfer(&mut snap, &mut dst).await;
+        sim.arm_crash(at, CrashPolicy::DropUnsynced);
+        dst.install_snapshot(&snap.meta, rx).await.unwrap();
+        let Some(image) = sim.take_crash() else {
+            // Every call before `at` crashed an install: done.
+            assert!(at > 1, "no crash point in the install");
+            return;
+        };
+        // A restart as openraft's get_initial_state does it.
+        let mut after = open(Arc::new(image.clone()));
+        let current = after.get_current_snapshot().await.unwrap();
+        let current = current.expect("a current snapshot after the crash");
+        let snapshot_at = current.meta.last_log_id.map_or(0, |l| l.index);
+        if current.meta.last_log_id > after.applied() {
+            let meta = current.meta.clone();
+            after
+                .install_snapshot(&meta, current.snapshot)
+                .await
+                .unwrap();
+        }
+        let applied = after.applied().map_or(0, |l| l.index);
+        let purge_upto = if 50 < applied { applied } else { 0 };
+        assert!(
+            purge_upto <= snapshot_at,
+            "crash at call {at}: the log purged to {purge_upto} at start, \
+             the current snapshot at {snapshot_at}"
+        );
+        assert_eq!(content(&after), expected(applied), "crash at call {at}");
+        // And the restart's own install left a state that reopens the same.
+        after.close().unwrap();
+        drop(after);
+        let mut again = open(Arc::new(image));
+        let current = again.get_current_snapshot().await.unwrap();
+        let snapshot_at = current.map_or(0, |s| s.meta.last_log_id.map_or(0, |l| l.index));
+        assert_eq!(again.applied().map(|l| l.index), Some(applied));
+        assert!(applied <= snapshot_at, "crash at call {at}, reopened");
+    }
+    panic!("the install never finished within 400 calls");
+}
+
 /// The Raft log's purge waits for the store: a purge up to entries the
 /// store holds only after a snapshot install waits for the install; one
 /// up to entries applied but not yet synced syncs them; one up to

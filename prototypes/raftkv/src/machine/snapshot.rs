@@ -485,13 +485,15 @@ impl StateMachine {
 
     /// Renames a synced snapshot file into place as `name.snap` (the
     /// directory synced), the current snapshot, and removes the one before
-    /// it.
+    /// it. A file already in place (installed again at start) stays.
     fn make_current(&self, from: &Path, meta: &Meta, name: &str) -> Result<PathBuf, Error> {
         let inner = &self.inner;
         let snaps = inner.dir.join(SNAPSHOT_DIR);
         let path = snaps.join(format!("{name}.snap"));
-        inner.vfs.rename(from, &path)?;
-        inner.vfs.sync_dir(&snaps)?;
+        if from != path {
+            inner.vfs.rename(from, &path)?;
+            inner.vfs.sync_dir(&snaps)?;
+        }
         let old = inner
             .state
             .lock()
@@ -502,6 +504,16 @@ impl StateMachine {
             inner.vfs.remove_file(&old)?;
         }
         Ok(path)
+    }
+
+    /// Makes an installed file the current snapshot; returns its length.
+    fn received_current(&self, meta: &Meta, file: &mut SnapshotFile) -> Result<u64, Error> {
+        let bytes = file.file.len()?;
+        let (term, index) = (meta.last_log_id).map_or((0, 0), |l| (l.leader_id.term, l.index));
+        // Renamed into place: no longer a received file to remove.
+        file.remove_on_drop = None;
+        self.make_current(&file.path, meta, &format!("{term}-{index}-received"))?;
+        Ok(bytes)
     }
 
     /// Counts snapshot durations and sizes in `metrics`.
@@ -592,14 +604,18 @@ impl StateMachine {
         txn.put(layout::APPLIED, &state);
         txn.commit()?;
         let loaded = load(&store)?;
+        // The snapshot is current before `CURRENT` names the store with its
+        // applied id: at any crash the current snapshot covers the applied
+        // id, which openraft may purge the log up to (at start, or by the
+        // purge gate after `mark_durable`); it refuses to start otherwise.
+        let bytes = self.received_current(meta, &mut file)?;
         let mut st = inner.state.lock();
-        // A crash here leaves the new store whole and durable, still not
-        // named: the next open removes it, and the node runs on the old one.
+        // A crash here: the next open removes the new store (not named),
+        // and openraft installs the current snapshot again at start.
         fail::fail_point!("raftkv::install-switch", |_| std::process::abort());
         write_current(&*inner.vfs, &inner.dir, generation)?;
-        // A crash here leaves the new store current before openraft purged
-        // the log the snapshot replaces: openraft purges it at the next
-        // start (its log ends below the applied index).
+        // A crash here: openraft purges the log up to the snapshot at the
+        // next start (its log ends below the applied index).
         self.mark_durable(meta.last_log_id);
         fail::fail_point!("raftkv::installed", |_| std::process::abort());
         let old = std::mem::replace(&mut st.store, Arc::new(store));
@@ -630,16 +646,6 @@ impl StateMachine {
         drop(old);
         remove_tree(&*inner.vfs, &old_dir)?;
         inner.vfs.sync_dir(&inner.dir)?;
-        let bytes = file.file.len()?;
-        let name = format!(
-            "{}-{}-received",
-            meta.last_log_id.map_or(0, |l| l.leader_id.term),
-            meta.last_log_id.map_or(0, |l| l.index),
-        );
-        let path = file.path.clone();
-        // Renamed into place: no longer a received file to remove.
-        file.remove_on_drop = None;
-        self.make_current(&path, meta, &name)?;
         self.observe("install", began, bytes);
         Ok(())
     }
