@@ -34,19 +34,19 @@
 //! - `cargo xtask bench-peers [ARGS...]`: `journal bench --scenario peers`
 //!   built with the `peers` feature (okaywal, raft-engine and wal-db), ARGS
 //!   passed on.
-//! - `cargo xtask bench-raft [ARGS...]`: `raftkv compare` — a three-node
-//!   raftkv cluster beside a three-member etcd cluster (when `etcd` and
-//!   `protoc` are on `PATH`: Debian's etcd-server and protobuf-compiler),
-//!   interleaved rounds, medians; ARGS passed on (`--rounds`, `--dir`, ...).
-//! - `cargo xtask raft-faults [--minutes N] [ARGS...]`: `raftkv faults`,
-//!   built with failpoints: raftkv's fault matrix (kills, pauses,
+//! - `cargo xtask bench-raft [ARGS...]`: `raftkv-tools compare` — a
+//!   three-node raftkv cluster beside a three-member etcd cluster (when
+//!   `etcd` is on `PATH`: Debian's etcd-server), interleaved rounds,
+//!   medians; ARGS passed on (`--rounds`, `--dir`, ...).
+//! - `cargo xtask raft-faults [--minutes N] [ARGS...]`: `raftkv-tools
+//!   faults` on a `raftkv` server built with failpoints: raftkv's fault matrix (kills, pauses,
 //!   partitions through proxies, slow and failing disks, crashes at
 //!   failpoints; each with all members and with one down), random seeds
 //!   for N minutes, a table at the end, every failing run kept as a file
 //!   under `target/raft-faults`; ARGS passed on (`--faults`, `--seed`,
 //!   `--json`). Without `--minutes`, each case once.
-//! - `cargo xtask raft-soak [--minutes N] [ARGS...]`: `raftkv soak`: a
-//!   local cluster kept by `raftkv cluster`'s supervisor under recorded
+//! - `cargo xtask raft-soak [--minutes N] [ARGS...]`: `raftkv-tools
+//!   soak`: a local cluster kept by `raftkv-tools cluster`'s supervisor under recorded
 //!   load, `kill -9` of a random node every 10 s (`--kill-every`), every
 //!   key's history checked at the end.
 //! - `cargo xtask fs-suite [--quick] [--bindfs]`: pjdfstest on a metafs
@@ -99,6 +99,18 @@ const LOOM_CRATES: &[&str] = &[
     "segment-recycler",
     "journal-tests",
 ];
+
+/// Where cargo puts what it builds: `$CARGO_TARGET_DIR`, else the
+/// workspace's `target/`.
+fn target_dir() -> std::path::PathBuf {
+    env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("..")
+                .join("target")
+        })
+}
 
 fn cargo() -> Command {
     Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
@@ -507,28 +519,38 @@ fn on_path(name: &str) -> Option<std::path::PathBuf> {
     })
 }
 
-/// `raftkv compare`: raftkv beside etcd when `etcd` is on `PATH` (etcd's
-/// gRPC client needs `protoc` to build), raftkv alone otherwise.
-fn bench_raft(args: &[String]) -> Result<(), String> {
+/// Builds the `raftkv` server (with `features`) and runs `raftkv-tools
+/// ARGS` against it (release builds, the tools' `--raftkv` naming the
+/// server built).
+fn raft_tools(what: &str, features: &[&str], args: &[String]) -> Result<(), String> {
+    let mut build = cargo();
+    build.args(["build", "--release", "--package", "raftkv"]);
+    if !features.is_empty() {
+        build.args(["--features", &features.join(",")]);
+    }
+    run(&format!("{what} (build the server)"), &mut build)?;
+    let server = target_dir().join("release").join("raftkv");
     let mut cmd = cargo();
-    cmd.args(["run", "--release", "--package", "raftkv"]);
-    let etcd = on_path("etcd");
-    match (&etcd, on_path("protoc")) {
-        (Some(_), Some(_)) => {
-            cmd.args(["--features", "etcd"]);
+    cmd.args(["run", "--release", "--package", "raftkv-tools", "--"])
+        .arg("--raftkv")
+        .arg(server)
+        .args(args);
+    run(what, &mut cmd)
+}
+
+/// `raftkv-tools compare`: raftkv beside etcd when `etcd` is on `PATH`,
+/// raftkv alone otherwise.
+fn bench_raft(args: &[String]) -> Result<(), String> {
+    let mut all = vec!["compare".to_string()];
+    match on_path("etcd") {
+        Some(e) => {
+            all.push("--etcd".into());
+            all.push(e.to_string_lossy().into_owned());
         }
-        (Some(_), None) => {
-            eprintln!(
-                "bench-raft: etcd's client needs protoc (Debian's protobuf-compiler); raftkv alone"
-            )
-        }
-        (None, _) => eprintln!("bench-raft: no etcd on PATH (Debian's etcd-server); raftkv alone"),
+        None => eprintln!("bench-raft: no etcd on PATH (Debian's etcd-server); raftkv alone"),
     }
-    cmd.args(["--", "compare"]);
-    if let (Some(e), Some(_)) = (etcd, on_path("protoc")) {
-        cmd.arg("--etcd").arg(e);
-    }
-    run("bench-raft", cmd.args(args))
+    all.extend(args.iter().cloned());
+    raft_tools("bench-raft", &[], &all)
 }
 
 fn usage() -> String {
@@ -577,26 +599,15 @@ fn main() -> ExitCode {
                 .args(&args[1..]),
         ),
         Some("bench-raft") => bench_raft(&args[1..]),
-        Some("raft-soak") => run(
+        Some("raft-soak") => raft_tools(
             "raft-soak",
-            cargo()
-                .args(["run", "--release", "--package", "raftkv", "--", "soak"])
-                .args(&args[1..]),
+            &[],
+            &[&["soak".to_string()], &args[1..]].concat(),
         ),
-        Some("raft-faults") => run(
+        Some("raft-faults") => raft_tools(
             "raft-faults",
-            cargo()
-                .args([
-                    "run",
-                    "--release",
-                    "--package",
-                    "raftkv",
-                    "--features",
-                    "failpoints",
-                    "--",
-                    "faults",
-                ])
-                .args(&args[1..]),
+            &["failpoints"],
+            &[&["faults".to_string()], &args[1..]].concat(),
         ),
         Some("fs-suite") => fs_suite::run(&args[1..]),
         Some("bench-fs") => fs_suite::bench_fs(&args[1..]),

@@ -18,7 +18,7 @@ use axum::{Json, Router};
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, ForwardToLeader, LinearizableReadError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,21 +29,14 @@ mod range;
 mod watch;
 mod write;
 pub use lease::{LeaseGrant, LeaseReply, MAX_LEASE_TTL_S};
+pub use raftkv_wire::http::{
+    MemberChange, Status, COMPACTED, COMPARE_FAILED, CREATE_HEADER, ERROR_HEADER, FAILPOINTS_ENV,
+    INDEX_HEADER, LEASE_FULL, LEASE_NOT_FOUND, REVISION_HEADER, SESSION_STALE, SESSION_UNKNOWN,
+    TIMED_OUT, VERSION_HEADER,
+};
 pub use range::{KeyValue, RangeReply, RANGE_BYTES, RANGE_LIMIT};
 pub use watch::{WatchLine, MAX_WATCHERS};
-pub use write::{
-    TxnChange, TxnCompare, TxnExpect, TxnReply, TxnRequest, COMPARE_FAILED, LEASE_FULL,
-    LEASE_NOT_FOUND, REVISION_HEADER,
-};
-
-/// The header on a `409` to a write refused by its session: what was
-/// wrong ([`SESSION_UNKNOWN`] or [`SESSION_STALE`]).
-pub const ERROR_HEADER: &str = "x-raftkv-error";
-/// The client has no session (it expired, or was never opened): start a
-/// new one, under a new client id, with `seq=1`.
-pub const SESSION_UNKNOWN: &str = "session-unknown";
-/// The sequence number is below the session's last.
-pub const SESSION_STALE: &str = "session-stale";
+pub use write::{TxnChange, TxnCompare, TxnExpect, TxnReply, TxnRequest};
 
 /// How long a client request waits for the cluster before `503`.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -55,9 +48,6 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// waited for forever. The change may still take effect: look at
 /// `GET /status`.
 pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The `x-raftkv-error` of an admin call that passed its deadline.
-pub const TIMED_OUT: &str = "timeout";
 
 /// `503` with `x-raftkv-error: timeout`: an admin call passed its
 /// deadline; what it asked for may still happen.
@@ -75,20 +65,6 @@ fn timed_out(what: &str, after: Duration) -> Response {
     );
     r
 }
-
-/// The header on a `200` to a write or a linearizable read: the log index
-/// the answer reflects — the entry a write was applied in; for a read, its
-/// read index (the state machine had applied at least this far when the
-/// value was read).
-pub const INDEX_HEADER: &str = "x-raftkv-index";
-
-/// The header on a `200` to `GET /kv/{key}`: the revision the key was
-/// created at (its `ETag` is the revision it was last changed at).
-pub const CREATE_HEADER: &str = "x-raftkv-create-revision";
-
-/// The header on a `200` to `GET /kv/{key}`: the key's version (changes
-/// since it was created, from 1).
-pub const VERSION_HEADER: &str = "x-raftkv-version";
 
 /// Client requests a node serves at once, by default; beyond, `503` with
 /// `Retry-After` (each may hold a body of up to [`MAX_CLIENT_BODY`]).
@@ -143,10 +119,6 @@ pub fn router(node: Arc<Node>) -> Router {
         );
     router.with_state(node)
 }
-
-/// The environment variable `raftkv serve` reads failpoints from at its
-/// start, before Raft starts (see [`arm_failpoints`]).
-pub const FAILPOINTS_ENV: &str = "RAFTKV_FAILPOINTS";
 
 /// Arms the failpoints named in `spec`, `name=actions` pairs separated by
 /// `;` (the form of the `fail` crate's `FAILPOINTS` variable), so a
@@ -389,9 +361,6 @@ fn read_refused(e: crate::machine::ReadError) -> Response {
     }
 }
 
-/// The [`ERROR_HEADER`] of a `410`: the revision asked for was compacted.
-pub const COMPACTED: &str = "compacted";
-
 /// The read index of a linearizable read: leadership confirmed by a
 /// majority (openraft's read index, `max(the leader's blank entry of its
 /// term, committed)`). A restarted leader does not resume its old term
@@ -458,48 +427,6 @@ async fn read(
     r
 }
 
-/// What `GET /status` answers.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Status {
-    /// This node's id.
-    pub id: NodeId,
-    /// The id of the process serving it.
-    pub pid: u32,
-    /// The cluster id (16 hex digits).
-    pub cluster: String,
-    /// Leader, Follower, Candidate or Learner.
-    pub state: String,
-    /// The leader this node knows of.
-    pub leader: Option<NodeId>,
-    /// The current term.
-    pub term: u64,
-    /// The index of the last entry in this node's log.
-    pub last_log_index: Option<u64>,
-    /// The index of the last entry applied to its state machine.
-    pub applied_index: Option<u64>,
-    /// The last index its latest snapshot covers.
-    pub snapshot_index: Option<u64>,
-    /// The last index purged from its log (a member behind it is sent a
-    /// snapshot).
-    pub purged_index: Option<u64>,
-    /// The voters, id to address.
-    pub voters: BTreeMap<NodeId, String>,
-    /// The learners, id to address.
-    pub learners: BTreeMap<NodeId, String>,
-    /// Why Raft stopped on this node, if it did (a storage error: the
-    /// node answers nothing until restarted).
-    pub error: Option<String>,
-    /// On the leader: the last index each member's log is known to hold
-    /// (a member holding none is absent). A node starting with an empty
-    /// directory that its leader lists here lost its log and vote.
-    #[serde(default)]
-    pub matched: BTreeMap<NodeId, u64>,
-    /// Whether this node's disk-space alarm is raised: writes that add
-    /// data are refused (`507`, [`crate::space`]).
-    #[serde(default)]
-    pub nospace: bool,
-}
-
 async fn status(State(node): State<Arc<Node>>) -> Json<Status> {
     let m = node.raft.metrics().borrow_watched().clone();
     let membership = m.membership_config.membership();
@@ -534,29 +461,6 @@ async fn status(State(node): State<Arc<Node>>) -> Json<Status> {
             .collect(),
         nospace: node.space.full(),
     })
-}
-
-/// A membership change (`POST /members`, JSON).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "lowercase")]
-pub enum MemberChange {
-    /// Adds node `id` at `addr` as a learner; answers once it caught up.
-    Add {
-        /// The new node's id.
-        id: NodeId,
-        /// Its address (`host:port`).
-        addr: String,
-    },
-    /// Makes learner `id` a voter.
-    Promote {
-        /// The learner's id.
-        id: NodeId,
-    },
-    /// Removes member `id` (voter or learner).
-    Remove {
-        /// The member's id.
-        id: NodeId,
-    },
 }
 
 async fn members(State(node): State<Arc<Node>>, uri: Uri, body: Bytes) -> Response {

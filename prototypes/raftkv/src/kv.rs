@@ -385,13 +385,7 @@ pub struct Event {
     pub prev_kv: Option<KeyValue>,
 }
 
-/// The most operations in a transaction's branch, and comparisons
-/// (etcd's `--max-txn-ops` default).
-pub const MAX_TXN_OPS: usize = 128;
-
-/// The largest request, in bytes of keys and values (etcd's
-/// `--max-request-bytes` default, 1.5 MiB).
-pub const MAX_REQUEST_BYTES: usize = 1536 * 1024;
+pub use raftkv_wire::limits::{MAX_REQUEST_BYTES, MAX_TXN_OPS};
 
 /// The `range_end` of every key that starts with `prefix`: `prefix` with
 /// its last byte below 0xff incremented and what follows dropped; `[0]`

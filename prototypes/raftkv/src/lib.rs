@@ -106,7 +106,7 @@
 //! 4. keeps its retry deadline well below the session time-to-live, so
 //!    the case is rare.
 //!
-//! The [`client::Client`] does all four ([`client::ClientError::Unknown`]
+//! `raftkv_tools::client::Client` does all four (`ClientError::Unknown`
 //! for the second).
 //!
 //! Keys are 1 to [`MAX_KEY`] bytes, any bytes as etcd's (the HTTP API
@@ -301,7 +301,7 @@
 //! Raft RPCs are `POST /raft/{append,vote,snapshot}` with postcard bodies
 //! ([`network`]), each carrying the secret the cluster's members share
 //! ([`auth`], `serve --peer-secret-file`): without it a node answers
-//! `401`/`403` before it reads the body. `raftkv cluster` makes one per
+//! `401`/`403` before it reads the body. `raftkv-tools cluster` makes one per
 //! cluster (`DIR/peer-secret`). The RPCs are on axum (server) and reqwest
 //! (client), both on hyper: the
 //! well-kept HTTP stack of the tokio ecosystem, so the clients' API and the
@@ -314,18 +314,12 @@
 #![allow(clippy::result_large_err)]
 
 pub mod api;
-pub mod auth;
+pub use raftkv_wire::auth;
 pub mod autocompact;
-pub mod bench;
 pub mod check;
-pub mod client;
-pub mod compare;
-pub mod faults;
 pub mod grpc;
-pub mod history;
 pub mod kv;
 pub mod lessor;
-pub mod local;
 pub mod logstore;
 pub mod machine;
 pub mod metrics;
@@ -339,8 +333,8 @@ mod types;
 pub use machine::StateMachine;
 pub use node::{Node, NodeOptions};
 pub use types::{
-    Answer, Applied, Batch, Command, Expect, NodeId, Raft, RequestId, TypeConfig, Verdict,
-    MAX_CHECKPOINT_LEASES, MAX_KEY, MAX_VALUE,
+    Answer, Applied, Batch, Command, Expect, NodeId, Raft, RequestId, ToCompare, TypeConfig,
+    Verdict, MAX_CHECKPOINT_LEASES, MAX_KEY, MAX_VALUE,
 };
 
 use openraft::async_runtime::WatchReceiver;
@@ -353,7 +347,7 @@ use std::sync::Arc;
 /// If the node's Raft core stops on its own (a storage error: the log's
 /// flush or the state machine failed, which poisons them), the server stops
 /// too and this returns the core's error, so `raftkv serve` exits non-zero
-/// and a supervisor ([`local::supervise`]) restarts it: a node that cannot
+/// and a supervisor (`raftkv-tools cluster`'s) restarts it: a node that cannot
 /// make progress does not linger answering `503`.
 pub async fn serve(
     node: Arc<Node>,

@@ -58,9 +58,9 @@ pub const MAX_RPC_BODY: usize = 64 << 20;
 pub const APPEND_BUDGET: usize = 8 << 20;
 
 /// The slowest a follower is assumed to take an append's body in, write
-/// and flush it (bytes per second): an append's deadline grows by its
-/// body's size at this rate ([`append_deadline`]).
-pub const MIN_APPEND_RATE: u64 = 4 << 20;
+/// and flush it: an append's deadline grows by its body's size at this
+/// rate ([`append_deadline`]).
+pub use raftkv_wire::limits::MIN_APPEND_RATE;
 
 /// An append's deadline: `base` (openraft's, the heartbeat interval) and
 /// the time its `body` bytes take at [`MIN_APPEND_RATE`] — about 2 s more

@@ -68,7 +68,7 @@ pub struct NodeOptions {
     /// clock (which runs by the leaders' monotonic clocks, never faster
     /// than real time), so replicas agree on it; a client that comes back
     /// later starts a new session. Keep it well above the clients' retry
-    /// deadline (the [`crate::client::Client`]'s is 10 s): a request
+    /// deadline (`raftkv_tools::client::Client`'s is 10 s): a request
     /// retried past it cannot learn whether its first copy was applied —
     /// the client then reports it in doubt and does not resend it under a
     /// new session (see the crate docs, "Sessions and writes in doubt").

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 
 /// Entries on their way through Raft at once: one being made durable on
 /// the leader while the one before is replicated and applied. (Measured,
-/// two rounds of `raftkv compare` each: 1, 2, 3 and 6 in flight within the
+/// two rounds of `raftkv-tools compare` each: 1, 2, 3 and 6 in flight within the
 /// noise at 1 and 64 clients; 2 ahead at 16, 6,274/6,358 puts/s against
 /// 4,812–5,811 — docs/PERFORMANCE.md.)
 pub const IN_FLIGHT: usize = 2;

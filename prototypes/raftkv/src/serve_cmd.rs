@@ -70,7 +70,7 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value_t = 500)]
     pub(crate) election_timeout_ms: u64,
     /// The file holding the secret the cluster's members share (at
-    /// least 16 printable characters; `raftkv cluster` makes one as
+    /// least 16 printable characters; `raftkv-tools cluster` makes one as
     /// DIR/peer-secret): sent on this node's Raft RPCs, required on
     /// those it is sent (401/403 without it).
     #[arg(long)]

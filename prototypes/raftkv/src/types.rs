@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// A node's id in the cluster.
-pub type NodeId = u64;
+pub use raftkv_wire::NodeId;
 
 openraft::declare_raft_types!(
     /// raftkv's Raft types: [`Batch`]es of commands in the log, [`Applied`] answers,
@@ -34,24 +34,17 @@ pub struct RequestId {
     pub seq: u64,
 }
 
-/// What a conditional write of the HTTP API (and its [`crate::client`])
-/// expects of its key when it is applied: each is one etcd comparison
-/// ([`Expect::compare`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Expect {
-    /// The key is absent (`If-None-Match: *`): its create revision is 0.
-    Absent,
-    /// The key is present (`If-Match: *`): its create revision is above 0.
-    Present,
-    /// The key was last changed at this revision (`If-Match: "812"`).
-    ModRevision(i64),
-    /// The key is present and holds this value.
-    Value(Vec<u8>),
+pub use raftkv_wire::Expect;
+
+/// The etcd comparison an [`Expect`] is: what a conditional write of the
+/// HTTP API is applied as.
+pub trait ToCompare {
+    /// The etcd comparison of `key` that holds exactly when this does.
+    fn compare(&self, key: &[u8]) -> kv::Compare;
 }
 
-impl Expect {
-    /// The etcd comparison of `key` that holds exactly when this does.
-    pub fn compare(&self, key: &[u8]) -> kv::Compare {
+impl ToCompare for Expect {
+    fn compare(&self, key: &[u8]) -> kv::Compare {
         use kv::{CompareResult as R, CompareTarget as T};
         let (result, target) = match self {
             Expect::Absent => (R::Equal, T::Create(0)),

@@ -1,7 +1,7 @@
 //! A large range delete is applied in bounded steps: between two, the
 //! state lock is free and the runtime thread is given back, so reads,
 //! heartbeats and other requests go on while it runs — even on a runtime
-//! of one thread (`raftkv cluster` runs each node on one). Readers never
+//! of one thread (`raftkv-tools cluster` runs each node on one). Readers never
 //! see part of it: they read at the revision before it until it is done.
 
 mod common;

@@ -5,7 +5,7 @@
 mod common;
 
 use common::Cluster;
-use raftkv::client::{Client, ClientError};
+use raftkv_tools::client::{Client, ClientError};
 use std::process::Stdio;
 
 async fn status_of(r: reqwest::Response) -> (u16, String) {

@@ -11,9 +11,9 @@ mod common;
 use base64::Engine as _;
 use common::Cluster;
 use raftkv::api::{TxnReply, CREATE_HEADER, REVISION_HEADER};
-use raftkv::client::Client;
-use raftkv::history::{self, Kind, Op};
 use raftkv::Expect;
+use raftkv_tools::client::Client;
+use raftkv_tools::history::{self, Kind, Op};
 use std::collections::HashMap;
 use std::time::Instant;
 

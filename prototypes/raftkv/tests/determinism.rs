@@ -24,6 +24,7 @@ use openraft::storage::RaftSnapshotBuilder;
 use raftkv::api::WatchLine;
 use raftkv::kv::{RequestOp, TxnRequest};
 use raftkv::machine::lease_id;
+use raftkv::ToCompare;
 use raftkv::{Command, Expect, RequestId, StateMachine};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

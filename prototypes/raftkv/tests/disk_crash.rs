@@ -19,8 +19,8 @@ mod common;
 
 use common::{acknowledged_writes, check_histories, free_port, recorded_read, workload};
 use journal_core::vfs::{CrashPolicy, SimVfs};
-use raftkv::client::Client;
 use raftkv::{Node, NodeOptions};
+use raftkv_tools::client::Client;
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;

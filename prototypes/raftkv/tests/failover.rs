@@ -7,8 +7,8 @@
 mod common;
 
 use common::{acknowledged_writes, check_histories, recorded_read, workload, Cluster};
-use raftkv::client::Client;
-use raftkv::history::Kind;
+use raftkv_tools::client::Client;
+use raftkv_tools::history::Kind;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

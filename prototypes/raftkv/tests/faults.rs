@@ -1,4 +1,4 @@
-//! The fault matrix's short pass ([`raftkv::faults`]): every fault once
+//! The fault matrix's short pass ([`raftkv_tools::faults`]): every fault once
 //! with all three members and once with one member down, against real
 //! `raftkv serve` processes, each run's every key checked for
 //! linearizability (no violation, nothing undecided), each run with
@@ -9,7 +9,7 @@
 //! run by name only, is run here at its small scale, before or after the
 //! matrix (never beside it).
 
-use raftkv::faults::{campaign, run_case, table, Campaign, Fault, Params};
+use raftkv_tools::faults::{campaign, run_case, table, Campaign, Fault, Params};
 
 /// The two tests one after the other: each loads the machine's two cores.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -92,7 +92,7 @@ async fn a_follower_stopped_through_a_large_load_catches_up_in_bounded_memory() 
     .await
     .unwrap_or_else(|e| panic!("the run did not finish: {e}"));
     let l = r.lag.as_ref().expect("a lagging-follower report");
-    println!("{}", raftkv::faults::lag::summary(l));
+    println!("{}", raftkv_tools::faults::lag::summary(l));
     assert!(
         l.catch_up_s.is_some(),
         "not caught up within {} s: {:#?}",

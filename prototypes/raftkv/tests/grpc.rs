@@ -30,7 +30,7 @@ async fn start() -> (Cluster, usize, Vec<Channel>) {
     let leader = c.leader(None).await;
     // Every member holds the leader's first entries (so the leader lists
     // each as started: its log matched).
-    let probe = raftkv::client::Client::new(&c.endpoints(), 0).unwrap();
+    let probe = raftkv_tools::client::Client::new(&c.endpoints(), 0).unwrap();
     let applied = probe.status(&c.nodes[leader].addr).await.unwrap();
     for i in 0..c.nodes.len() {
         c.caught_up(i, applied.applied_index.unwrap_or(0)).await;

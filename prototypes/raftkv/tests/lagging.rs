@@ -75,7 +75,7 @@ async fn a_follower_stopped_through_a_load_of_large_batches_catches_up() {
     for l in loads {
         l.await.unwrap();
     }
-    let client = raftkv::client::Client::new(&cluster.endpoints(), 1).unwrap();
+    let client = raftkv_tools::client::Client::new(&cluster.endpoints(), 1).unwrap();
     let target = client.status(&addr).await.unwrap().applied_index.unwrap();
     let behind = client
         .status(&cluster.nodes[follower].addr)

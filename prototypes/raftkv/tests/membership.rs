@@ -6,7 +6,7 @@
 mod common;
 
 use common::{free_port, Cluster};
-use raftkv::client::Client;
+use raftkv_tools::client::Client;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -6,7 +6,7 @@
 mod common;
 
 use common::Cluster;
-use raftkv::client::Client;
+use raftkv_tools::client::Client;
 
 /// The value of the sample `name` (with its labels, as written) in `text`.
 fn sample(text: &str, name: &str) -> Option<f64> {

@@ -52,7 +52,7 @@ async fn a_full_disk_refuses_writes_serves_reads_and_deletes_and_recovers() {
     }));
     let base = format!("http://{addr}");
     let http = reqwest::Client::new();
-    let mut client = raftkv::client::Client::new(std::slice::from_ref(&addr), 1).unwrap();
+    let mut client = raftkv_tools::client::Client::new(std::slice::from_ref(&addr), 1).unwrap();
     client.put("keep", b"kept").await.unwrap();
 
     // 80 MiB more than what the node holds now: the reserve is reached
@@ -156,7 +156,7 @@ async fn no_snapshot_is_built_into_the_reserve() {
     }));
     let base = format!("http://{addr}");
     let http = reqwest::Client::new();
-    let mut client = raftkv::client::Client::new(std::slice::from_ref(&addr), 1).unwrap();
+    let mut client = raftkv_tools::client::Client::new(std::slice::from_ref(&addr), 1).unwrap();
     client.put("first", b"led").await.unwrap();
     let value = vec![b'v'; 16 << 10];
     let put = |i: usize| {

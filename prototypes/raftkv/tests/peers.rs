@@ -76,7 +76,7 @@ async fn a_raft_rpc_without_the_peer_secret_is_refused_before_its_body_is_read()
         assert!(line.contains(" 401 "), "{path}: {line:?}");
     }
     // The cluster goes on.
-    let mut client = raftkv::client::Client::new(&cluster.endpoints(), 3).unwrap();
+    let mut client = raftkv_tools::client::Client::new(&cluster.endpoints(), 3).unwrap();
     client.put("k", b"v").await.unwrap();
 }
 
@@ -87,7 +87,7 @@ async fn adding_a_member_that_never_answers_is_answered_within_the_admin_deadlin
     let addr = cluster.nodes[leader].addr.clone();
     // A log longer than a learner may lag behind and count as caught up
     // (1,000 entries): one entry per put.
-    let mut client = raftkv::client::Client::new(&cluster.endpoints(), 6).unwrap();
+    let mut client = raftkv_tools::client::Client::new(&cluster.endpoints(), 6).unwrap();
     for i in 0..1_100 {
         client.put(&format!("k{}", i % 10), b"v").await.unwrap();
     }
@@ -147,7 +147,7 @@ async fn half_sent_requests_and_idle_connections_are_closed_at_their_deadline() 
     assert!(closed_within(&mut idle, Duration::from_secs(10)));
     assert!(began.elapsed() < Duration::from_secs(10));
     // A new client is served meanwhile and after.
-    let mut client = raftkv::client::Client::new(&cluster.endpoints(), 4).unwrap();
+    let mut client = raftkv_tools::client::Client::new(&cluster.endpoints(), 4).unwrap();
     client.put("k", b"v").await.unwrap();
 }
 
@@ -170,7 +170,7 @@ async fn the_file_of_a_snapshot_transfer_cut_off_is_removed_and_strays_at_start(
     let leader = cluster.leader(None).await;
     let follower = (0..3).find(|&i| i != leader).unwrap();
     let addr = cluster.nodes[follower].addr.clone();
-    let status = raftkv::client::Client::new(std::slice::from_ref(&addr), 5)
+    let status = raftkv_tools::client::Client::new(std::slice::from_ref(&addr), 5)
         .unwrap()
         .status(&addr)
         .await

@@ -9,7 +9,7 @@ mod common;
 use base64::Engine as _;
 use common::Cluster;
 use raftkv::api::RangeReply;
-use raftkv::client::Client;
+use raftkv_tools::client::Client;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prefix_is_read_in_pages_every_key_once_in_order() {

@@ -21,7 +21,7 @@
 mod common;
 
 use common::Cluster;
-use raftkv::client::Client;
+use raftkv_tools::client::Client;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,7 +15,7 @@ use raftkv::kv::{
     ResponseOp, SortOrder, SortTarget, TxnRequest,
 };
 use raftkv::machine::Position;
-use raftkv::{Expect, Node, NodeOptions};
+use raftkv::{Expect, Node, NodeOptions, ToCompare};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 mod common;
 
 use common::Cluster;
-use raftkv::client::Client;
+use raftkv_tools::client::Client;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -139,7 +139,7 @@ async fn a_write_in_doubt_is_never_resent_under_a_new_session() {
     client.deadline = Duration::from_secs(5);
     let r = client.put("a", b"1").await;
     assert!(
-        matches!(r, Err(raftkv::client::ClientError::Unknown(_))),
+        matches!(r, Err(raftkv_tools::client::ClientError::Unknown(_))),
         "{r:?}"
     );
     let lines = seen.lock().unwrap().clone();

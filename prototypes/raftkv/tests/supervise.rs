@@ -1,13 +1,17 @@
-//! `raftkv cluster` supervises its nodes: one that is killed (`kill -9`)
-//! is restarted from its directory while the others go on serving, and
-//! SIGTERM to the cluster stops every node. With `--no-restart` a killed
-//! node stays down and the others still serve.
+//! `raftkv-tools cluster`'s supervisor (`raftkv_tools::local::supervise`,
+//! driven here in-process on `raftkv serve` processes): a node that is
+//! killed (`kill -9`) is restarted from its directory while the others go
+//! on serving, and stopping the supervisor (what SIGTERM does to
+//! `raftkv-tools cluster`) stops every node. With restarts off
+//! (`--no-restart`) a killed node stays down and the others still serve.
 
 mod common;
 
 use common::kill;
-use raftkv::client::Client;
-use std::process::{Child, Command, Stdio};
+use raftkv_tools::client::Client;
+use raftkv_tools::local::{supervise, NodeCommand, Restart};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A base port with the `n - 1` after it free too (bound, released), below
@@ -31,28 +35,42 @@ fn free_ports(n: u16) -> u16 {
 }
 
 struct Supervisor {
-    child: Child,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<Result<(), String>>>,
     endpoints: Vec<String>,
     _tmp: tempfile::TempDir,
 }
 
 impl Supervisor {
-    fn start(extra: &[&str]) -> Supervisor {
+    fn start(restart: bool) -> Supervisor {
         let tmp = tempfile::tempdir().unwrap();
         let base = free_ports(3);
-        let child = Command::new(env!("CARGO_BIN_EXE_raftkv"))
-            .arg("cluster")
-            .arg("--dir")
-            .arg(tmp.path())
-            .args(["--base-port", &base.to_string()])
-            .args(extra)
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
+        let exe = Path::new(env!("CARGO_BIN_EXE_raftkv"));
+        let nodes = NodeCommand::local_of(exe, 3, tmp.path(), base).unwrap();
+        let restart = Restart {
+            enabled: restart,
+            ..Restart::default()
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(supervise(nodes, restart, |_| {}, async move {
+            let _ = stopped.await;
+        }));
         Supervisor {
-            child,
+            stop: Some(stop),
+            task: Some(task),
             endpoints: (0..3).map(|i| format!("127.0.0.1:{}", base + i)).collect(),
             _tmp: tmp,
+        }
+    }
+
+    /// Stops the supervisor, and with it every node; its result.
+    async fn stop(&mut self) -> Result<(), String> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        match self.task.take() {
+            Some(t) => t.await.unwrap(),
+            None => Ok(()),
         }
     }
 
@@ -72,12 +90,11 @@ impl Supervisor {
 
 impl Drop for Supervisor {
     fn drop(&mut self) {
-        // The nodes are the supervisor's children: SIGTERM stops them.
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .stderr(Stdio::null())
-            .status();
-        let _ = self.child.wait();
+        // The supervisor stops its nodes when told to; a failed test's
+        // nodes are killed with the runtime (kill on drop).
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
     }
 }
 
@@ -93,7 +110,7 @@ fn alive(pid: u32) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_node_is_restarted_and_the_cluster_keeps_serving() {
-    let mut sup = Supervisor::start(&[]);
+    let mut sup = Supervisor::start(true);
     let mut client = Client::new(&sup.endpoints, 9).unwrap();
     client.deadline = Duration::from_secs(30);
     client.put("k", b"1").await.unwrap();
@@ -121,10 +138,8 @@ async fn a_killed_node_is_restarted_and_the_cluster_keeps_serving() {
         client.get("k", false).await.unwrap().as_deref(),
         Some(&b"3"[..])
     );
-    // SIGTERM to the cluster stops every node.
-    kill("TERM", sup.child.id());
-    let status = sup.child.wait().unwrap();
-    assert!(status.success(), "cluster exited {status}");
+    // Stopping the supervisor stops every node.
+    sup.stop().await.unwrap();
     for p in [restarted, pids[1], pids[2]] {
         assert!(!alive(p), "node process {p} outlived the cluster");
     }
@@ -132,7 +147,7 @@ async fn a_killed_node_is_restarted_and_the_cluster_keeps_serving() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_no_restart_a_killed_node_stays_down_and_the_others_serve() {
-    let sup = Supervisor::start(&["--no-restart"]);
+    let sup = Supervisor::start(false);
     let mut client = Client::new(&sup.endpoints, 11).unwrap();
     client.deadline = Duration::from_secs(30);
     client.put("k", b"1").await.unwrap();

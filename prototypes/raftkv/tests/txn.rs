@@ -12,7 +12,7 @@ use common::{kv_of, vs};
 use journal_core::vfs::{SimVfs, Vfs};
 use raftkv::kv::{RequestOp, TxnRequest};
 use raftkv::machine::Error;
-use raftkv::{Command, Expect, RequestId, StateMachine};
+use raftkv::{Command, Expect, RequestId, StateMachine, ToCompare};
 use std::sync::Arc;
 
 fn options() -> kvstore::Options {

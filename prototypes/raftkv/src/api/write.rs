@@ -3,13 +3,13 @@
 //! etcd's requests ([`crate::kv`]) in the log.
 
 use super::{
-    busy, key_bytes, redirect, text, WriteQuery, ERROR_HEADER, INDEX_HEADER, REQUEST_TIMEOUT,
-    SESSION_STALE, SESSION_UNKNOWN,
+    busy, key_bytes, redirect, text, WriteQuery, COMPARE_FAILED, ERROR_HEADER, INDEX_HEADER,
+    LEASE_FULL, LEASE_NOT_FOUND, REQUEST_TIMEOUT, REVISION_HEADER, SESSION_STALE, SESSION_UNKNOWN,
 };
 use crate::kv::{self, KvError, RequestOp};
 use crate::node::Node;
 use crate::propose::Outcome;
-use crate::types::{Answer, Command, Expect, Verdict};
+use crate::types::{Answer, Command, Expect, ToCompare, Verdict};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
@@ -18,19 +18,6 @@ use axum::Json;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
-
-/// The header on the answer to a write: the store's revision after it
-/// (the write's own revision if it changed the store); on a retry, the
-/// one of its first application.
-pub const REVISION_HEADER: &str = "x-raftkv-revision";
-/// The [`ERROR_HEADER`] of a `412`: a comparison did not hold.
-pub const COMPARE_FAILED: &str = "compare-failed";
-/// The [`ERROR_HEADER`] of a `404` to a write naming a lease that does not
-/// exist (never granted, expired or revoked).
-pub const LEASE_NOT_FOUND: &str = "lease-not-found";
-/// The [`ERROR_HEADER`] of a `409` to a put whose lease holds its most
-/// keys.
-pub const LEASE_FULL: &str = "lease-full";
 
 /// Whether `cmd` adds data (a put, a transaction with a put, a lease):
 /// refused while the disk-space alarm is raised ([`crate::space`]).

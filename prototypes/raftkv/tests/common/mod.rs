@@ -2,8 +2,8 @@
 //! client workload, for the failover tests.
 #![allow(dead_code)]
 
-use raftkv::client::{Client, ClientError};
-use raftkv::history::{Kind, Op};
+use raftkv_tools::client::{Client, ClientError};
+use raftkv_tools::history::{Kind, Op};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -306,7 +306,7 @@ pub fn check_histories(ops: &[Recorded]) -> usize {
         by_key.entry(k).or_default().push(op.clone());
     }
     for (k, h) in &by_key {
-        if let Err(v) = raftkv::history::check(h) {
+        if let Err(v) = raftkv_tools::history::check(h) {
             panic!("key {k}: not linearizable ({v:?}): {h:#?}");
         }
     }

@@ -156,7 +156,7 @@ impl Fault {
         Fault::DiskFullLeader,
     ];
 
-    /// The faults run only when named (`raftkv faults --faults NAME`),
+    /// The faults run only when named (`raftkv-tools faults --faults NAME`),
     /// each with all members only.
     pub const BY_NAME: [Fault; 1] = [Fault::LaggingFollower];
 

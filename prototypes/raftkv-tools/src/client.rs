@@ -13,7 +13,7 @@
 //! again; the client's next write opens a new session. Only a write every
 //! attempt of which was refused outright goes again under a new session.
 
-use crate::types::Expect;
+use raftkv_wire::Expect;
 use reqwest::StatusCode;
 use std::time::{Duration, Instant};
 
@@ -48,12 +48,12 @@ pub struct Client {
     leader: String,
     id: u64,
     seq: u64,
-    /// The index of the last answer (header [`crate::api::INDEX_HEADER`]).
+    /// The index of the last answer (header [`raftkv_wire::http::INDEX_HEADER`]).
     last_index: Option<u64>,
-    /// The last answer's [`crate::api::ERROR_HEADER`].
+    /// The last answer's [`raftkv_wire::http::ERROR_HEADER`].
     last_error: Option<String>,
     /// The last answer's revision: a read's `ETag`, a write's
-    /// [`crate::api::REVISION_HEADER`].
+    /// [`raftkv_wire::http::REVISION_HEADER`].
     last_revision: Option<i64>,
     /// Sessions this client started again under a new id.
     renewals: u64,
@@ -161,9 +161,9 @@ impl Client {
         }
         let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok());
         let said = Said {
-            index: header(crate::api::INDEX_HEADER).and_then(|v| v.parse().ok()),
-            error: header(crate::api::ERROR_HEADER).map(str::to_owned),
-            revision: header(crate::api::REVISION_HEADER)
+            index: header(raftkv_wire::http::INDEX_HEADER).and_then(|v| v.parse().ok()),
+            error: header(raftkv_wire::http::ERROR_HEADER).map(str::to_owned),
+            revision: header(raftkv_wire::http::REVISION_HEADER)
                 .or_else(|| header(reqwest::header::ETAG.as_str()))
                 .and_then(|v| v.trim_matches('"').parse().ok()),
         };
@@ -281,7 +281,7 @@ impl Client {
                 // which could apply it twice. Else it was never applied:
                 // it goes again under a new session, once.
                 (StatusCode::CONFLICT, _)
-                    if self.last_error.as_deref() == Some(crate::api::SESSION_UNKNOWN) =>
+                    if self.last_error.as_deref() == Some(raftkv_wire::http::SESSION_UNKNOWN) =>
                 {
                     let doubt = self.in_doubt;
                     self.renew();
@@ -410,7 +410,7 @@ impl Client {
     }
 
     /// The status of the node at `endpoint`.
-    pub async fn status(&self, endpoint: &str) -> Result<crate::api::Status, ClientError> {
+    pub async fn status(&self, endpoint: &str) -> Result<raftkv_wire::http::Status, ClientError> {
         let r = self
             .http
             .get(format!("http://{endpoint}/status"))

@@ -1,4 +1,4 @@
-//! `raftkv compare` (what `cargo xtask bench-raft` runs): a three-node
+//! `raftkv-tools compare` (what `cargo xtask bench-raft` runs): a three-node
 //! raftkv cluster and, when an `etcd` binary is given, a three-member etcd
 //! cluster, both on loopback with their data in one temporary directory of
 //! the local disk, measured in the same run: for each round and client
@@ -363,7 +363,7 @@ pub async fn compare(o: &CompareOptions) -> Result<Report, String> {
     let (replacement, replacement_error) = match replaced {
         Some(Ok(r)) => (Some(r), None),
         Some(Err(e)) => {
-            eprintln!("raftkv compare: the member replacement failed: {e}");
+            eprintln!("raftkv-tools compare: the member replacement failed: {e}");
             (None, Some(e))
         }
         None => (None, None),

@@ -4,9 +4,9 @@
 
 use super::cluster::ProcCluster;
 use super::{Injected, Rng, Targets};
-use crate::api::{MemberChange, FAILPOINTS_ENV};
 use crate::client::Client;
-use crate::NodeId;
+use raftkv_wire::http::{MemberChange, FAILPOINTS_ENV};
+use raftkv_wire::NodeId;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

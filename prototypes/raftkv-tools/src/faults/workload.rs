@@ -6,7 +6,7 @@
 
 use crate::client::{Client, ClientError};
 use crate::history::{Kind, Op};
-use crate::types::Expect;
+use raftkv_wire::Expect;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;

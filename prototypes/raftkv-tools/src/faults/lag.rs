@@ -28,8 +28,8 @@ use tokio::time::Instant;
 
 /// Puts of `entry` bytes (key and value) per loading transaction: as the
 /// load issue 58 was found with, 64 puts and at most 1 MiB (well inside
-/// etcd's bounds, [`crate::kv::MAX_TXN_OPS`] and, base64 in JSON,
-/// [`crate::kv::MAX_REQUEST_BYTES`]).
+/// etcd's bounds, [`raftkv_wire::limits::MAX_TXN_OPS`] and, base64 in JSON,
+/// [`raftkv_wire::limits::MAX_REQUEST_BYTES`]).
 fn txn_puts(entry: u64) -> u64 {
     let by_bytes = (1u64 << 20) / entry.max(1);
     by_bytes.clamp(1, 64)
@@ -63,7 +63,7 @@ pub struct Lag {
 }
 
 impl Lag {
-    /// The small run (the test's and, by default, `raftkv faults
+    /// The small run (the test's and, by default, `raftkv-tools faults
     /// --faults lagging-follower`): 4,000 keys of 1 KiB, 32 MiB behind —
     /// four appends of the budget, below the 64 MiB floor of a snapshot
     /// by bytes, so caught up by appends.
@@ -100,13 +100,13 @@ impl Lag {
     /// bytes behind, if sent as appends) and the state (about keys ×
     /// value, if sent as a snapshot) takes at the slowest rate the
     /// append deadline assumes of a follower
-    /// ([`crate::network::MIN_APPEND_RATE`], 4 MiB/s): 1 GiB, 286 s.
+    /// ([`raftkv_wire::limits::MIN_APPEND_RATE`], 4 MiB/s): 1 GiB, 286 s.
     pub fn catch_up_bound(&self) -> Duration {
         let state = self
             .keys
             .saturating_mul(self.value_bytes as u64 + key_bytes(self.keys));
         let bytes = self.behind_bytes.max(state);
-        let secs = bytes as f64 / crate::network::MIN_APPEND_RATE as f64;
+        let secs = bytes as f64 / raftkv_wire::limits::MIN_APPEND_RATE as f64;
         CATCH_UP_SLACK + Duration::from_secs_f64(secs)
     }
 }

@@ -1,4 +1,4 @@
-//! The member replacement of `raftkv compare --keys N`: with the keys
+//! The member replacement of `raftkv-tools compare --keys N`: with the keys
 //! loaded, a follower is replaced as etcd's runbook has it — the leader
 //! snapshots and purges its log (`POST /compact`), the member is removed,
 //! its directory wiped, a new node started empty under the same id, added

@@ -1,6 +1,6 @@
 //! A local cluster: one `raftkv serve` process per node, on loopback ports
 //! from a base (node N on `127.0.0.1:(base + N - 1)`), node 1 initializing
-//! it at its first start; what `raftkv cluster` and `raftkv compare` run.
+//! it at its first start; what `raftkv-tools cluster` and `raftkv-tools compare` run.
 //!
 //! [`supervise`] keeps such a cluster running as an init system keeps its
 //! services: a node that exits — a crash, a `kill -9`, a Raft core that
@@ -42,7 +42,7 @@ pub struct NodeCommand {
     /// Keep the node's stderr here (default: inherited).
     pub log: Option<LogTail>,
     /// Environment variables for the process (a fault test's
-    /// [`crate::api::FAILPOINTS_ENV`]).
+    /// [`raftkv_wire::http::FAILPOINTS_ENV`]).
     pub env: Vec<(String, String)>,
 }
 
@@ -71,20 +71,55 @@ impl LogTail {
     }
 }
 
+/// The environment variable naming the `raftkv` server binary the
+/// tooling starts nodes of (`raftkv-tools --raftkv PATH` sets it).
+pub const SERVER_ENV: &str = "RAFTKV_BIN";
+
+/// The `raftkv` server binary: `$RAFTKV_BIN` if set, else the `raftkv`
+/// beside this executable — as cargo builds them, `target/<profile>/`
+/// (or its parent, for a test binary in `target/<profile>/deps/`).
+pub fn server_exe() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os(SERVER_ENV) {
+        return Ok(PathBuf::from(p));
+    }
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let dirs = me.ancestors().skip(1).take(2);
+    for d in dirs {
+        let exe = d.join("raftkv");
+        if exe.is_file() {
+            return Ok(exe);
+        }
+    }
+    Err(format!(
+        "no raftkv server binary beside {} (build it: `cargo build -p raftkv`, or name it with --raftkv / ${SERVER_ENV})",
+        me.display()
+    ))
+}
+
 impl NodeCommand {
-    /// The nodes of a local cluster of `nodes` nodes of this executable,
+    /// The nodes of a local cluster of `nodes` nodes of the server
+    /// ([`server_exe`]): see [`NodeCommand::local_of`].
+    pub fn local(nodes: u64, dir: &Path, base_port: u16) -> Result<Vec<NodeCommand>, String> {
+        NodeCommand::local_of(&server_exe()?, nodes, dir, base_port)
+    }
+
+    /// The nodes of a local cluster of `nodes` nodes of the server `exe`,
     /// directories `dir/node-N`, node N on `127.0.0.1:(base_port + N - 1)`,
     /// each with one runtime thread and the cluster's peer secret
     /// ([`peer_secret_args`]).
-    pub fn local(nodes: u64, dir: &Path, base_port: u16) -> Result<Vec<NodeCommand>, String> {
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    pub fn local_of(
+        exe: &Path,
+        nodes: u64,
+        dir: &Path,
+        base_port: u16,
+    ) -> Result<Vec<NodeCommand>, String> {
         let mut extra = vec!["--threads".to_string(), "1".to_string()];
         extra.extend(peer_secret_args(dir)?);
         let addr = |n: u64| format!("127.0.0.1:{}", u64::from(base_port) + n - 1);
         let peers: Vec<String> = (1..=nodes).map(|n| format!("{n}={}", addr(n))).collect();
         Ok((1..=nodes)
             .map(|n| NodeCommand {
-                exe: exe.clone(),
+                exe: exe.to_path_buf(),
                 id: n,
                 addr: addr(n),
                 dir: dir.join(format!("node-{n}")),
@@ -156,7 +191,7 @@ pub const PEER_SECRET_FILE: &str = "peer-secret";
 pub fn peer_secret_args(dir: &Path) -> Result<Vec<String>, String> {
     let path = dir.join(PEER_SECRET_FILE);
     let vfs = journal_core::vfs::OsVfs::new();
-    crate::auth::PeerSecret::load_or_create(&vfs, &path)?;
+    raftkv_wire::auth::PeerSecret::load_or_create(&vfs, &path)?;
     Ok(vec![
         "--peer-secret-file".into(),
         path.to_string_lossy().into_owned(),

@@ -1,4 +1,4 @@
-//! `raftkv bench`: closed-loop clients writing through the HTTP API, or
+//! `raftkv-tools bench`: closed-loop clients writing through the HTTP API, or
 //! (feature `etcd`, `--etcd`) through etcd's own gRPC client to an etcd
 //! cluster, the same workload.
 //!

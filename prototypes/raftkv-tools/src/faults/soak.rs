@@ -1,5 +1,5 @@
-//! The soak (`raftkv soak`, `cargo xtask raft-soak`): a local cluster kept
-//! by the supervisor of `raftkv cluster` ([`crate::local::supervise`]),
+//! The soak (`raftkv-tools soak`, `cargo xtask raft-soak`): a local cluster kept
+//! by the supervisor of `raftkv-tools cluster` ([`crate::local::supervise`]),
 //! closed-loop recorded clients, and `kill -9` of a random node every few
 //! seconds for a time budget; the supervisor restarts each, and every
 //! key's history must stay linearizable.

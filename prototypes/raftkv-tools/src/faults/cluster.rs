@@ -4,9 +4,9 @@
 //! here.
 
 use super::proxy::{Link, Mode};
-use crate::api::Status;
 use crate::client::Client;
 use crate::local::{LogTail, NodeCommand};
+use raftkv_wire::http::Status;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
