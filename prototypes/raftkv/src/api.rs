@@ -7,7 +7,7 @@
 //! answered within [`REQUEST_TIMEOUT`] — never a hang.
 
 use crate::network::MAX_RPC_BODY;
-use crate::node::Node;
+use crate::node::{CompactLogError, Node};
 use crate::types::{NodeId, RequestId, TypeConfig};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
@@ -183,40 +183,11 @@ mod failpoints {
 /// frees the log's space, and a member behind it (a replacement) is then
 /// sent the snapshot.
 async fn compact(State(node): State<Arc<Node>>) -> Response {
-    let applied = node
-        .raft
-        .metrics()
-        .borrow_watched()
-        .last_applied
-        .map(|l| l.index);
-    let Some(upto) = applied else {
-        return text(StatusCode::CONFLICT, "nothing applied");
-    };
-    let wait = || node.raft.wait(Some(node.admin_timeout));
-    let r = async {
-        node.raft
-            .trigger()
-            .snapshot()
-            .await
-            .map_err(|e| e.to_string())?;
-        wait()
-            .metrics(|m| m.snapshot.is_some_and(|s| s.index >= upto), "snapshot")
-            .await
-            .map_err(|e| e.to_string())?;
-        node.raft
-            .trigger()
-            .purge_log(upto)
-            .await
-            .map_err(|e| e.to_string())?;
-        wait()
-            .metrics(|m| m.purged.is_some_and(|p| p.index >= upto), "purge")
-            .await
-            .map_err(|e| e.to_string())
-    };
-    match tokio::time::timeout(node.admin_timeout, r).await {
-        Ok(Ok(_)) => text(StatusCode::OK, format!("ok, purged to {upto}")),
-        Ok(Err(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e),
-        Err(_) => timed_out("the compaction", node.admin_timeout),
+    match node.compact_log().await {
+        Ok(upto) => text(StatusCode::OK, format!("ok, purged to {upto}")),
+        Err(CompactLogError::NothingApplied) => text(StatusCode::CONFLICT, "nothing applied"),
+        Err(CompactLogError::Failed(e)) => text(StatusCode::SERVICE_UNAVAILABLE, e),
+        Err(CompactLogError::TimedOut(after)) => timed_out("the compaction", after),
     }
 }
 

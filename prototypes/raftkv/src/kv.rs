@@ -302,6 +302,9 @@ pub enum KvError {
     /// ([`crate::machine::MAX_LEASE_KEYS`]; etcd has no such bound): not
     /// applied. (Added with the multi-version store.)
     LeaseFull,
+    /// The leader's queue of writes for the next entry is full (etcd's
+    /// `ErrTooManyRequests`): not proposed, so not applied — retry later.
+    TooManyRequests,
 }
 
 impl KvError {
@@ -326,7 +329,7 @@ impl KvError {
             // Unavailable
             KvError::NotLeader | KvError::NoLeader | KvError::Timeout => 14,
             // ResourceExhausted
-            KvError::NoSpace | KvError::LeaseFull => 8,
+            KvError::NoSpace | KvError::LeaseFull | KvError::TooManyRequests => 8,
         }
     }
 
@@ -349,6 +352,7 @@ impl KvError {
             KvError::Timeout => "etcdserver: request timed out",
             KvError::NoSpace => "etcdserver: mvcc: database space exceeded",
             KvError::LeaseFull => "etcdserver: too many keys attached to the lease",
+            KvError::TooManyRequests => "etcdserver: too many requests",
         }
     }
 }

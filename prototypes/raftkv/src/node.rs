@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub mod kv;
-pub use kv::{Header, LeaseTimeToLive};
+pub use kv::{CompactLogError, Header, LeaseTimeToLive};
 
 /// The identity file's name.
 pub const ID_FILE: &str = "raftkv.id";

@@ -2,11 +2,16 @@
 //! (failpoint `openraft-log::flush`, so writes pile up), writes beyond the
 //! proposer's queue and requests beyond the concurrency limit are answered
 //! `503` with `Retry-After` at once; a write whose client went away before
-//! it was proposed is never applied. Needs the `failpoints` feature.
+//! it was proposed is never applied; through etcd's gRPC API, writes beyond
+//! the queue are answered etcd's `ResourceExhausted` "etcdserver: too many
+//! requests" (not applied, so safe to retry), never an in-doubt timeout.
+//! Needs the `failpoints` feature.
 
 mod common;
 
 use common::Cluster;
+use etcd_api::etcdserverpb as pb;
+use pb::kv_client::KvClient;
 use std::time::Duration;
 
 async fn arm(addr: &str, actions: &str) {
@@ -146,4 +151,59 @@ async fn a_write_whose_client_went_away_before_it_was_proposed_is_not_applied() 
         .await
         .unwrap();
     assert_eq!(r.status(), 404, "the abandoned write was applied");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_writes_past_the_proposer_queue_are_too_many_requests() {
+    let cluster = Cluster::start(
+        3,
+        &["--election-timeout-ms", "3000", "--max-pending-writes", "4"],
+    );
+    let leader = cluster.leader(None).await;
+    let addr = cluster.nodes[leader].addr.clone();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .timeout(Duration::from_secs(30))
+        .connect()
+        .await
+        .unwrap();
+    for n in &cluster.nodes {
+        arm(&n.addr, "return(1500)").await;
+    }
+    let mut tasks = Vec::new();
+    for i in 0..64 {
+        let mut kv = KvClient::new(channel.clone());
+        tasks.push(tokio::spawn(async move {
+            let put = pb::PutRequest {
+                key: format!("g-{i}").into_bytes(),
+                value: b"v".to_vec(),
+                ..Default::default()
+            };
+            match kv.put(put).await {
+                Ok(_) => Ok(()),
+                Err(s) => Err((s.code(), s.message().to_string())),
+            }
+        }));
+    }
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.unwrap());
+    }
+    for n in &cluster.nodes {
+        arm(&n.addr, "off").await;
+    }
+    let ok = answers.iter().filter(|a| a.is_ok()).count();
+    let busy = answers
+        .iter()
+        .filter(|a| {
+            matches!(a, Err((tonic::Code::ResourceExhausted, m)) if m == "etcdserver: too many requests")
+        })
+        .count();
+    assert_eq!(ok + busy, 64, "{answers:?}");
+    assert!(ok >= 1, "{answers:?}");
+    // 2 entries in flight and 4 writes waiting: the rest turned away.
+    assert!(
+        busy >= 64 - 2 * 4 - 4,
+        "only {busy} turned away: {answers:?}"
+    );
 }

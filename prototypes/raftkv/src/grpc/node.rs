@@ -16,53 +16,22 @@ use crate::kv::{
 };
 use crate::machine::{Position, ReadError};
 use crate::node::kv::Header;
+use crate::node::CompactLogError;
 use crate::node::Node;
 use crate::StateMachine;
-use openraft::async_runtime::WatchReceiver;
 use std::path::Path;
 
-/// Builds a snapshot of what `node` applied (the store synced first) and
-/// purges its log up to it, within its admin deadline (`POST /compact`,
-/// etcd's `Defragment`). Answers the index purged to.
+/// [`Node::compact_log`] in etcd's words (`Maintenance.Defragment`):
+/// the index purged to, or the message to answer.
 pub async fn compact_log(node: &Node) -> Result<u64, String> {
-    let applied = node
-        .raft
-        .metrics()
-        .borrow_watched()
-        .last_applied
-        .map(|l| l.index);
-    let Some(upto) = applied else {
-        return Err("etcdserver: nothing applied yet".into());
-    };
-    let wait = || node.raft.wait(Some(node.admin_timeout));
-    let run = async {
-        node.raft
-            .trigger()
-            .snapshot()
-            .await
-            .map_err(|e| e.to_string())?;
-        wait()
-            .metrics(|m| m.snapshot.is_some_and(|s| s.index >= upto), "snapshot")
-            .await
-            .map_err(|e| e.to_string())?;
-        node.raft
-            .trigger()
-            .purge_log(upto)
-            .await
-            .map_err(|e| e.to_string())?;
-        wait()
-            .metrics(|m| m.purged.is_some_and(|p| p.index >= upto), "purge")
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok::<_, String>(upto)
-    };
-    match tokio::time::timeout(node.admin_timeout, run).await {
-        Ok(r) => r,
-        Err(_) => Err(format!(
+    node.compact_log().await.map_err(|e| match e {
+        CompactLogError::NothingApplied => "etcdserver: nothing applied yet".to_string(),
+        CompactLogError::Failed(e) => e,
+        CompactLogError::TimedOut(after) => format!(
             "etcdserver: request timed out: not done within {} s",
-            node.admin_timeout.as_secs()
-        )),
-    }
+            after.as_secs()
+        ),
+    })
 }
 
 /// The length of a snapshot file, through the node's filesystem.

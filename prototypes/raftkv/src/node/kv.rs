@@ -8,6 +8,7 @@
 //! | [`Node::write`] | `KV.Put`, `KV.DeleteRange`, `KV.Txn`: through the log; a transaction of ranges only (in every branch) is a read, as etcd serves it |
 //! | [`Node::compact`] | `KV.Compact`; with `physical`, answered once the versions it supersedes are removed |
 //! | [`Node::events`], [`Node::revisions`] | `Watch`: the changes of a key range from a position on, and the store's revisions to wait on (no polling) |
+//! | [`Node::compact_log`] | `Maintenance.Defragment` (and the HTTP API's `POST /compact`): a snapshot now, the Raft log purged to it |
 //! | [`Node::hash_kv`] | `Maintenance.HashKV` ([`crate::StateMachine::hash_kv`]) |
 //! | [`Node::lease_grant`], [`Node::lease_revoke`], [`Node::lease_keep_alive`], [`Node::lease_time_to_live`], [`Node::lease_leases`] | `Lease` |
 //!
@@ -128,7 +129,9 @@ impl Node {
             other => other,
         };
         match out {
-            Err(_) | Ok(Outcome::Failed(_)) | Ok(Outcome::Busy) => Err(KvError::Timeout),
+            Err(_) | Ok(Outcome::Failed(_)) => Err(KvError::Timeout),
+            // Turned away before it was proposed: certainly not applied.
+            Ok(Outcome::Busy) => Err(KvError::TooManyRequests),
             Ok(Outcome::Forward(Some(_))) => Err(KvError::NotLeader),
             Ok(Outcome::Forward(None)) => Err(KvError::NoLeader),
             Ok(Outcome::Applied { verdict, .. }) => match verdict {
@@ -332,5 +335,61 @@ fn serializable(op: &RequestOp) -> bool {
         RequestOp::Range(r) => r.serializable,
         RequestOp::Put(_) | RequestOp::DeleteRange(_) => false,
         RequestOp::Txn(t) => t.success.iter().chain(&t.failure).all(serializable),
+    }
+}
+
+/// Why [`Node::compact_log`] did not finish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CompactLogError {
+    /// The state machine has applied nothing yet: nothing to snapshot.
+    NothingApplied,
+    /// openraft refused the snapshot or the purge (it stopped).
+    Failed(String),
+    /// Not done within the node's admin deadline (it may still be).
+    TimedOut(std::time::Duration),
+}
+
+impl Node {
+    /// Builds a snapshot of what this node applied (the store synced
+    /// first) and purges its Raft log up to it, within the admin deadline
+    /// (`serve --admin-timeout-s`): a member behind it is then sent the
+    /// snapshot. Answers the index purged to.
+    pub async fn compact_log(&self) -> Result<u64, CompactLogError> {
+        let applied = self
+            .raft
+            .metrics()
+            .borrow_watched()
+            .last_applied
+            .map(|l| l.index);
+        let Some(upto) = applied else {
+            return Err(CompactLogError::NothingApplied);
+        };
+        let wait = || self.raft.wait(Some(self.admin_timeout));
+        let failed = |e: &dyn std::fmt::Display| CompactLogError::Failed(e.to_string());
+        let run = async {
+            self.raft
+                .trigger()
+                .snapshot()
+                .await
+                .map_err(|e| failed(&e))?;
+            wait()
+                .metrics(|m| m.snapshot.is_some_and(|s| s.index >= upto), "snapshot")
+                .await
+                .map_err(|e| failed(&e))?;
+            self.raft
+                .trigger()
+                .purge_log(upto)
+                .await
+                .map_err(|e| failed(&e))?;
+            wait()
+                .metrics(|m| m.purged.is_some_and(|p| p.index >= upto), "purge")
+                .await
+                .map_err(|e| failed(&e))?;
+            Ok(upto)
+        };
+        match tokio::time::timeout(self.admin_timeout, run).await {
+            Ok(r) => r,
+            Err(_) => Err(CompactLogError::TimedOut(self.admin_timeout)),
+        }
     }
 }
