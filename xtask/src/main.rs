@@ -35,9 +35,10 @@
 //!   built with the `peers` feature (okaywal, raft-engine and wal-db), ARGS
 //!   passed on.
 //! - `cargo xtask bench-raft [ARGS...]`: `raftkv compare` — a three-node
-//!   raftkv cluster beside a three-member etcd cluster (when `etcd` and
-//!   `protoc` are on `PATH`: Debian's etcd-server and protobuf-compiler),
-//!   interleaved rounds, medians; ARGS passed on (`--rounds`, `--dir`, ...).
+//!   raftkv cluster beside a three-member etcd cluster (when `etcd` is on
+//!   `PATH`: Debian's etcd-server), both driven by the same etcd gRPC
+//!   client (puts, linearizable reads, watchers attached), interleaved
+//!   rounds, medians; ARGS passed on (`--rounds`, `--keys`, `--dir`, ...).
 //! - `cargo xtask raft-faults [--minutes N] [ARGS...]`: `raftkv faults`,
 //!   built with failpoints: raftkv's fault matrix (kills, pauses,
 //!   partitions through proxies, slow and failing disks, crashes at
@@ -507,26 +508,17 @@ fn on_path(name: &str) -> Option<std::path::PathBuf> {
     })
 }
 
-/// `raftkv compare`: raftkv beside etcd when `etcd` is on `PATH` (etcd's
-/// gRPC client needs `protoc` to build), raftkv alone otherwise.
+/// `raftkv compare`: raftkv beside etcd when `etcd` is on `PATH`, raftkv
+/// alone otherwise; both driven through the same gRPC client (etcd-api's
+/// stubs: no `protoc` needed).
 fn bench_raft(args: &[String]) -> Result<(), String> {
     let mut cmd = cargo();
-    cmd.args(["run", "--release", "--package", "raftkv"]);
-    let etcd = on_path("etcd");
-    match (&etcd, on_path("protoc")) {
-        (Some(_), Some(_)) => {
-            cmd.args(["--features", "etcd"]);
+    cmd.args(["run", "--release", "--package", "raftkv", "--", "compare"]);
+    match on_path("etcd") {
+        Some(e) => {
+            cmd.arg("--etcd").arg(e);
         }
-        (Some(_), None) => {
-            eprintln!(
-                "bench-raft: etcd's client needs protoc (Debian's protobuf-compiler); raftkv alone"
-            )
-        }
-        (None, _) => eprintln!("bench-raft: no etcd on PATH (Debian's etcd-server); raftkv alone"),
-    }
-    cmd.args(["--", "compare"]);
-    if let (Some(e), Some(_)) = (etcd, on_path("protoc")) {
-        cmd.arg("--etcd").arg(e);
+        None => eprintln!("bench-raft: no etcd on PATH (Debian's etcd-server); raftkv alone"),
     }
     run("bench-raft", cmd.args(args))
 }
