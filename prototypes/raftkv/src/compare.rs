@@ -29,11 +29,11 @@
 
 mod replace;
 mod summary;
-mod watch;
+pub mod watch;
 pub use replace::Replacement;
 pub(crate) use replace::{metric, sampler};
 pub use summary::summarize;
-pub use watch::WatchStats;
+pub use watch::{WatchStats, Watchers};
 
 use crate::bench::{run_level, Level, Op, Workload};
 use crate::local::LocalCluster as Cluster;
@@ -43,7 +43,6 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::process::Command;
-use watch::Watchers;
 
 /// The systems compared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,7 +30,7 @@ struct Seen {
 }
 
 /// Watch streams attached to a system.
-pub(super) struct Watchers {
+pub struct Watchers {
     seen: Vec<watch::Receiver<Seen>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -58,7 +58,7 @@ impl Watchers {
     /// Starts `n` watchers on `prefix` (after the store's current
     /// revision), watcher `w` on [`endpoint`]`(endpoints, w, rotation)`,
     /// and waits until each is created.
-    pub(super) async fn start(
+    pub async fn start(
         endpoints: &[String],
         n: usize,
         rotation: usize,
@@ -78,7 +78,7 @@ impl Watchers {
     }
 
     /// Events received so far, per watcher.
-    pub(super) fn counts(&self) -> Vec<u64> {
+    pub fn counts(&self) -> Vec<u64> {
         self.seen.iter().map(|s| s.borrow().events).collect()
     }
 
@@ -87,7 +87,7 @@ impl Watchers {
     /// last at `revision`; waits for the watchers to receive it.
     ///
     /// [`counts`]: Watchers::counts
-    pub(super) async fn stats(
+    pub async fn stats(
         &self,
         before: &[u64],
         puts: u64,
