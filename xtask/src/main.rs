@@ -36,10 +36,13 @@
 //!   passed on.
 //! - `cargo xtask bench-raft [ARGS...]`: `raftkv-tools compare` — a
 //!   three-node raftkv cluster beside a three-member etcd cluster (when
-//!   `etcd` is on `PATH`: Debian's etcd-server), interleaved rounds,
-//!   medians; ARGS passed on (`--rounds`, `--dir`, ...).
+//!   `etcd` is on `PATH`: Debian's etcd-server), both driven by the same
+//!   etcd gRPC client (puts, linearizable reads, watchers attached),
+//!   interleaved rounds, medians; ARGS passed on (`--rounds`, `--keys`,
+//!   `--dir`, ...).
 //! - `cargo xtask raft-faults [--minutes N] [ARGS...]`: `raftkv-tools
-//!   faults` on a `raftkv` server built with failpoints: raftkv's fault matrix (kills, pauses,
+//!   faults` on a `raftkv` server built with failpoints: raftkv's fault
+//!   matrix (kills, pauses,
 //!   partitions through proxies, slow and failing disks, crashes at
 //!   failpoints; each with all members and with one down), random seeds
 //!   for N minutes, a table at the end, every failing run kept as a file
@@ -539,7 +542,8 @@ fn raft_tools(what: &str, features: &[&str], args: &[String]) -> Result<(), Stri
 }
 
 /// `raftkv-tools compare`: raftkv beside etcd when `etcd` is on `PATH`,
-/// raftkv alone otherwise.
+/// raftkv alone otherwise; both driven through the same gRPC client
+/// (etcd-api's stubs: no `protoc` needed).
 fn bench_raft(args: &[String]) -> Result<(), String> {
     let mut all = vec!["compare".to_string()];
     match on_path("etcd") {

@@ -1,27 +1,41 @@
 //! `raftkv-tools compare` (what `cargo xtask bench-raft` runs): a three-node
 //! raftkv cluster and, when an `etcd` binary is given, a three-member etcd
 //! cluster, both on loopback with their data in one temporary directory of
-//! the local disk, measured in the same run: for each round and client
-//! count, each system in turn (the order alternating by round), the same
-//! closed-loop put workload ([`crate::bench`]). While one system is
-//! measured the other is paused (`SIGSTOP`; [`CompareOptions::pause_idle`]),
-//! so that each pays for its own background work. Besides puts/s and latency
-//! it reads, around each measurement, the CPU time of the system's three
-//! server processes (`/proc/PID/stat`) and the flush requests completed by
-//! the disk under the directory (`/sys/dev/block/M:m/stat`), and reports
-//! both per put. Medians over rounds, with the range of puts/s. With
-//! `--keys N`, each system is first loaded with N keys through its API
-//! (timed), and the puts overwrite random keys among them; the resident
-//! memory of every server process is sampled after each measurement, and
-//! its peak (`VmHWM`) reported at the end; then a raftkv follower is
-//! replaced (`replace.rs`) and its catch-up by snapshot timed, with every
-//! node's memory sampled throughout.
+//! the local disk, measured in the same run through **the same client**:
+//! etcd's gRPC API through the `etcd-api` stubs ([`crate::bench`]), each
+//! closed-loop client on one member, round robin, whichever leads. For each
+//! round and client count, each system in turn (the order alternating by
+//! round) takes the same workload: puts for `--seconds`, then linearizable
+//! reads (`Range`, not serializable) for as long ([`CompareOptions::ops`]),
+//! with a few watchers attached throughout ([`watch`]: `Watch` streams on
+//! the prefix of the keys written, counting events, so that one sees
+//! whether they kept up). While one system is measured the other is paused
+//! (`SIGSTOP`; [`CompareOptions::pause_idle`]), so that each pays for its
+//! own background work. Besides requests/s and latency it reads, around
+//! each phase, the CPU time of the system's three server processes
+//! (`/proc/PID/stat`) and the flush requests completed by the disk under
+//! the directory (`/sys/dev/block/M:m/stat`), and reports both per
+//! request. Medians over rounds, with the range of requests/s
+//! ([`summarize`]). Both systems compact their old versions alike: etcd
+//! with `--auto-compaction-mode revision --auto-compaction-retention N`,
+//! raftkv with its `serve` flags of the same names, N
+//! [`CompareOptions::compaction_retention`]. With `--keys N`, each system
+//! is first loaded with N keys through the same client (timed), and the
+//! puts overwrite random keys among them and the reads read random ones;
+//! the resident memory of every server process is sampled after each
+//! measurement, and its peak (`VmHWM`) reported at the end; then a raftkv
+//! follower is replaced (`replace.rs`) and its catch-up by snapshot timed,
+//! with every node's memory sampled throughout.
 
 mod replace;
+mod summary;
+pub mod watch;
 pub use replace::Replacement;
 pub(crate) use replace::{metric, sampler};
+pub use summary::summarize;
+pub use watch::{WatchStats, Watchers};
 
-use crate::bench::{run_level, Level, System};
+use crate::bench::{run_level, Level, Op, Workload};
 use crate::local::LocalCluster as Cluster;
 use bench_harness::{device_counter, device_stat, read_small};
 use serde::Serialize;
@@ -29,6 +43,15 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::process::Command;
+
+/// The systems compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum System {
+    /// raftkv, three `raftkv serve` processes.
+    Raftkv,
+    /// etcd, three `etcd` processes.
+    Etcd,
+}
 
 /// What to compare.
 #[derive(Debug, Clone)]
@@ -41,9 +64,18 @@ pub struct CompareOptions {
     pub clients: Vec<usize>,
     /// Bytes per value.
     pub value_size: usize,
-    /// Keys loaded first and overwritten at random (0: each client
-    /// rewrites 1,024 keys of its own).
+    /// Keys loaded first, then overwritten and read at random (0: each
+    /// client puts and reads 1,024 keys of its own).
     pub keys: u64,
+    /// The phases of each measurement, in order, each `seconds` long.
+    pub ops: Vec<Op>,
+    /// Watch streams attached during each measurement (0: none).
+    pub watchers: usize,
+    /// The revisions both systems keep when they compact (etcd's
+    /// `--auto-compaction-retention` in `revision` mode, every five
+    /// minutes; raftkv's flags of the same names, the same default
+    /// interval).
+    pub compaction_retention: u64,
     /// The directory the temporary data directory is made in.
     pub dir: PathBuf,
     /// The `etcd` binary, if etcd is compared.
@@ -51,7 +83,9 @@ pub struct CompareOptions {
     /// The first of the loopback ports used (raftkv: P..P+2, etcd clients
     /// P+10.., peers P+20..).
     pub base_port: u16,
-    /// More arguments to every `raftkv serve` (an experiment's settings).
+    /// More arguments to every `raftkv serve` (an experiment's settings;
+    /// not the auto-compaction flags, which [`Self::compaction_retention`]
+    /// sets for both systems).
     pub node_args: Vec<String>,
     /// Pause (`SIGSTOP`) the system not being measured, and resume it
     /// (`SIGCONT`, then a warm-up) before its own measurement: the two
@@ -62,19 +96,39 @@ pub struct CompareOptions {
     pub pause_idle: bool,
 }
 
-/// One measurement.
+/// One phase of a measurement: one op's requests, and what the servers
+/// and the disk did for them.
+#[derive(Debug, Clone, Serialize)]
+pub struct Phase {
+    /// The clients' result.
+    pub level: Level,
+    /// CPU time of the three servers per request answered, µs.
+    pub cpu_us_per_op: f64,
+    /// Disk flush requests per request answered.
+    pub flushes_per_op: f64,
+}
+
+/// One measurement: a system at a client count in a round.
 #[derive(Debug, Clone, Serialize)]
 pub struct Sample {
     /// "raftkv" or "etcd".
     pub system: &'static str,
     /// The round (from 1).
     pub round: usize,
-    /// The bench's result.
-    pub level: Level,
-    /// CPU time of the three servers per acknowledged put, µs.
-    pub cpu_us_per_put: f64,
-    /// Disk flush requests per acknowledged put.
-    pub flushes_per_put: f64,
+    /// Concurrent closed-loop clients.
+    pub clients: usize,
+    /// The endpoint (index) client 0 was on; client `c` was on the
+    /// `c`-th after it, round robin.
+    pub first_endpoint: usize,
+    /// The endpoint (index) of the leader before the measurement, if one
+    /// named itself.
+    pub leader: Option<usize>,
+    /// The puts.
+    pub put: Option<Phase>,
+    /// The linearizable reads.
+    pub get: Option<Phase>,
+    /// What the watchers received during the puts.
+    pub watch: Option<WatchStats>,
     /// Resident memory of each server after the measurement, MiB.
     pub rss_mib: Vec<f64>,
 }
@@ -195,7 +249,7 @@ async fn stop(mut c: Cluster) {
     }
 }
 
-async fn start_etcd(bin: &Path, dir: &Path, base: u16) -> Result<Cluster, String> {
+async fn start_etcd(bin: &Path, dir: &Path, base: u16, retention: u64) -> Result<Cluster, String> {
     let client = |n: u16| format!("127.0.0.1:{}", base + 10 + n - 1);
     let peer = |n: u16| format!("http://127.0.0.1:{}", base + 20 + n - 1);
     let initial: Vec<String> = (1..=3).map(|n| format!("e{n}={}", peer(n))).collect();
@@ -218,10 +272,12 @@ async fn start_etcd(bin: &Path, dir: &Path, base: u16) -> Result<Cluster, String
             .args(["--initial-cluster-state", "new"])
             .args(["--initial-cluster-token", "raftkv-compare"])
             // etcd keeps every version until compacted: keep the last
-            // 10,000 revisions (compacted every 5 minutes), and a quota (8 GiB, etcd's suggested maximum)
-            // that a million 1 KiB keys and their overwrites fit in.
+            // `retention` revisions (compacted every 5 minutes, as
+            // raftkv's nodes are told), and a quota (8 GiB, etcd's
+            // suggested maximum) that a million 1 KiB keys and their
+            // overwrites fit in.
             .args(["--auto-compaction-mode", "revision"])
-            .args(["--auto-compaction-retention", "10000"])
+            .args(["--auto-compaction-retention", &retention.to_string()])
             .args(["--quota-backend-bytes", "8589934592"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -236,32 +292,62 @@ async fn start_etcd(bin: &Path, dir: &Path, base: u16) -> Result<Cluster, String
     })
 }
 
+/// Every raftkv node's arguments: the auto-compaction etcd is given, then
+/// the experiment's (which may not set it otherwise).
+fn node_args(o: &CompareOptions) -> Result<Vec<String>, String> {
+    let mut args: Vec<String> = [
+        "--auto-compaction-mode",
+        "revision",
+        "--auto-compaction-retention",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.push(o.compaction_retention.to_string());
+    for a in &o.node_args {
+        if a.starts_with("--auto-compaction-mode") || a.starts_with("--auto-compaction-retention") {
+            return Err(format!(
+                "--node-arg {a}: the auto-compaction is set for both systems by --compaction-retention"
+            ));
+        }
+        args.push(a.clone());
+    }
+    Ok(args)
+}
+
 /// Waits until a short bench against the cluster succeeds (a leader is
-/// elected and answers), up to 30 s; it doubles as a warm-up.
+/// elected and every member answers), up to 30 s; it doubles as a
+/// warm-up.
 async fn warm_up(system: System, c: &Cluster, value_size: usize) -> Result<(), String> {
     let start = Instant::now();
+    let w = Workload {
+        value_size,
+        keys: 0,
+        rotation: 0,
+    };
     loop {
-        let r = run_level(
-            system,
-            &c.endpoints,
-            16,
-            value_size,
-            0,
-            Duration::from_secs(1),
-            None,
-        )
-        .await;
+        let r = run_level(Op::Put, &c.endpoints, 16, w, Duration::from_secs(1), None).await;
         match r {
-            Ok(l) if l.puts > 0 && l.failed == 0 => return Ok(()),
-            _ if start.elapsed() < Duration::from_secs(30) => {}
-            Ok(l) => return Err(format!("{system:?}: {} puts, {} failed", l.puts, l.failed)),
+            Ok(l) if l.ops > 0 && l.failed == 0 => return Ok(()),
+            _ if start.elapsed() < Duration::from_secs(30) => {
+                // Not up yet (etcd starting, an election): try again.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Ok(l) => {
+                return Err(format!(
+                    "{system:?}: {} puts, {} failed ({})",
+                    l.ops,
+                    l.failed,
+                    l.first_error.unwrap_or_default()
+                ))
+            }
             Err(e) => return Err(format!("{system:?}: {e}")),
         }
     }
 }
 
-/// One measurement of `system` at `clients`, with the CPU time of its
-/// servers and the disk's flushes around it.
+/// One measurement of `system` at `clients`: each phase of `o.ops` with
+/// the watchers attached, the CPU time of its servers and the disk's
+/// flushes around each.
 async fn measure(
     system: System,
     cluster: &Cluster,
@@ -270,59 +356,80 @@ async fn measure(
     o: &CompareOptions,
     stat: Option<&Path>,
 ) -> Result<Sample, String> {
-    let (cpu0, fl0) = (cpu(cluster), flushes(stat));
-    let bar = bench_harness::progress_bar(false);
-    bar.set_message(format!("round {round}: {system:?}, {clients} clients"));
-    let level = run_level(
-        system,
-        &cluster.endpoints,
-        clients,
-        o.value_size,
-        o.keys,
-        Duration::from_secs_f64(o.seconds),
-        Some(bar.clone()),
-    )
-    .await?;
-    bar.finish_and_clear();
-    let puts = level.puts.max(1) as f64;
-    Ok(Sample {
+    let rotation = round.saturating_sub(1);
+    let w = Workload {
+        value_size: o.value_size,
+        keys: o.keys,
+        rotation,
+    };
+    let prefix = crate::bench::prefix(o.keys);
+    let watchers = Watchers::start(&cluster.endpoints, o.watchers, rotation, prefix).await?;
+    let mut sample = Sample {
         system: name(system),
-        rss_mib: servers_mib(cluster, "VmRSS"),
         round,
-        cpu_us_per_put: (cpu(cluster) - cpu0) * 1e6 / puts,
-        flushes_per_put: (flushes(stat) - fl0) / puts,
-        level,
-    })
+        clients,
+        first_endpoint: rotation % cluster.endpoints.len().max(1),
+        leader: crate::bench::leader(&cluster.endpoints).await,
+        put: None,
+        get: None,
+        watch: None,
+        rss_mib: Vec::new(),
+    };
+    for &op in &o.ops {
+        let bar = bench_harness::progress_bar(false);
+        bar.set_message(format!(
+            "round {round}: {system:?}, {clients} clients, {}s",
+            op.name()
+        ));
+        let (cpu0, fl0, seen) = (cpu(cluster), flushes(stat), watchers.counts());
+        let seconds = Duration::from_secs_f64(o.seconds);
+        let level = run_level(
+            op,
+            &cluster.endpoints,
+            clients,
+            w,
+            seconds,
+            Some(bar.clone()),
+        )
+        .await?;
+        let (cpu1, fl1) = (cpu(cluster), flushes(stat));
+        bar.finish_and_clear();
+        let n = level.ops.max(1) as f64;
+        if op == Op::Put && o.watchers > 0 {
+            let l = &level;
+            sample.watch = Some(watchers.stats(&seen, l.ops, l.seconds, l.revision).await);
+        }
+        let phase = Phase {
+            cpu_us_per_op: (cpu1 - cpu0) * 1e6 / n,
+            flushes_per_op: (fl1 - fl0) / n,
+            level,
+        };
+        match op {
+            Op::Put => sample.put = Some(phase),
+            Op::Get => sample.get = Some(phase),
+        }
+    }
+    sample.rss_mib = servers_mib(cluster, "VmRSS");
+    Ok(sample)
 }
 
-/// Runs the comparison.
-pub async fn compare(o: &CompareOptions) -> Result<Report, String> {
-    let tmp = tempfile::Builder::new()
-        .prefix("raftkv-compare-")
-        .tempdir_in(&o.dir)
-        .map_err(|e| format!("{}: {e}", o.dir.display()))?;
-    let stat = device_stat(tmp.path());
-    let raftkv =
-        crate::local::start(3, &tmp.path().join("raftkv"), o.base_port, &o.node_args).await?;
-    let mut systems = vec![(System::Raftkv, raftkv)];
-    if let Some(bin) = &o.etcd {
-        systems.push((
-            System::Etcd,
-            start_etcd(bin, tmp.path(), o.base_port).await?,
-        ));
-    }
+/// Loads each system (with `--keys`) after its warm-up: load time and
+/// memory.
+async fn load_all(
+    systems: &[(System, Cluster)],
+    o: &CompareOptions,
+) -> Result<Vec<SystemReport>, String> {
     let mut reports = Vec::new();
     for (k, (s, c)) in systems.iter().enumerate() {
-        only_active(&systems, k, o).await?;
+        only_active(systems, k, o).await?;
         warm_up(*s, c, o.value_size).await?;
         let load_s = match o.keys {
             0 => None,
             n => {
                 let bar = bench_harness::progress_bar(false);
                 bar.set_message(format!("{s:?}: loading {n} keys"));
-                let t =
-                    crate::bench::load(*s, &c.endpoints, n, o.value_size, 64, Some(bar.clone()))
-                        .await?;
+                let t = crate::bench::load(&c.endpoints, n, o.value_size, 64, Some(bar.clone()))
+                    .await?;
                 bar.finish_and_clear();
                 Some(t)
             }
@@ -334,19 +441,48 @@ pub async fn compare(o: &CompareOptions) -> Result<Report, String> {
             peak_rss_mib: Vec::new(),
         });
     }
+    Ok(reports)
+}
+
+/// Every round's measurements, each system in turn, the order alternating
+/// by round.
+async fn rounds(
+    systems: &[(System, Cluster)],
+    o: &CompareOptions,
+    stat: Option<&Path>,
+) -> Result<Vec<Sample>, String> {
     let mut samples = Vec::new();
     for round in 1..=o.rounds {
         for &clients in &o.clients {
             let n = systems.len();
             for k in 0..n {
                 let (system, cluster) = &systems[(k + round) % n];
-                if only_active(&systems, (k + round) % n, o).await? {
+                if only_active(systems, (k + round) % n, o).await? {
                     warm_up(*system, cluster, o.value_size).await?;
                 }
-                samples.push(measure(*system, cluster, round, clients, o, stat.as_deref()).await?);
+                samples.push(measure(*system, cluster, round, clients, o, stat).await?);
             }
         }
     }
+    Ok(samples)
+}
+
+/// Runs the comparison.
+pub async fn compare(o: &CompareOptions) -> Result<Report, String> {
+    let args = node_args(o)?;
+    let tmp = tempfile::Builder::new()
+        .prefix("raftkv-compare-")
+        .tempdir_in(&o.dir)
+        .map_err(|e| format!("{}: {e}", o.dir.display()))?;
+    let stat = device_stat(tmp.path());
+    let raftkv = crate::local::start(3, &tmp.path().join("raftkv"), o.base_port, &args).await?;
+    let mut systems = vec![(System::Raftkv, raftkv)];
+    if let Some(bin) = &o.etcd {
+        let etcd = start_etcd(bin, tmp.path(), o.base_port, o.compaction_retention).await?;
+        systems.push((System::Etcd, etcd));
+    }
+    let mut reports = load_all(&systems, o).await?;
+    let samples = rounds(&systems, o, stat.as_deref()).await?;
     for ((_, c), r) in systems.iter().zip(&mut reports) {
         r.peak_rss_mib = servers_mib(c, "VmHWM");
     }
@@ -356,7 +492,7 @@ pub async fn compare(o: &CompareOptions) -> Result<Report, String> {
     let replaced = match (o.keys, systems.first_mut()) {
         (1.., Some((System::Raftkv, c))) => {
             let dir = tmp.path().join("raftkv");
-            Some(replace::replace(c, &dir, o.base_port, &o.node_args).await)
+            Some(replace::replace(c, &dir, o.base_port, &args).await)
         }
         _ => None,
     };
@@ -376,94 +512,5 @@ pub async fn compare(o: &CompareOptions) -> Result<Report, String> {
         systems: reports,
         replacement,
         replacement_error,
-    })
-}
-
-/// The medians of each system at each client count: prints the table and
-/// returns it as JSON.
-pub fn summarize(report: &Report, clients: &[usize]) -> serde_json::Value {
-    use bench_harness::median;
-    let samples = &report.samples[..];
-    let of = |system: &str, c: usize| -> Vec<&Sample> {
-        samples
-            .iter()
-            .filter(|s| s.system == system && s.level.clients == c)
-            .collect()
-    };
-    let med = |v: &[&Sample], f: &dyn Fn(&Sample) -> f64| median(v.iter().map(|s| f(s)).collect());
-    let mut rows = Vec::new();
-    let mut json = Vec::new();
-    for &c in clients {
-        let mut row = vec![c.to_string()];
-        let mut entry = serde_json::json!({ "clients": c });
-        let mut rates = Vec::new();
-        for system in ["raftkv", "etcd"] {
-            let v = of(system, c);
-            if v.is_empty() {
-                continue;
-            }
-            let rate = med(&v, &|s| s.level.puts_per_sec);
-            let lo = v
-                .iter()
-                .map(|s| s.level.puts_per_sec)
-                .fold(f64::MAX, f64::min);
-            let hi = v.iter().map(|s| s.level.puts_per_sec).fold(0.0, f64::max);
-            let p99 = med(&v, &|s| s.level.p99_us as f64);
-            let cpu = med(&v, &|s| s.cpu_us_per_put);
-            let fl = med(&v, &|s| s.flushes_per_put);
-            rates.push(rate);
-            row.push(format!("{rate:.0} ({lo:.0}–{hi:.0})"));
-            row.push(format!("{p99:.0}"));
-            row.push(format!("{cpu:.0}"));
-            row.push(format!("{fl:.2}"));
-            entry[system] = serde_json::json!({
-                "puts_per_sec": rate, "min": lo, "max": hi, "p99_us": p99,
-                "cpu_us_per_put": cpu, "flushes_per_put": fl, "rounds": v.len(),
-            });
-        }
-        if let [r, e] = rates[..] {
-            row.push(format!("{:.2}", r / e.max(f64::MIN_POSITIVE)));
-            entry["ratio"] = serde_json::json!(r / e.max(f64::MIN_POSITIVE));
-        }
-        rows.push(row);
-        json.push(entry);
-    }
-    let mut header = vec!["clients"];
-    let two = samples.iter().any(|s| s.system == "etcd");
-    for _ in 0..if two { 2 } else { 1 } {
-        header.extend(["puts/s (range)", "p99 µs", "CPU µs/put", "flushes/put"]);
-    }
-    if two {
-        header.push("raftkv/etcd");
-    }
-    bench_harness::table(&header, &rows);
-    let fmt = |v: &[f64]| {
-        v.iter()
-            .map(|m| format!("{m:.0}"))
-            .collect::<Vec<_>>()
-            .join(" / ")
-    };
-    let rows: Vec<Vec<String>> = report
-        .systems
-        .iter()
-        .map(|r| {
-            vec![
-                r.system.to_string(),
-                r.load_s.map_or("-".into(), |s| format!("{s:.1}")),
-                fmt(&r.rss_after_load_mib),
-                fmt(&r.peak_rss_mib),
-            ]
-        })
-        .collect();
-    bench_harness::table(
-        &["system", "load s", "RSS after load MiB", "peak RSS MiB"],
-        &rows,
-    );
-    if let Some(r) = &report.replacement {
-        replace::print(r);
-    }
-    serde_json::json!({
-        "levels": json, "systems": report.systems, "samples": samples,
-        "replacement": report.replacement, "replacement_error": report.replacement_error,
     })
 }

@@ -114,9 +114,10 @@ enum Cmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
-    /// Closed-loop clients writing to a cluster.
+    /// Closed-loop clients on etcd's gRPC API (raftkv's, or an etcd
+    /// cluster's: the same client), each on one endpoint, round robin.
     Bench {
-        /// The nodes, `host:port,host:port,...`.
+        /// The members' client addresses, `host:port,host:port,...`.
         #[arg(long, value_delimiter = ',', required = true)]
         endpoints: Vec<String>,
         /// Client counts, one measurement each.
@@ -125,19 +126,21 @@ enum Cmd {
         /// Bytes per value.
         #[arg(long, default_value_t = 100)]
         value_size: usize,
-        /// Seconds per client count.
+        /// Seconds per client count and op.
         #[arg(long, default_value_t = 5.0)]
         seconds: f64,
+        /// What the clients send, one measurement each: `put` (each client
+        /// rewrites 1,024 keys of its own), `get` (linearizable reads of
+        /// them).
+        #[arg(long, value_delimiter = ',', default_value = "put,get", value_parser = parse_op)]
+        ops: Vec<raftkv_tools::bench::Op>,
         /// Also write the results here, as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
-        /// Write to an etcd cluster instead, through etcd's gRPC client
-        /// (`--endpoints` its client addresses; feature `etcd`).
-        #[arg(long)]
-        etcd: bool,
     },
-    /// A raftkv cluster beside an etcd cluster, interleaved rounds, medians
-    /// (what `cargo xtask bench-raft` runs).
+    /// A raftkv cluster beside an etcd cluster driven by the same etcd
+    /// gRPC client: puts and linearizable reads with watchers attached,
+    /// interleaved rounds, medians (what `cargo xtask bench-raft` runs).
     Compare {
         /// Interleaved rounds.
         #[arg(long, default_value_t = 3)]
@@ -151,10 +154,24 @@ enum Cmd {
         /// Bytes per value.
         #[arg(long, default_value_t = 100)]
         value_size: usize,
-        /// Load this many keys into each system first, and overwrite random
-        /// ones of them (0: each client rewrites 1,024 keys of its own).
+        /// Load this many keys into each system first, then overwrite and
+        /// read random ones of them (0: each client puts and reads 1,024
+        /// keys of its own).
         #[arg(long, default_value_t = 0)]
         keys: u64,
+        /// The phases of each measurement, each --seconds long: `put`,
+        /// `get` (linearizable reads).
+        #[arg(long, value_delimiter = ',', default_value = "put,get", value_parser = parse_op)]
+        ops: Vec<raftkv_tools::bench::Op>,
+        /// Watch streams on the keys' prefix during each measurement,
+        /// round robin over the members (0: none).
+        #[arg(long, default_value_t = 3)]
+        watchers: usize,
+        /// The revisions both systems keep when they auto-compact (etcd's
+        /// and raftkv's `--auto-compaction-mode revision
+        /// --auto-compaction-retention N`, every five minutes).
+        #[arg(long, default_value_t = 10000)]
+        compaction_retention: u64,
         /// Where the temporary data directory goes (default: the system's
         /// temporary directory; use one on the disk to measure).
         #[arg(long)]
@@ -169,7 +186,8 @@ enum Cmd {
         #[arg(long)]
         json: Option<PathBuf>,
         /// An argument for every raftkv node (repeat it:
-        /// `--node-arg=--auto-compaction-retention --node-arg=0`).
+        /// `--node-arg=--snapshot-min-mib --node-arg=256`); not the
+        /// auto-compaction flags (--compaction-retention sets them).
         #[arg(long, allow_hyphen_values = true)]
         node_arg: Vec<String>,
         /// Keep the system not being measured running (by default it is
@@ -178,6 +196,10 @@ enum Cmd {
         #[arg(long)]
         idle_running: bool,
     },
+}
+
+fn parse_op(s: &str) -> Result<raftkv_tools::bench::Op, String> {
+    raftkv_tools::bench::Op::parse(s).ok_or_else(|| format!("{s:?} is not an op (put, get)"))
 }
 
 async fn stop_signal() {
@@ -376,35 +398,46 @@ async fn faults(cmd: Cmd) -> Result<(), String> {
 }
 
 async fn bench(
-    system: raftkv_tools::bench::System,
     endpoints: Vec<String>,
     clients: Vec<usize>,
+    ops: Vec<raftkv_tools::bench::Op>,
     value_size: usize,
     seconds: f64,
     json: Option<PathBuf>,
 ) -> Result<(), String> {
     let mut levels = Vec::new();
-    println!("| clients | puts/s | p50 µs | p99 µs | failed |");
-    println!("|---|---|---|---|---|");
+    let w = raftkv_tools::bench::Workload {
+        value_size,
+        keys: 0,
+        rotation: 0,
+    };
+    println!("| clients | op | ops/s | p50 µs | p99 µs | failed |");
+    println!("|---|---|---|---|---|---|");
     for c in clients {
-        let bar = indicatif::ProgressBar::new_spinner();
-        bar.set_message(format!("{c} clients"));
-        let l = raftkv_tools::bench::run_level(
-            system,
-            &endpoints,
-            c,
-            value_size,
-            0,
-            Duration::from_secs_f64(seconds),
-            Some(bar.clone()),
-        )
-        .await?;
-        bar.finish_and_clear();
-        println!(
-            "| {} | {:.0} | {} | {} | {} |",
-            l.clients, l.puts_per_sec, l.p50_us, l.p99_us, l.failed
-        );
-        levels.push(l);
+        for &op in &ops {
+            let bar = indicatif::ProgressBar::new_spinner();
+            bar.set_message(format!("{c} clients, {}s", op.name()));
+            let l = raftkv_tools::bench::run_level(
+                op,
+                &endpoints,
+                c,
+                w,
+                Duration::from_secs_f64(seconds),
+                Some(bar.clone()),
+            )
+            .await?;
+            bar.finish_and_clear();
+            println!(
+                "| {} | {} | {:.0} | {} | {} | {} |",
+                l.clients,
+                op.name(),
+                l.ops_per_sec,
+                l.p50_us,
+                l.p99_us,
+                l.failed
+            );
+            levels.push(l);
+        }
     }
     if let Some(path) = json {
         let doc = serde_json::to_value(&levels).map_err(|e| e.to_string())?;
@@ -417,8 +450,13 @@ async fn compare(
     o: raftkv_tools::compare::CompareOptions,
     json: Option<PathBuf>,
 ) -> Result<(), String> {
-    if o.rounds == 0 || !o.seconds.is_finite() || o.seconds <= 0.0 || o.clients.is_empty() {
-        return Err("--rounds, --seconds and --clients must be positive".into());
+    if o.rounds == 0
+        || !o.seconds.is_finite()
+        || o.seconds <= 0.0
+        || o.clients.is_empty()
+        || o.ops.is_empty()
+    {
+        return Err("--rounds, --seconds, --clients and --ops must be given".into());
     }
     let report = raftkv_tools::compare::compare(&o).await?;
     let doc = raftkv_tools::compare::summarize(&report, &o.clients);
@@ -467,22 +505,18 @@ fn main() -> ExitCode {
                 clients,
                 value_size,
                 seconds,
+                ops,
                 json,
-                etcd,
-            } => {
-                let system = if etcd {
-                    raftkv_tools::bench::System::Etcd
-                } else {
-                    raftkv_tools::bench::System::Raftkv
-                };
-                bench(system, endpoints, clients, value_size, seconds, json).await
-            }
+            } => bench(endpoints, clients, ops, value_size, seconds, json).await,
             Cmd::Compare {
                 rounds,
                 seconds,
                 clients,
                 value_size,
                 keys,
+                ops,
+                watchers,
+                compaction_retention,
                 dir,
                 etcd,
                 base_port,
@@ -496,6 +530,9 @@ fn main() -> ExitCode {
                     clients,
                     value_size,
                     keys,
+                    ops,
+                    watchers,
+                    compaction_retention,
                     dir: dir.unwrap_or_else(std::env::temp_dir),
                     etcd,
                     base_port,
