@@ -76,11 +76,11 @@ impl<B: EtcdBackend> MaintenanceService<B> {
         if etcd.node.space.full() {
             errors.push(format!("memberID:{} alarm:NOSPACE ", etcd.node.id));
         }
-        let is_learner = !m
-            .membership_config
-            .membership()
-            .voter_ids()
-            .any(|v| v == etcd.node.id);
+        // A learner is a member that is not a voter; a node that has not
+        // yet received any membership (a member starting, its log still
+        // empty) is not one.
+        let membership = m.membership_config.membership();
+        let is_learner = membership.learner_ids().any(|l| l == etcd.node.id);
         Ok(pb::StatusResponse {
             header: Some(etcd.header_now()),
             version: etcd_api::ETCD_VERSION.to_owned(),

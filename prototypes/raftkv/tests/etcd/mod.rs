@@ -457,9 +457,16 @@ pub struct Pair {
 impl Pair {
     /// Three raftkv nodes (with `extra` serve flags) and `etcd_members`
     /// etcd members, each ready (a leader elected, every member healthy).
+    /// raftkv's election timeout is etcd's default (1 s, randomized up to
+    /// twice it) unless `extra` sets one: a busy machine's slow heartbeats
+    /// then bring no more elections to one side than to the other.
     pub fn start(etcd_members: usize, extra: &[&str]) -> Pair {
         let etcd = EtcdCluster::start(etcd_members);
-        let raftkv = Cluster::start(3, extra);
+        let mut args = extra.to_vec();
+        if !args.contains(&"--election-timeout-ms") {
+            args.extend(["--election-timeout-ms", "1000"]);
+        }
+        let raftkv = Cluster::start(3, &args);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
