@@ -94,6 +94,12 @@ pub struct CompareOptions {
     /// would otherwise land in the other's tail latency. Each system then
     /// pays for its own background work, in its own measurements.
     pub pause_idle: bool,
+    /// Every load client on the member that leads (found by
+    /// `Maintenance.Status` before each measurement, as etcd's benchmark
+    /// tool's `--target-leader`), instead of round robin over the
+    /// members: no request pays a follower's forwarding. The watchers stay
+    /// round robin.
+    pub target_leader: bool,
 }
 
 /// One phase of a measurement: one op's requests, and what the servers
@@ -364,12 +370,21 @@ async fn measure(
     };
     let prefix = crate::bench::prefix(o.keys);
     let watchers = Watchers::start(&cluster.endpoints, o.watchers, rotation, prefix).await?;
+    let leader = crate::bench::leader(&cluster.endpoints).await;
+    let targets = match (o.target_leader, leader) {
+        (true, Some(l)) => vec![cluster.endpoints[l].clone()],
+        (true, None) => return Err(format!("{system:?}: no member names itself the leader")),
+        (false, _) => cluster.endpoints.clone(),
+    };
     let mut sample = Sample {
         system: name(system),
         round,
         clients,
-        first_endpoint: rotation % cluster.endpoints.len().max(1),
-        leader: crate::bench::leader(&cluster.endpoints).await,
+        first_endpoint: match (o.target_leader, leader) {
+            (true, Some(l)) => l,
+            _ => rotation % cluster.endpoints.len().max(1),
+        },
+        leader,
         put: None,
         get: None,
         watch: None,
@@ -383,15 +398,7 @@ async fn measure(
         ));
         let (cpu0, fl0, seen) = (cpu(cluster), flushes(stat), watchers.counts());
         let seconds = Duration::from_secs_f64(o.seconds);
-        let level = run_level(
-            op,
-            &cluster.endpoints,
-            clients,
-            w,
-            seconds,
-            Some(bar.clone()),
-        )
-        .await?;
+        let level = run_level(op, &targets, clients, w, seconds, Some(bar.clone())).await?;
         let (cpu1, fl1) = (cpu(cluster), flushes(stat));
         bar.finish_and_clear();
         let n = level.ops.max(1) as f64;

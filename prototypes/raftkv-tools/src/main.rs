@@ -195,6 +195,10 @@ enum Cmd {
         /// in the other's measurement).
         #[arg(long)]
         idle_running: bool,
+        /// Every load client on the leader (etcd's benchmark
+        /// `--target-leader`), not round robin over the members.
+        #[arg(long)]
+        target_leader: bool,
     },
 }
 
@@ -523,6 +527,7 @@ fn main() -> ExitCode {
                 json,
                 node_arg,
                 idle_running,
+                target_leader,
             } => {
                 let o = raftkv_tools::compare::CompareOptions {
                     rounds,
@@ -538,6 +543,7 @@ fn main() -> ExitCode {
                     base_port,
                     node_args: node_arg,
                     pause_idle: !idle_running,
+                    target_leader,
                 };
                 compare(o, json).await
             }
