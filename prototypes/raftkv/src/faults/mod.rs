@@ -40,16 +40,20 @@
 
 mod change;
 pub mod cluster;
+pub mod grpc;
 pub mod hashes;
 pub mod lag;
+mod load;
 pub mod proxy;
 mod run;
 mod soak;
+pub mod watchers;
 pub mod workload;
 
 pub use lag::{CatchUp, Lag};
 pub use run::{campaign, run_case, table, Campaign};
 pub use soak::{soak, Soak, SoakReport};
+pub use workload::Api;
 
 use crate::history;
 use cluster::ProcCluster;
@@ -221,6 +225,16 @@ pub struct Params {
     pub min_acked: usize,
     /// How long a client retries one operation.
     pub op_deadline: Duration,
+    /// The API the recorded clients use ([`workload`]).
+    pub api: Api,
+    /// Watchers recorded through the run ([`watchers`]), watcher `i`
+    /// first on member `i`: three, so each member serves one.
+    pub watchers: usize,
+    /// With the gRPC API, the store is compacted this often, keeping
+    /// [`Params::compact_keep`] revisions (`None`: never).
+    pub compact_every: Option<Duration>,
+    /// Revisions a compaction keeps.
+    pub compact_keep: i64,
     /// Search steps per key before it is undecided.
     pub check_budget: u64,
     /// More arguments for every `raftkv serve`.
@@ -242,6 +256,10 @@ impl Params {
             settle: Duration::from_millis(800),
             min_acked: 25,
             op_deadline: Duration::from_secs(4),
+            api: Api::Grpc,
+            watchers: 3,
+            compact_every: Some(Duration::from_secs(1)),
+            compact_keep: 50,
             check_budget: 2_000_000,
             serve_args: vec![
                 "--threads".into(),
@@ -316,12 +334,30 @@ pub struct Report {
     pub ops_in_fault: usize,
     /// Writes acknowledged.
     pub acked_writes: usize,
+    /// Writes (and compare-and-sets) without an answer that may have been
+    /// applied: in doubt.
+    pub in_doubt: usize,
+    /// Writes known not applied: every attempt refused until the deadline.
+    pub not_applied: usize,
     /// Keys whose history is not linearizable.
     pub violations: usize,
     /// Keys the checker could not decide within its budget.
     pub undecided: usize,
     /// Keys checked.
     pub keys: usize,
+    /// The watch streams' violations ([`crate::history::watch`]), and
+    /// watchers that were not sent everything up to the final revision.
+    pub watch_violations: usize,
+    /// Events the watchers were sent.
+    pub watch_events: usize,
+    /// Revisions covered, summed over the watch streams.
+    pub watch_covered: u64,
+    /// Watch streams resumed on another member after a break.
+    pub watch_resumed: usize,
+    /// Watch streams a compaction ended.
+    pub watch_compacted: usize,
+    /// The first watch violations, for the record.
+    pub watch_bad: Vec<String>,
     /// Live members whose etcd `HashKV` (hash, compaction revision) at the
     /// common revision after the final reads differs from the others'
     /// ([`hashes`]; each member's answer is in the events).
@@ -349,12 +385,14 @@ pub struct Report {
 }
 
 impl Report {
-    /// Whether the run passed: no violation, nothing undecided, every
-    /// live member's `HashKV` equal (and a lagging follower caught up
+    /// Whether the run passed: no violation (of a key's history or of
+    /// the watch streams), nothing undecided, every live member's
+    /// `HashKV` equal (and a lagging follower caught up
     /// within its bounds).
     pub fn passed(&self) -> bool {
         self.violations == 0
             && self.undecided == 0
+            && self.watch_violations == 0
             && self.hash_mismatches == 0
             && self.lag.as_ref().is_none_or(CatchUp::passed)
     }
