@@ -1,6 +1,7 @@
 //! The fault matrix, after etcd's robustness tests: real `raftkv serve`
 //! processes on loopback under a recorded workload, a fault injected and
-//! healed, and every key's history checked for linearizability.
+//! healed, every key's history checked for linearizability and every
+//! watch stream for order, completeness and agreement.
 //!
 //! Each [`Fault`] runs twice: with all three members, and **with one
 //! member down** for the whole run (a rolling restart, a dead disk) — the
@@ -12,8 +13,14 @@
 //! 2. starts closed-loop clients on 16 keys (contended enough that reads
 //!    meet recent writes; a run short enough that each key's history stays
 //!    tractable for the checker), half unique-valued puts, half
-//!    linearizable reads, each retried by the client with the same request
-//!    id; half the clients send each operation first to a home node;
+//!    linearizable reads (half of them followed by a compare-and-set),
+//!    through etcd's gRPC API by default — a write in doubt recorded so and
+//!    never resent ([`grpc`] has the rule) — or raftkv's HTTP API, each
+//!    write retried under its request id ([`Params::api`], [`workload`]);
+//!    half the clients send each operation first to a home node; with
+//!    gRPC, a compactor keeps the last [`Params::compact_keep`] revisions;
+//!    and three watchers, one first on each member, record watch streams
+//!    of every key from revision 1 ([`watchers`]);
 //! 3. injects the fault `windows` times, each held for a random time, then
 //!    healed (killed nodes restarted from their directories, paused ones
 //!    resumed, links restored, failpoints disarmed), with a settle time;
@@ -25,7 +32,10 @@
 //! 4. stops the clients, heals everything, reads every key linearizably
 //!    once more (so a lost write shows), and checks each key's history
 //!    within a step budget: a key is linearizable, a **violation**, or
-//!    **undecided** (reported apart, never counted as passing);
+//!    **undecided** (reported apart, never counted as passing); has the
+//!    watchers finish at the store's revision and checks their streams
+//!    against each other and against what the clients were told
+//!    ([`crate::history::watch`]): each problem a **watch violation**;
 //! 5. has every live member (not the one down, not a removed one) answer
 //!    etcd's `HashKV` at one revision every member applied — the leader's
 //!    current one after the final reads — and compares the answers (hash
