@@ -108,7 +108,7 @@ impl Recording {
                 prev_kv: true,
                 items: Vec::new(),
             },
-            done: start - 1,
+            done: start.saturating_sub(1),
             opened: false,
         }
     }
@@ -172,7 +172,7 @@ async fn connection(
         let create = pb::WatchCreateRequest {
             key: PREFIX.as_bytes().to_vec(),
             range_end: prefix_end(PREFIX.as_bytes()),
-            start_revision: rec.done + 1,
+            start_revision: rec.done.saturating_add(1),
             prev_kv: true,
             ..Default::default()
         };
@@ -191,7 +191,9 @@ async fn connection(
         return End::Broken;
     };
     if rec.opened {
-        rec.stream.items.push(Item::Resumed(rec.done + 1));
+        rec.stream
+            .items
+            .push(Item::Resumed(rec.done.saturating_add(1)));
     }
     rec.opened = true;
     let progress = pb::WatchRequest {

@@ -284,7 +284,7 @@ pub fn check(streams: &[Stream], told: &Told, dense: bool) -> Summary {
     let gone = |rev: i64| rev <= compacted;
     for l in &laid {
         out.events += l.events.len();
-        out.covered += u64::try_from(l.done - l.start + 1).unwrap_or(0);
+        out.covered += u64::try_from(l.done.saturating_sub(l.start).saturating_add(1)).unwrap_or(0);
         prev_kvs(l, &gone, &mut out.violations);
     }
     gaps(&laid, &told.reads, dense, &mut out.violations);
@@ -309,15 +309,15 @@ fn lay_out<'a>(s: &'a Stream, out: &mut Summary) -> Laid<'a> {
     let mut l = Laid {
         name: &s.name,
         start: s.start,
-        done: s.start - 1,
+        done: s.start.saturating_sub(1),
         prev_kv: s.prev_kv,
         events: Vec::new(),
         by_rev: BTreeMap::new(),
     };
     // Revisions at or below `sealed` may not come again: an earlier
     // answer ended there, or a progress notification said so.
-    let mut sealed = s.start - 1;
-    let mut last = s.start - 1;
+    let mut sealed = s.start.saturating_sub(1);
+    let mut last = sealed;
     let mut seen: BTreeSet<(i64, &[u8])> = BTreeSet::new();
     let mut ended = None;
     for (i, item) in s.items.iter().enumerate() {
@@ -370,7 +370,7 @@ fn lay_out<'a>(s: &'a Stream, out: &mut Summary) -> Laid<'a> {
             }
             Item::Resumed(r) => {
                 out.resumed += 1;
-                if *r != l.done + 1 {
+                if *r != l.done.saturating_add(1) {
                     v.push(violation(
                         Check::Resume,
                         &s.name,
@@ -378,19 +378,22 @@ fn lay_out<'a>(s: &'a Stream, out: &mut Summary) -> Laid<'a> {
                         format!("resumed at {r}, having all of up to {}", l.done),
                     ));
                 }
-                sealed = sealed.max(r - 1);
-                l.done = l.done.max(r - 1);
+                sealed = sealed.max(r.saturating_sub(1));
+                l.done = l.done.max(r.saturating_sub(1));
             }
             Item::Compacted(c) => {
                 out.compacted += 1;
                 // The server cancels a watcher whose next revision is
                 // below the compaction.
-                if *c <= l.done + 1 {
+                if *c <= l.done.saturating_add(1) {
                     v.push(violation(
                         Check::Order,
                         &s.name,
                         *c,
-                        format!("canceled as compacted though {} is not", l.done + 1),
+                        format!(
+                            "canceled as compacted though {} is not",
+                            l.done.saturating_add(1)
+                        ),
                     ));
                 }
                 ended = Some(*c);
@@ -416,14 +419,22 @@ fn gaps(laid: &[Laid], reads: &[Read], dense: bool, v: &mut Vec<Violation>) {
     }
     for l in laid {
         if dense {
-            for rev in l.start.max(FIRST_REVISION)..=l.done {
-                if !l.by_rev.contains_key(&rev) {
-                    let what = match known.get(&rev) {
-                        Some(by) => format!("missing (seen by {by})"),
-                        None => "missing: no event at a revision covered".to_owned(),
+            // Each run of missing revisions (a server may claim any
+            // revision: the holes between the events, not every number).
+            let from = l.start.max(FIRST_REVISION);
+            let mut next = from;
+            let present = l.by_rev.range(from..=l.done.max(from)).map(|(r, _)| *r);
+            for rev in present.chain((l.done >= from).then_some(l.done.saturating_add(1))) {
+                if rev > next {
+                    let last = rev.saturating_sub(1);
+                    let by = known.range(next..=last).next();
+                    let what = match by {
+                        Some((r, by)) => format!("{next}..={last} missing ({r} seen by {by})"),
+                        None => format!("{next}..={last} missing: no event at revisions covered"),
                     };
-                    v.push(violation(Check::Gap, l.name, rev, what));
+                    v.push(violation(Check::Gap, l.name, next, what));
                 }
+                next = rev.saturating_add(1);
             }
         } else if l.done >= l.start {
             for (&rev, by) in known.range(l.start..=l.done) {

@@ -392,3 +392,13 @@ fn a_compaction_ends_a_stream_and_only_a_real_one() {
     s[2].items.push(Item::Compacted(5));
     assert_eq!(failed(&s, &w, &[], true), only(Check::Order));
 }
+
+#[test]
+fn a_progress_claim_far_ahead_is_one_gap_not_a_hang() {
+    let mut s = good();
+    s[0].items.push(Item::Progress(i64::MAX));
+    let r = check(&s, &told(&writes(RUN), &[]), true);
+    assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+    assert_eq!(r.violations[0].check, Check::Gap);
+    assert_eq!(r.violations[0].revision, 8);
+}
