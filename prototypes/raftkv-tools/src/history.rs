@@ -9,6 +9,10 @@
 //! Wing–Gong–Lowe backtracking search, memoized on the set of operations
 //! placed and the register's value. A write without an answer may be
 //! placed anywhere after its invocation, or left out.
+//!
+//! [`watch`] checks the watch streams recorded beside such a history.
+
+pub mod watch;
 
 use std::collections::HashSet;
 

@@ -66,6 +66,12 @@ enum Cmd {
         /// One fault window a run (the short pass) instead of three.
         #[arg(long)]
         short: bool,
+        /// The API the recorded clients use: `grpc` (etcd's, no request
+        /// ids: writes in doubt are not retried) or `http` (raftkv's, each
+        /// write retried under its request id). Watchers use gRPC either
+        /// way.
+        #[arg(long, default_value = "grpc")]
+        api: String,
         /// Where each failing run is kept as a file.
         #[arg(long, default_value = "target/raft-faults")]
         out: PathBuf,
@@ -324,6 +330,7 @@ async fn faults(cmd: Cmd) -> Result<(), String> {
         runs,
         seed,
         short,
+        api,
         out,
         json,
         lag_keys,
@@ -352,6 +359,7 @@ async fn faults(cmd: Cmd) -> Result<(), String> {
     if minutes.is_some_and(|m| !m.is_finite() || m <= 0.0) || runs == 0 {
         return Err("--minutes and --runs must be positive".into());
     }
+    let api = raftkv_tools::faults::Api::parse(&api).ok_or("--api: grpc or http")?;
     let seed = seed.unwrap_or_else(clock_seed);
     let c = Campaign {
         exe: raftkv_tools::local::server_exe()?,
@@ -361,6 +369,7 @@ async fn faults(cmd: Cmd) -> Result<(), String> {
         seed,
         params: Params {
             lag,
+            api,
             ..if short {
                 Params::short()
             } else {
@@ -370,7 +379,8 @@ async fn faults(cmd: Cmd) -> Result<(), String> {
         out,
     };
     eprintln!(
-        "seeds from {seed}; failing runs kept in {}",
+        "seeds from {seed}; clients through {}; failing runs kept in {}",
+        api.name(),
         c.out.display()
     );
     let (reports, errors) = raftkv_tools::faults::campaign(&c).await;

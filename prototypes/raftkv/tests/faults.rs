@@ -1,15 +1,17 @@
 //! The fault matrix's short pass ([`raftkv_tools::faults`]): every fault once
 //! with all three members and once with one member down, against real
-//! `raftkv serve` processes, each run's every key checked for
-//! linearizability (no violation, nothing undecided), each run with
-//! acknowledged writes, and each fault seen to happen. Needs the
+//! `raftkv serve` processes, the clients through etcd's gRPC API, each
+//! run's every key checked for linearizability (no violation, nothing
+//! undecided) and its watch streams checked (no violation, every watcher
+//! sent everything up to the final revision), each run with acknowledged
+//! writes and watch events, and each fault seen to happen. Needs the
 //! `failpoints` feature (`cargo test -p raftkv --features failpoints
 //! --test faults`; `cargo xtask test` runs it); `cargo xtask raft-faults
 //! --minutes N` runs random seeds for a time budget. The lagging follower,
 //! run by name only, is run here at its small scale, before or after the
 //! matrix (never beside it).
 
-use raftkv_tools::faults::{campaign, run_case, table, Campaign, Fault, Params};
+use raftkv_tools::faults::{campaign, run_case, table, Api, Campaign, Fault, Params};
 
 /// The two tests one after the other: each loads the machine's two cores.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -27,6 +29,7 @@ async fn every_fault_with_all_members_and_with_one_down_stays_linearizable() {
         params: Params::short(),
         out: out.path().to_path_buf(),
     };
+    assert_eq!(c.params.api, Api::Grpc);
     let (reports, errors) = campaign(&c).await;
     println!("{}", table(&reports));
     assert!(errors.is_empty(), "runs that did not finish: {errors:#?}");
@@ -41,8 +44,23 @@ async fn every_fault_with_all_members_and_with_one_down_stays_linearizable() {
         );
         if !r.passed() {
             bad.push(format!(
-                "{name}: {} violations, {} undecided, {} HashKV mismatches: {:#?}\n{:#?}",
-                r.violations, r.undecided, r.hash_mismatches, r.events, r.bad_histories
+                "{name}: {} violations, {} undecided, {} HashKV mismatches, {} watch violations: {:#?}\n{:#?}\n{:#?}",
+                r.violations,
+                r.undecided,
+                r.hash_mismatches,
+                r.watch_violations,
+                r.events,
+                r.watch_bad,
+                r.bad_histories
+            ));
+        }
+        // The watchers were sent the run's changes (each of the three
+        // every acknowledged write, but for what a compaction that
+        // passed one may have taken).
+        if r.watch_events < r.acked_writes {
+            bad.push(format!(
+                "{name}: {} watch events for {} acknowledged writes",
+                r.watch_events, r.acked_writes
             ));
         }
         // Every live member's HashKV was compared at the end.

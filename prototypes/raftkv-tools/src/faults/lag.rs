@@ -394,9 +394,9 @@ pub(super) async fn drive(c: &mut ProcCluster, seed: u64, p: &Params) -> Result<
     events.push(stamp(&format!("{} keys loaded in {load_s:.1} s", lag.keys)));
 
     let clients = workload::Clients::start(
+        p.api,
         &endpoints,
-        p.clients,
-        lag.record_keys(),
+        (p.clients, lag.record_keys()),
         seed,
         base,
         p.op_deadline,
@@ -420,7 +420,7 @@ pub(super) async fn drive(c: &mut ProcCluster, seed: u64, p: &Params) -> Result<
         .leader(&all, Duration::from_secs(30))
         .await
         .ok_or_else(|| said("no leader within 30 s of the catch-up"))?;
-    final_reads(&endpoints, &mut recs, base)
+    final_reads(p.api, &endpoints, &mut recs, base)
         .await
         .map_err(|e| said(&e))?;
     let (hashes, hash_mismatches) = compare_hashes(c, &all, leader)

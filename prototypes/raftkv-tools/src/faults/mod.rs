@@ -1,6 +1,7 @@
 //! The fault matrix, after etcd's robustness tests: real `raftkv serve`
 //! processes on loopback under a recorded workload, a fault injected and
-//! healed, and every key's history checked for linearizability.
+//! healed, every key's history checked for linearizability and every
+//! watch stream for order, completeness and agreement.
 //!
 //! Each [`Fault`] runs twice: with all three members, and **with one
 //! member down** for the whole run (a rolling restart, a dead disk) — the
@@ -12,8 +13,14 @@
 //! 2. starts closed-loop clients on 16 keys (contended enough that reads
 //!    meet recent writes; a run short enough that each key's history stays
 //!    tractable for the checker), half unique-valued puts, half
-//!    linearizable reads, each retried by the client with the same request
-//!    id; half the clients send each operation first to a home node;
+//!    linearizable reads (half of them followed by a compare-and-set),
+//!    through etcd's gRPC API by default — a write in doubt recorded so and
+//!    never resent ([`grpc`] has the rule) — or raftkv's HTTP API, each
+//!    write retried under its request id ([`Params::api`], [`workload`]);
+//!    half the clients send each operation first to a home node; with
+//!    gRPC, a compactor keeps the last [`Params::compact_keep`] revisions;
+//!    and three watchers, one first on each member, record watch streams
+//!    of every key from revision 1 ([`watchers`]);
 //! 3. injects the fault `windows` times, each held for a random time, then
 //!    healed (killed nodes restarted from their directories, paused ones
 //!    resumed, links restored, failpoints disarmed), with a settle time;
@@ -25,7 +32,10 @@
 //! 4. stops the clients, heals everything, reads every key linearizably
 //!    once more (so a lost write shows), and checks each key's history
 //!    within a step budget: a key is linearizable, a **violation**, or
-//!    **undecided** (reported apart, never counted as passing);
+//!    **undecided** (reported apart, never counted as passing); has the
+//!    watchers finish at the store's revision and checks their streams
+//!    against each other and against what the clients were told
+//!    ([`crate::history::watch`]): each problem a **watch violation**;
 //! 5. has every live member (not the one down, not a removed one) answer
 //!    etcd's `HashKV` at one revision every member applied — the leader's
 //!    current one after the final reads — and compares the answers (hash
@@ -40,16 +50,20 @@
 
 mod change;
 pub mod cluster;
+pub mod grpc;
 pub mod hashes;
 pub mod lag;
+mod load;
 pub mod proxy;
 mod run;
 mod soak;
+pub mod watchers;
 pub mod workload;
 
 pub use lag::{CatchUp, Lag};
 pub use run::{campaign, run_case, table, Campaign};
 pub use soak::{soak, Soak, SoakReport};
+pub use workload::Api;
 
 use crate::history;
 use cluster::ProcCluster;
@@ -221,6 +235,16 @@ pub struct Params {
     pub min_acked: usize,
     /// How long a client retries one operation.
     pub op_deadline: Duration,
+    /// The API the recorded clients use ([`workload`]).
+    pub api: Api,
+    /// Watchers recorded through the run ([`watchers`]), watcher `i`
+    /// first on member `i`: three, so each member serves one.
+    pub watchers: usize,
+    /// With the gRPC API, the store is compacted this often, keeping
+    /// [`Params::compact_keep`] revisions (`None`: never).
+    pub compact_every: Option<Duration>,
+    /// Revisions a compaction keeps.
+    pub compact_keep: i64,
     /// Search steps per key before it is undecided.
     pub check_budget: u64,
     /// More arguments for every `raftkv serve`.
@@ -242,6 +266,10 @@ impl Params {
             settle: Duration::from_millis(800),
             min_acked: 25,
             op_deadline: Duration::from_secs(4),
+            api: Api::Grpc,
+            watchers: 3,
+            compact_every: Some(Duration::from_secs(1)),
+            compact_keep: 50,
             check_budget: 2_000_000,
             serve_args: vec![
                 "--threads".into(),
@@ -316,12 +344,30 @@ pub struct Report {
     pub ops_in_fault: usize,
     /// Writes acknowledged.
     pub acked_writes: usize,
+    /// Writes (and compare-and-sets) without an answer that may have been
+    /// applied: in doubt.
+    pub in_doubt: usize,
+    /// Writes known not applied: every attempt refused until the deadline.
+    pub not_applied: usize,
     /// Keys whose history is not linearizable.
     pub violations: usize,
     /// Keys the checker could not decide within its budget.
     pub undecided: usize,
     /// Keys checked.
     pub keys: usize,
+    /// The watch streams' violations ([`crate::history::watch`]), and
+    /// watchers that were not sent everything up to the final revision.
+    pub watch_violations: usize,
+    /// Events the watchers were sent.
+    pub watch_events: usize,
+    /// Revisions covered, summed over the watch streams.
+    pub watch_covered: u64,
+    /// Watch streams resumed on another member after a break.
+    pub watch_resumed: usize,
+    /// Watch streams a compaction ended.
+    pub watch_compacted: usize,
+    /// The first watch violations, for the record.
+    pub watch_bad: Vec<String>,
     /// Live members whose etcd `HashKV` (hash, compaction revision) at the
     /// common revision after the final reads differs from the others'
     /// ([`hashes`]; each member's answer is in the events).
@@ -349,12 +395,14 @@ pub struct Report {
 }
 
 impl Report {
-    /// Whether the run passed: no violation, nothing undecided, every
-    /// live member's `HashKV` equal (and a lagging follower caught up
+    /// Whether the run passed: no violation (of a key's history or of
+    /// the watch streams), nothing undecided, every live member's
+    /// `HashKV` equal (and a lagging follower caught up
     /// within its bounds).
     pub fn passed(&self) -> bool {
         self.violations == 0
             && self.undecided == 0
+            && self.watch_violations == 0
             && self.hash_mismatches == 0
             && self.lag.as_ref().is_none_or(CatchUp::passed)
     }

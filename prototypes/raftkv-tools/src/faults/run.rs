@@ -1,7 +1,10 @@
 //! One run of a fault case, what it measures, and the matrix's table.
 
 use super::cluster::ProcCluster;
-use super::workload::{self, key_name, Rec};
+use super::grpc::GrpcClient;
+use super::load::{Load, Recorded};
+use super::watchers;
+use super::workload::{self, key_name, Api, Rec};
 use super::{candidates, heal, inject, nanos, Fault, Params, Report, Rng};
 use crate::client::Client;
 use crate::history::{self, Kind, Op, Verdict};
@@ -106,8 +109,9 @@ pub async fn campaign(c: &Campaign) -> (Vec<Report>, Vec<String>) {
                 match run_case(&c.exe, dir.path(), fault, degraded, seed, &c.params).await {
                     Ok(r) => {
                         eprintln!(
-                            "{name}: {} ops, {} acked writes, {} violations, {} undecided, {} HashKV mismatches",
-                            r.ops, r.acked_writes, r.violations, r.undecided, r.hash_mismatches
+                            "{name}: {} ops, {} acked writes ({} in doubt, {} not applied), {} violations, {} undecided, {} HashKV mismatches, {} watch events ({} resumed, {} compacted), {} watch violations",
+                            r.ops, r.acked_writes, r.in_doubt, r.not_applied, r.violations, r.undecided, r.hash_mismatches,
+                            r.watch_events, r.watch_resumed, r.watch_compacted, r.watch_violations
                         );
                         if let Some(l) = &r.lag {
                             eprint!("{}", super::lag::summary(l));
@@ -168,6 +172,11 @@ fn keep(out: &Path, name: &str, r: &Report) {
             text.push_str(&format!("{} {done} {what}\n", o.invoked));
         }
     }
+    text.push_str("\n## watch violations (the first)\n");
+    for v in &r.watch_bad {
+        text.push_str(v);
+        text.push('\n');
+    }
     text.push_str("\n## the nodes' stderr\n");
     text.push_str(&r.log.join("\n"));
     save(out, name, &text);
@@ -220,8 +229,8 @@ async fn drive(
     } else {
         None
     };
-    let clients =
-        workload::Clients::start(&c.endpoints(), p.clients, p.keys, seed, base, p.op_deadline);
+    let endpoints = c.endpoints();
+    let load = Load::start(&endpoints, seed, base, p);
     tokio::time::sleep(p.warmup).await;
     let mut windows = Vec::new();
     let mut probes = Vec::new();
@@ -234,12 +243,11 @@ async fn drive(
             events.push(stamp(&e));
         }
         let mut probe = |addr: &str| {
-            probes.push(tokio::spawn(workload::probe(
-                addr.to_string(),
-                p.keys,
-                base,
-                p.op_deadline,
-            )));
+            let (addr, keys, deadline) = (addr.to_string(), p.keys, p.op_deadline);
+            probes.push(match p.api {
+                Api::Http => tokio::spawn(workload::probe(addr, keys, base, deadline)),
+                Api::Grpc => tokio::spawn(super::grpc::probe(addr, keys, base, deadline)),
+            });
         };
         heal(c, injected, &mut said, &mut probe).await?;
         events.extend(said.drain(..).map(|e| stamp(&e)));
@@ -247,7 +255,8 @@ async fn drive(
         windows.push((start, nanos(base.elapsed())));
         tokio::time::sleep(p.settle).await;
     }
-    if !clients
+    if !load
+        .clients
         .acked_at_least(p.min_acked, super::MIN_ACKED_WAIT)
         .await
     {
@@ -257,16 +266,50 @@ async fn drive(
             super::MIN_ACKED_WAIT.as_secs()
         )));
     }
-    let mut recs = clients.stop().await?;
+    let mut recorded = load.stop(&mut events, &stamp).await?;
     for t in probes {
-        recs.extend(t.await.map_err(|e| e.to_string())?);
+        recorded.recs.extend(t.await.map_err(|e| e.to_string())?);
     }
-    // Everything healed and running (but the member down for the run, and
-    // members replaced): one more linearizable read of every key, so a
-    // lost write shows.
+    let end = Ending {
+        fault,
+        degraded,
+        seed,
+        down,
+        windows,
+    };
+    finish(c, end, recorded, base, p, events).await
+}
+
+/// What a run's end needs to know of it.
+struct Ending {
+    fault: Fault,
+    degraded: bool,
+    seed: u64,
+    down: Option<usize>,
+    windows: Vec<(u64, u64)>,
+}
+
+/// Ends a run: everything healed and running (but the member down for
+/// the run, and members replaced), one more linearizable read of every
+/// key (so a lost write shows), the watchers finished at the store's
+/// revision, `HashKV` compared; then every check.
+async fn finish(
+    c: &mut ProcCluster,
+    end: Ending,
+    recorded: Recorded,
+    base: Instant,
+    p: &Params,
+    mut events: Vec<String>,
+) -> Result<Report, String> {
+    let stamp = |what: &str| format!("{:>7.3} s  {what}", base.elapsed().as_secs_f64());
+    let Recorded {
+        mut recs,
+        watchers,
+        compactions,
+    } = recorded;
     c.heal().await?;
     for i in 0..c.nodes.len() {
-        if Some(i) != down && !c.nodes[i].removed && !c.running(i) {
+        if Some(i) != end.down && !c.nodes[i].removed && !c.running(i) {
             c.spawn(i).await?;
             events.push(stamp(&format!(
                 "restart node {} for the final reads",
@@ -274,12 +317,22 @@ async fn drive(
             )));
         }
     }
-    let live = candidates(c, down);
+    let live = candidates(c, end.down);
     let leader = c
         .leader(&live, Duration::from_secs(30))
         .await
         .ok_or("no leader within 30 s of the final heal")?;
-    final_reads(&c.endpoints(), &mut recs, base).await?;
+    let endpoints = c.endpoints();
+    final_reads(p.api, &endpoints, &mut recs, base).await?;
+    let mut reader = GrpcClient::new(&endpoints);
+    reader.deadline = Duration::from_secs(30);
+    let target = reader.revision().await?;
+    let (streams, short) = watchers.finish(target).await?;
+    events.push(stamp(&format!(
+        "{} watch streams finished at revision {target}",
+        streams.len()
+    )));
+    events.extend(short.iter().map(|e| stamp(e)));
     let members: Vec<usize> = live.into_iter().filter(|&i| !c.nodes[i].removed).collect();
     // A member that does not answer ends the run; what happened goes with
     // the error.
@@ -287,10 +340,32 @@ async fn drive(
         .await
         .map_err(|e| format!("{e}\n{}", events.join("\n")))?;
     events.extend(said.iter().map(|e| stamp(e)));
-    let mut report = measure(fault, degraded, seed, &recs, &windows, p, events);
+    let w = watchers::check(&streams, &recs, compactions);
+    let mut report = measure(
+        end.fault,
+        end.degraded,
+        end.seed,
+        &recs,
+        &end.windows,
+        p,
+        events,
+    );
     report.hash_mismatches = hash_mismatches;
+    report.watch_violations = w.violations.len() + short.len();
+    report.watch_events = w.events;
+    report.watch_covered = w.covered;
+    report.watch_resumed = w.resumed;
+    report.watch_compacted = w.compacted;
+    report.watch_bad = short
+        .into_iter()
+        .chain(w.violations.iter().map(ToString::to_string))
+        .take(WATCH_KEPT)
+        .collect();
     Ok(report)
 }
+
+/// Watch violations kept in a report.
+const WATCH_KEPT: usize = 50;
 
 /// Every member in `members` answers etcd's `HashKV` at the current
 /// revision of `leader` (30 s for all to reach it): what each said, and how
@@ -310,31 +385,41 @@ pub(super) async fn compare_hashes(
     Ok((said, bad))
 }
 
-/// One more linearizable read of every key `recs` touched, recorded (so a
-/// lost write shows); an error if one gets no answer in 30 s.
+/// One more linearizable read of every key `recs` touched, through
+/// `api`, recorded (so a lost write shows); an error if one gets no
+/// answer in 30 s.
 pub(super) async fn final_reads(
+    api: Api,
     endpoints: &[String],
     recs: &mut Vec<Rec>,
     base: Instant,
 ) -> Result<(), String> {
-    let mut reader = Client::new(endpoints, 99).map_err(|e| e.to_string())?;
-    reader.deadline = Duration::from_secs(30);
+    let deadline = Duration::from_secs(30);
     let touched: BTreeSet<u32> = recs.iter().map(|r| r.key).collect();
+    let mut http = None;
+    let mut grpc = GrpcClient::new(endpoints);
+    grpc.deadline = deadline;
     for k in touched {
         let invoked = nanos(base.elapsed());
-        let v = reader
-            .get(&key_name(k), false)
-            .await
-            .map_err(|e| format!("final read of {}: {e}", key_name(k)))?;
-        recs.push(Rec {
-            key: k,
-            op: Op {
-                invoked,
-                completed: Some(nanos(base.elapsed())),
-                kind: Kind::Read(v),
-            },
-            failed: false,
-        });
+        let found = match api {
+            Api::Grpc => grpc.get(&key_name(k)).await.map(|(f, _)| f),
+            Api::Http => {
+                let reader = match &mut http {
+                    Some(r) => r,
+                    None => {
+                        let mut r = Client::new(endpoints, 99).map_err(|e| e.to_string())?;
+                        r.deadline = deadline;
+                        http.insert(r)
+                    }
+                };
+                reader
+                    .get_entry(&key_name(k))
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+        }
+        .map_err(|e| format!("final read of {}: {e}", key_name(k)))?;
+        recs.push(Rec::read(k, invoked, nanos(base.elapsed()), Some(found)));
     }
     Ok(())
 }
@@ -392,8 +477,10 @@ pub(super) fn check_all(recs: &[Rec], budget: u64) -> Checked {
     for r in recs {
         // A read without an answer says nothing; a write or a CAS without
         // one may or may not have happened (completed is None).
+        // A write known not applied is left out.
         let answered_read = matches!(r.op.kind, Kind::Read(_)) && !r.failed;
-        if answered_read || matches!(r.op.kind, Kind::Write(_) | Kind::Cas { .. }) {
+        let write = matches!(r.op.kind, Kind::Write(_) | Kind::Cas { .. }) && !r.not_applied;
+        if answered_read || write {
             by_key.entry(r.key).or_default().push(r.op.clone());
         }
     }
@@ -468,9 +555,20 @@ pub(super) fn measure(
             .iter()
             .filter(|r| matches!(r.op.kind, Kind::Write(_)) && r.op.completed.is_some())
             .count(),
+        in_doubt: recs
+            .iter()
+            .filter(|r| r.op.completed.is_none() && !r.not_applied)
+            .count(),
+        not_applied: recs.iter().filter(|r| r.not_applied).count(),
         violations,
         undecided,
         keys,
+        watch_violations: 0,
+        watch_events: 0,
+        watch_covered: 0,
+        watch_resumed: 0,
+        watch_compacted: 0,
+        watch_bad: Vec::new(),
         hash_mismatches: 0,
         recovery_write_ms: worst(true),
         recovery_read_ms: worst(false),
@@ -496,7 +594,7 @@ pub fn table(reports: &[Report]) -> String {
         rows.entry((r.fault, r.degraded)).or_default().push(r);
     }
     let mut out = String::from(
-        "| fault | members | runs | ops overlapping a fault | acked writes | violations | undecided | HashKV mismatches | first write after fault, worst (ms) | first read after fault, worst (ms) | error rate | p99 during fault (ms) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| fault | members | runs | ops overlapping a fault | acked writes | violations | undecided | watch events | watch violations | HashKV mismatches | first write after fault, worst (ms) | first read after fault, worst (ms) | error rate | p99 during fault (ms) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let ms = |x: Option<u64>| x.map_or("none".to_string(), |x| x.to_string());
     for ((fault, degraded), rs) in rows {
@@ -510,7 +608,7 @@ pub fn table(reports: &[Report]) -> String {
             .filter_map(|r| r.p99_in_fault_ms)
             .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1}% | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1}% | {} |\n",
             fault.name(),
             if degraded { "2 of 3" } else { "3 of 3" },
             rs.len(),
@@ -518,6 +616,8 @@ pub fn table(reports: &[Report]) -> String {
             rs.iter().map(|r| r.acked_writes).sum::<usize>(),
             rs.iter().map(|r| r.violations).sum::<usize>(),
             rs.iter().map(|r| r.undecided).sum::<usize>(),
+            rs.iter().map(|r| r.watch_events).sum::<usize>(),
+            rs.iter().map(|r| r.watch_violations).sum::<usize>(),
             rs.iter().map(|r| r.hash_mismatches).sum::<usize>(),
             ms(worst(&|r| r.recovery_write_ms)),
             ms(worst(&|r| r.recovery_read_ms)),

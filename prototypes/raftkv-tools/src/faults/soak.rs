@@ -4,7 +4,7 @@
 //! seconds for a time budget; the supervisor restarts each, and every
 //! key's history must stay linearizable.
 
-use super::workload::{self, Rec};
+use super::workload::{self, Api, Rec};
 use super::{Params, Rng};
 use crate::client::Client;
 use crate::history::Kind;
@@ -77,7 +77,9 @@ pub async fn soak(s: &Soak, dir: &Path) -> Result<SoakReport, String> {
     let probe = Client::new(&endpoints, 0).map_err(|e| e.to_string())?;
     let base = Instant::now();
     let deadline = Params::short().op_deadline;
-    let clients = workload::Clients::start(&endpoints, s.clients, s.keys, s.seed, base, deadline);
+    // (The soak keeps to the HTTP API: `raftkv cluster`'s clients.)
+    let counts = (s.clients, s.keys);
+    let clients = workload::Clients::start(Api::Http, &endpoints, counts, s.seed, base, deadline);
     let mut kills = 0;
     while base.elapsed() + s.kill_every <= s.duration {
         tokio::time::sleep(s.kill_every).await;
@@ -102,7 +104,7 @@ pub async fn soak(s: &Soak, dir: &Path) -> Result<SoakReport, String> {
         }
     }
     let mut recs: Vec<Rec> = clients.stop().await?;
-    let failure = super::run::final_reads(&endpoints, &mut recs, base)
+    let failure = super::run::final_reads(Api::Http, &endpoints, &mut recs, base)
         .await
         .err();
     let seconds = base.elapsed().as_secs_f64();
