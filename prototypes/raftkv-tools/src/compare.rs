@@ -192,6 +192,30 @@ fn name(s: System) -> &'static str {
     }
 }
 
+/// The members of `c` whose process has exited (a zombie, or no longer
+/// there), as a sentence to add to an error: a member that died says why
+/// on stderr (a full disk, a panic).
+fn gone(c: &Cluster) -> String {
+    let dead: Vec<String> = c
+        .children
+        .iter()
+        .enumerate()
+        .filter(|(_, child)| {
+            child.id().is_none_or(|pid| {
+                read_small(Path::new(&format!("/proc/{pid}/stat"))).map_or(true, |s| {
+                    s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z'))
+                })
+            })
+        })
+        .map(|(i, _)| (i + 1).to_string())
+        .collect();
+    if dead.is_empty() {
+        String::new()
+    } else {
+        format!(" (member {} exited: see its stderr above)", dead.join(", "))
+    }
+}
+
 /// CPU seconds (user + system) of a process: `/proc/PID/stat` fields 14
 /// and 15, in clock ticks of 1/100 s (Linux's USER_HZ).
 fn cpu_seconds(pid: u32) -> f64 {
@@ -285,8 +309,10 @@ async fn start_etcd(bin: &Path, dir: &Path, base: u16, retention: u64) -> Result
             .args(["--auto-compaction-mode", "revision"])
             .args(["--auto-compaction-retention", &retention.to_string()])
             .args(["--quota-backend-bytes", "8589934592"])
+            // Errors only, to our stderr: a member that dies (a full disk)
+            // says why, and the info lines stay out.
+            .args(["--logger", "zap", "--log-level", "error"])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| format!("{}: {e}", bin.display()))?;
@@ -436,7 +462,8 @@ async fn load_all(
                 let bar = bench_harness::progress_bar(false);
                 bar.set_message(format!("{s:?}: loading {n} keys"));
                 let t = crate::bench::load(&c.endpoints, n, o.value_size, 64, Some(bar.clone()))
-                    .await?;
+                    .await
+                    .map_err(|e| format!("{s:?}: {e}{}", gone(c)))?;
                 bar.finish_and_clear();
                 Some(t)
             }
