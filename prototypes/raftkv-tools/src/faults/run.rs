@@ -327,7 +327,12 @@ async fn finish(
     let mut reader = GrpcClient::new(&endpoints);
     reader.deadline = Duration::from_secs(30);
     let target = reader.revision().await?;
-    let (streams, short) = watchers.finish(target).await?;
+    let members: Vec<String> = live
+        .iter()
+        .filter(|&&i| !c.nodes[i].removed)
+        .map(|&i| c.nodes[i].cmd.addr.clone())
+        .collect();
+    let (streams, short) = watchers.finish(target, members).await?;
     events.push(stamp(&format!(
         "{} watch streams finished at revision {target}",
         streams.len()

@@ -45,8 +45,9 @@ pub const STUCK: Duration = Duration::from_secs(3);
 /// The watchers of a run.
 #[derive(Debug)]
 pub struct Watchers {
-    /// `Some(revision)` once they should finish there.
-    finish: signal::Sender<Option<i64>>,
+    /// `Some((revision, members))` once they should finish at that
+    /// revision, on those members' endpoints.
+    finish: signal::Sender<Finish>,
     tasks: Vec<tokio::task::JoinHandle<(Vec<Stream>, i64)>>,
 }
 
@@ -61,10 +62,17 @@ impl Watchers {
         Watchers { finish, tasks }
     }
 
-    /// Has them finish at `target` (the store's final revision): their
-    /// streams, and what did not get there.
-    pub async fn finish(self, target: i64) -> Result<(Vec<Stream>, Vec<String>), String> {
-        let _ = self.finish.send(Some(target));
+    /// Has them finish at `target` (the store's final revision), moving
+    /// to the endpoints of `members` (the cluster's members now: the
+    /// members a watcher started on may all have been replaced, and a
+    /// removed member's store stops where it was removed): their streams,
+    /// and what did not get there.
+    pub async fn finish(
+        self,
+        target: i64,
+        members: Vec<String>,
+    ) -> Result<(Vec<Stream>, Vec<String>), String> {
+        let _ = self.finish.send(Some((target, members)));
         let (mut streams, mut short) = (Vec::new(), Vec::new());
         for (i, t) in self.tasks.into_iter().enumerate() {
             let (s, done) = t.await.map_err(|e| e.to_string())?;
@@ -79,6 +87,10 @@ impl Watchers {
         Ok((streams, short))
     }
 }
+
+/// The end of a run, once known: the final revision and the endpoints of
+/// the members then.
+type Finish = Option<(i64, Vec<String>)>;
 
 /// How a connection of a watcher ended.
 enum End {
@@ -116,17 +128,23 @@ impl Recording {
 
 /// Watcher `i`: its streams, and the last revision it had all of.
 async fn watcher(
-    endpoints: Vec<String>,
+    mut endpoints: Vec<String>,
     i: usize,
-    mut finish: signal::Receiver<Option<i64>>,
+    mut finish: signal::Receiver<Finish>,
 ) -> (Vec<Stream>, i64) {
-    let n = endpoints.len().max(1);
+    let mut n = endpoints.len().max(1);
     let mut node = i % n;
     let mut streams = Vec::new();
     let mut rec = Recording::new(format!("watcher {}", i + 1), 1);
     let mut limit = None;
     loop {
-        if let Some(target) = *finish.borrow() {
+        let end = finish.borrow().clone();
+        if let Some((target, members)) = end {
+            if !members.is_empty() && members != endpoints {
+                endpoints = members;
+                n = endpoints.len();
+                node = i % n;
+            }
             let limit = *limit.get_or_insert_with(|| Instant::now() + FINISH_LIMIT);
             if rec.done >= target || Instant::now() >= limit {
                 break;
@@ -158,7 +176,7 @@ async fn watcher(
 async fn connection(
     addr: &str,
     rec: &mut Recording,
-    finish: &mut signal::Receiver<Option<i64>>,
+    finish: &mut signal::Receiver<Finish>,
     limit: &mut Option<Instant>,
 ) -> End {
     let open = async {
@@ -204,7 +222,7 @@ async fn connection(
     // At the end: when progress last moved.
     let mut moved = Instant::now();
     loop {
-        let target = *finish.borrow();
+        let target = finish.borrow().as_ref().map(|(t, _)| *t);
         if target.is_some_and(|t| rec.done >= t) {
             return End::Done;
         }
