@@ -7,7 +7,7 @@
 //!   retries a write safely, under its request id;
 //! - [`local`]: a local cluster of `raftkv serve` processes, and the
 //!   supervisor that restarts a node that exits (`raftkv-tools cluster`);
-//! - [`bench`] and [`compare`]: closed-loop clients, and raftkv beside
+//! - [`mod@bench`] and [`compare`]: closed-loop clients, and raftkv beside
 //!   etcd in one run, interleaved (`cargo xtask bench-raft`);
 //! - [`faults`]: the fault matrix — kills, pauses, partitions, slow and
 //!   failing disks, crashes at failpoints — and the soak (`cargo xtask

@@ -4,7 +4,7 @@
 //! puts, [`Lag::load_clients`] at once — then one follower `SIGSTOP`ped
 //! while the others take [`Lag::behind_bytes`] more of such puts
 //! (overwrites of the same keys), then resumed. The recorded clients of
-//! the matrix ([`workload::client`]) run from before the stop to after
+//! the matrix (`workload`'s client loop) run from before the stop to after
 //! the catch-up, and every key's history is checked as in every run.
 //!
 //! The run fails (besides a violation or an undecided key) if the

@@ -117,7 +117,7 @@ pub struct Clients {
 }
 
 impl Clients {
-    /// Starts clients 101 to 100 + `n` ([`client`]) on keys `0..keys`,
+    /// Starts clients 101 to 100 + `n` (`client`) on keys `0..keys`,
     /// through `api`.
     pub fn start(
         api: Api,

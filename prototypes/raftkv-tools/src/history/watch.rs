@@ -21,7 +21,7 @@
 //!   covered (no hole, no overlap);
 //! - **gap** (reliable): every revision in a stream's covered range that
 //!   anyone saw — another watcher, a read's `mod_revision` — is in it; and
-//!   with [`Check::dense`] on (every change of the run is in the watched
+//!   with [`check`]'s `dense` on (every change of the run is in the watched
 //!   range: each revision of the store is an event of it), every revision
 //!   of the range is;
 //! - **acked**: every put or compare-and-set acknowledged at revision `r`
