@@ -58,7 +58,7 @@ impl PeerSecret {
     /// Reads a secret from the file at `path` (at most 4 KiB).
     pub fn from_file(vfs: &dyn Vfs, path: &Path) -> Result<PeerSecret, String> {
         let what = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-        match read_small_file(vfs, path, MAX_SECRET_FILE) {
+        match crate::read_small_file(vfs, path, MAX_SECRET_FILE) {
             Ok(Some(Some(buf))) => {
                 let text = std::str::from_utf8(&buf).map_err(|e| what(&e))?;
                 PeerSecret::new(text).map_err(|e| what(&e))
@@ -112,29 +112,6 @@ impl PeerSecret {
         };
         constant_time_eq(given, self.0.as_bytes())
     }
-}
-
-/// Reads a small file: `None` if it does not exist, `Some(None)` if it
-/// is longer than `max` bytes (not the file expected there).
-fn read_small_file(
-    vfs: &dyn Vfs,
-    path: &Path,
-    max: u64,
-) -> Result<Option<Option<Vec<u8>>>, journal_core::VfsError> {
-    if !vfs.exists(path)? {
-        return Ok(None);
-    }
-    let f = vfs.open(path, OpenOptions::read())?;
-    let len = f.len()?;
-    if len > max {
-        return Ok(Some(None));
-    }
-    let Ok(len) = usize::try_from(len) else {
-        return Ok(Some(None));
-    };
-    let mut buf = vec![0; len];
-    f.read_exact_at(&mut buf, 0)?;
-    Ok(Some(Some(buf)))
 }
 
 /// Whether `a == b`, comparing every byte whatever the first difference.

@@ -391,22 +391,7 @@ pub struct Event {
 
 pub use raftkv_wire::limits::{MAX_REQUEST_BYTES, MAX_TXN_OPS};
 
-/// The `range_end` of every key that starts with `prefix`: `prefix` with
-/// its last byte below 0xff incremented and what follows dropped; `[0]`
-/// (every key from `prefix` on) if every byte is 0xff or it is empty.
-pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(&last) = end.last() {
-        if last < 0xff {
-            if let Some(b) = end.last_mut() {
-                *b = last + 1;
-            }
-            return end;
-        }
-        end.pop();
-    }
-    vec![0]
-}
+pub use raftkv_wire::prefix_end;
 
 /// Whether `k` lies in `[key, range_end)`, with etcd's meanings of an
 /// empty `range_end` (the key alone) and of `[0]` (every key from `key`

@@ -148,7 +148,7 @@ async fn start_one(
         request_union: Some(pb::watch_request::RequestUnion::CreateRequest(
             pb::WatchCreateRequest {
                 key: prefix.as_bytes().to_vec(),
-                range_end: prefix_end(prefix.as_bytes()),
+                range_end: raftkv_wire::prefix_end(prefix.as_bytes()),
                 ..Default::default()
             },
         )),
@@ -199,30 +199,4 @@ async fn start_one(
         tx.send_modify(|s| s.ended = Some(why));
     });
     Ok((seen, task))
-}
-
-/// The end of the range of keys starting with `prefix` (etcd's rule: the
-/// prefix with its last byte below 0xff incremented, and what follows it
-/// dropped; all keys if every byte is 0xff).
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::prefix_end;
-
-    #[test]
-    fn a_prefix_ends_at_its_last_byte_incremented() {
-        assert_eq!(prefix_end(b"k/"), b"k0");
-        assert_eq!(prefix_end(b"a\xff"), b"b");
-        assert_eq!(prefix_end(b"\xff"), vec![0]);
-    }
 }

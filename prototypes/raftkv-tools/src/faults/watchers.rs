@@ -189,7 +189,7 @@ async fn connection(
         let (tx, rx) = mpsc::channel(4);
         let create = pb::WatchCreateRequest {
             key: PREFIX.as_bytes().to_vec(),
-            range_end: prefix_end(PREFIX.as_bytes()),
+            range_end: raftkv_wire::prefix_end(PREFIX.as_bytes()),
             start_revision: rec.done.saturating_add(1),
             prev_kv: true,
             ..Default::default()
@@ -289,19 +289,6 @@ fn record(rec: &mut Recording, r: pb::WatchResponse) -> Option<End> {
     None
 }
 
-/// The end of the range of keys that begin with `prefix` (etcd's
-/// `--prefix`).
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
-
 fn version(kv: mvccpb::KeyValue) -> Version {
     Version {
         key: kv.key,
@@ -384,16 +371,4 @@ pub fn check(streams: &[Stream], recs: &[Rec], compactions: Vec<i64>) -> watch::
     // Every write of the run is to a key of the prefix: each revision of
     // the store is an event of every stream covering it.
     watch::check(streams, &told, true)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_prefix_ends_where_etcd_says() {
-        assert_eq!(prefix_end(b"key-"), b"key.".to_vec());
-        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
-        assert_eq!(prefix_end(b"\xff"), vec![0]);
-    }
 }

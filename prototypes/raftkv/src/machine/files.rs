@@ -6,25 +6,7 @@ use super::{Error, CURRENT};
 use journal_core::vfs::{OpenOptions, Vfs};
 use std::path::Path;
 
-/// Reads a small file: `None` if it does not exist, `Some(None)` if it
-/// is longer than `max` bytes (not the file expected there).
-pub(crate) fn read_small_file(
-    vfs: &dyn Vfs,
-    path: &Path,
-    max: u64,
-) -> Result<Option<Option<Vec<u8>>>, journal_core::VfsError> {
-    if !vfs.exists(path)? {
-        return Ok(None);
-    }
-    let f = vfs.open(path, OpenOptions::read())?;
-    let len = f.len()?;
-    if len > max {
-        return Ok(Some(None));
-    }
-    let mut buf = vec![0; len as usize];
-    f.read_exact_at(&mut buf, 0)?;
-    Ok(Some(Some(buf)))
-}
+pub(crate) use raftkv_wire::read_small_file;
 
 /// Replaces `dir/name` durably by `bytes`: a new file written and synced,
 /// renamed over the old one, the directory synced.
